@@ -1,0 +1,160 @@
+// Package transport defines the small interface that every AM-like network
+// implements for amgo, in the spirit of a GASNet conduit's core API: send a
+// packet, poll for arrived packets, report capabilities, optionally put data
+// straight into registered remote memory, and sleep until traffic arrives.
+// Everything else (handlers, credits, ordering and reliability where a network
+// lacks them) lives above it in package am. A transport imports nothing of am.
+//
+// Each network lives in its own package below this one (loop, shm, ...) and
+// registers a Factory under its name, so that am.Open can pick one by name.
+// docs/porting.md walks through a port; package transporttest is the
+// conformance suite every transport runs.
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Caps describes what a network guarantees and offers.
+type Caps struct {
+	// Name is the network's registered name ("loop", "shm", ...).
+	Name string
+	// Ordered: packets from one peer arrive in the order they were sent.
+	Ordered bool
+	// Reliable: every packet sent arrives exactly once.
+	Reliable bool
+	// MaxPacket is the largest packet (encoded header, arguments and payload) one
+	// Send accepts, in bytes.
+	MaxPacket int
+	// Put: the transport implements Putter (single-copy writes into registered
+	// memory of a peer). A Putter may still refuse a particular peer at run time.
+	Put bool
+	// Wakeup: Wait sleeps until traffic arrives rather than for the whole timeout.
+	Wakeup bool
+}
+
+// Receiver takes arrived packets from Poll. An interface rather than a func so
+// that a poll loop does not allocate a closure.
+type Receiver interface {
+	// Deliver handles one packet from rank src: the encoded header, its arguments
+	// and the payload, contiguous. pkt is valid only until Deliver returns.
+	Deliver(src int, pkt []byte)
+}
+
+// Transport is one rank's attachment to a network.
+//
+// Concurrency: Send calls for the same destination are serialized by the caller;
+// Send calls for different destinations, Poll, and Wakeup-less Wait may run
+// concurrently with each other. Poll is called by one goroutine at a time.
+type Transport interface {
+	// Rank is this process's rank in the job, 0..Size-1.
+	Rank() int
+	// Size is the number of ranks in the job.
+	Size() int
+	// Caps reports the network's guarantees.
+	Caps() Caps
+	// Send queues one packet for rank dst: hdr (an encoded wire header with its
+	// arguments) followed by payload, together at most Caps().MaxPacket bytes.
+	// Both slices may be reused as soon as Send returns. Send never blocks: it
+	// returns ErrWouldBlock when the network cannot take the packet now; the
+	// caller polls and tries again. Errors: ErrWouldBlock, ErrTooLarge, ErrPeer
+	// (dst out of range or dead), ErrClosed.
+	Send(dst int, hdr, payload []byte) error
+	// Poll hands up to max arrived packets to r and returns how many it handed.
+	// It never blocks. A packet that the network itself finds malformed is
+	// dropped and counted, not returned as an error; errors are for a broken
+	// network (ErrClosed, a dead peer).
+	Poll(r Receiver, max int) (int, error)
+	// Wait returns when traffic may have arrived or after about d, whichever
+	// comes first; transports without Caps().Wakeup simply sleep briefly.
+	// A spurious early return is allowed.
+	Wait(d time.Duration) error
+	// Close releases the transport's resources. Pending packets may be lost.
+	Close() error
+}
+
+// Putter is implemented by transports with a single-copy path into memory that a
+// peer has registered (shared memory: Cross Memory Attach; in-process: a copy).
+type Putter interface {
+	// Put copies data into rank dst's memory at address addr, which dst
+	// registered. It returns when the data is in place. ErrPutUnsupported means
+	// this peer cannot be reached this way (e.g. EPERM from process_vm_writev);
+	// the caller falls back to sending the data in packets.
+	Put(dst int, addr uintptr, data []byte) error
+}
+
+// Errors shared by every transport; wrap them with detail.
+var (
+	ErrWouldBlock     = errors.New("transport: send would block")
+	ErrTooLarge       = errors.New("transport: packet larger than the network's maximum")
+	ErrPeer           = errors.New("transport: no such peer")
+	ErrClosed         = errors.New("transport: closed")
+	ErrPutUnsupported = errors.New("transport: single-copy put not available for this peer")
+)
+
+// Bootstrap is what a transport needs from the launcher to find its peers: the
+// job's shape and a key-value space with a fence, as PMI-1 provides
+// (put, barrier, get). Keys are global to the job: prefix them with the rank.
+type Bootstrap interface {
+	// Rank is this process's rank, 0..Size-1.
+	Rank() int
+	// Size is the number of ranks in the job.
+	Size() int
+	// JobID names the job uniquely on this host (PMI's kvsname).
+	JobID() string
+	// Put publishes key=value to every rank (visible after the next Fence).
+	Put(key, value string) error
+	// Fence is a barrier over all ranks; Puts before it are visible to Gets after it.
+	Fence() error
+	// Get reads a value that some rank Put before a Fence.
+	Get(key string) (string, error)
+}
+
+// Factory opens the transport of one rank over a bootstrap. opts are the
+// transport's own settings as key=value strings (from AMGO_* environment variables
+// or configuration); unknown keys are ignored.
+type Factory func(b Bootstrap, opts map[string]string) (Transport, error)
+
+var (
+	regMu     sync.Mutex
+	factories = map[string]Factory{}
+)
+
+// Register makes a network available to Open under name. It is called from the
+// network package's init; registering one name twice panics (a programming error
+// at init time, as with database/sql.Register).
+func Register(name string, f Factory) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if _, dup := factories[name]; dup {
+		panic("transport: Register called twice for " + name)
+	}
+	factories[name] = f
+}
+
+// Names lists the registered networks, sorted.
+func Names() []string {
+	regMu.Lock()
+	defer regMu.Unlock()
+	var ns []string
+	for n := range factories {
+		ns = append(ns, n)
+	}
+	sort.Strings(ns)
+	return ns
+}
+
+// Open opens the network registered under name for this rank.
+func Open(name string, b Bootstrap, opts map[string]string) (Transport, error) {
+	regMu.Lock()
+	f, ok := factories[name]
+	regMu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("transport: unknown network %q (have %v)", name, Names())
+	}
+	return f(b, opts)
+}

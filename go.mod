@@ -1,0 +1,8 @@
+module github.com/amgo-hpc/amgo
+
+go 1.26.8
+
+require (
+	github.com/stretchr/testify v1.12.1 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)

@@ -1,0 +1,197 @@
+// Package wire holds amgo's packet format: one fixed-size, versioned, little-endian
+// header that every packet on every transport starts with, followed by up to
+// MaxArgs 64-bit handler arguments and then the payload. It is the only package
+// that reads or writes packet bytes; docs/wire.md documents every field.
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Version is the header version this package writes and the only one it accepts.
+const Version = 1
+
+// HeaderLen is the size of the fixed header in bytes. Arguments follow it.
+const HeaderLen = 56
+
+// MaxArgs is the most 64-bit handler arguments a packet carries: 16, the GASNet-EX
+// minimum for gex_AM_MaxArgs() on 64-bit platforms (GASNet-1 spec §AM "MaxArgs").
+const MaxArgs = 16
+
+// MaxHeaderLen is the largest encoded header with arguments, in bytes.
+const MaxHeaderLen = HeaderLen + 8*MaxArgs
+
+// Kind says what a packet is.
+type Kind uint8
+
+// Packet kinds. Requests and replies run a handler; Ack only returns credit.
+const (
+	KindInvalid Kind = iota
+	// KindRequestShort is a request with arguments and no payload.
+	KindRequestShort
+	// KindRequestMedium is a request whose payload the sender placed in its space
+	// (Off, Reserve) of the receiver's per-peer buffer.
+	KindRequestMedium
+	// KindRequestStore is one fragment of a Store (am_store) sent through the
+	// transport: the payload belongs at Addr+Frag in memory the receiver registered;
+	// the handler runs with the last fragment (FlagLast), and Total gives the
+	// store's whole length there.
+	KindRequestStore
+	// KindReplyShort is a reply with arguments and no payload.
+	KindReplyShort
+	// KindReplyMedium is a reply with arguments and a payload.
+	KindReplyMedium
+	// KindAck returns the credit of a request that was answered without a reply
+	// (or whose payload the receiver retained and has now released).
+	KindAck
+	// KindStoreDone tells the receiver that a Store whose data was written with a
+	// single-copy Put has landed; its handler runs on arrival.
+	KindStoreDone
+	kindEnd
+)
+
+var kindNames = [...]string{"invalid", "request-short", "request-medium", "request-store",
+	"reply-short", "reply-medium", "ack", "store-done"}
+
+// String names the kind as docs/wire.md does.
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// IsRequest reports whether the kind runs a request handler (and so takes credit).
+func (k Kind) IsRequest() bool {
+	return k == KindRequestShort || k == KindRequestMedium || k == KindRequestStore || k == KindStoreDone
+}
+
+// IsReply reports whether the kind runs a reply handler.
+func (k Kind) IsReply() bool { return k == KindReplyShort || k == KindReplyMedium }
+
+// Flag bits of Header.Flags.
+const (
+	// FlagLast marks the last fragment of a Store.
+	FlagLast uint16 = 1 << iota
+	// FlagFree (replies and acks) says that Off and Reserve name a range of the
+	// destination's reservation in this packet's sender's per-peer buffer that is now free.
+	FlagFree
+	// FlagPiggyback says that Piggyback carries a tool value (seed: tau-piggyback-schemes).
+	FlagPiggyback
+	flagAll = FlagLast | FlagFree | FlagPiggyback
+)
+
+// Header is the decoded fixed header. Field sizes on the wire are in docs/wire.md.
+type Header struct {
+	Kind    Kind   // packet kind
+	Handler uint8  // handler index in the receiver's table
+	NArgs   uint8  // number of 64-bit arguments after the header, 0..MaxArgs
+	Flags   uint16 // Flag* bits
+	Src     uint32 // sender's rank
+	Len     uint32 // payload bytes after the arguments
+	Seq     uint32 // per-peer sequence number (reliability layer; 0 on reliable networks)
+	Ack     uint32 // cumulative acknowledgement (reliability layer)
+	Off     uint32 // request: offset of the sender's reservation in the receiver's per-peer buffer; reply/ack with FlagFree: offset freed
+	Reserve uint32 // request: bytes reserved at Off; reply/ack with FlagFree: bytes freed
+	Addr    uint64 // store: address of the destination region, inside memory the receiver registered
+	Frag    uint32 // store: byte offset of this fragment within the region
+	Total   uint32 // store: bytes of the whole region (the handler's payload)
+	// Piggyback is a tool value carried on every message when FlagPiggyback is set.
+	Piggyback uint64
+}
+
+// Errors returned by Decode. Every malformed input yields one of them, wrapped with detail.
+var (
+	ErrShort   = errors.New("wire: packet shorter than its header")
+	ErrVersion = errors.New("wire: unsupported header version")
+	ErrKind    = errors.New("wire: invalid packet kind")
+	ErrArgs    = errors.New("wire: too many arguments")
+	ErrFlags   = errors.New("wire: unknown flag bits")
+	ErrLength  = errors.New("wire: payload length does not match packet")
+)
+
+// Encoded length of h with its arguments, in bytes.
+func (h *Header) EncodedLen() int { return HeaderLen + 8*int(h.NArgs) }
+
+// Encode writes h and args (len(args) must equal h.NArgs) into b, which must hold
+// EncodedLen bytes, and returns the number of bytes written. It does not allocate.
+func Encode(b []byte, h *Header, args []uint64) int {
+	_ = b[HeaderLen-1]
+	b[0] = Version
+	b[1] = byte(h.Kind)
+	b[2] = h.Handler
+	b[3] = h.NArgs
+	binary.LittleEndian.PutUint16(b[4:], h.Flags)
+	binary.LittleEndian.PutUint16(b[6:], 0)
+	binary.LittleEndian.PutUint32(b[8:], h.Src)
+	binary.LittleEndian.PutUint32(b[12:], h.Len)
+	binary.LittleEndian.PutUint32(b[16:], h.Seq)
+	binary.LittleEndian.PutUint32(b[20:], h.Ack)
+	binary.LittleEndian.PutUint32(b[24:], h.Off)
+	binary.LittleEndian.PutUint32(b[28:], h.Reserve)
+	binary.LittleEndian.PutUint64(b[32:], h.Addr)
+	binary.LittleEndian.PutUint64(b[40:], h.Piggyback)
+	binary.LittleEndian.PutUint32(b[48:], h.Frag)
+	binary.LittleEndian.PutUint32(b[52:], h.Total)
+	n := HeaderLen
+	for i := 0; i < int(h.NArgs); i++ {
+		binary.LittleEndian.PutUint64(b[n:], args[i])
+		n += 8
+	}
+	return n
+}
+
+// Decode parses the header at the start of pkt into h and the arguments into
+// args (which must have room for MaxArgs), and returns the payload that follows.
+// pkt must be exactly header, arguments and payload; anything else is an error.
+// Decode never panics and does not allocate on success.
+func Decode(pkt []byte, h *Header, args *[MaxArgs]uint64) (payload []byte, err error) {
+	if len(pkt) < HeaderLen {
+		return nil, fmt.Errorf("%w: %d bytes, need %d", ErrShort, len(pkt), HeaderLen)
+	}
+	if pkt[0] != Version {
+		return nil, fmt.Errorf("%w: %d (want %d)", ErrVersion, pkt[0], Version)
+	}
+	k := Kind(pkt[1])
+	if k == KindInvalid || k >= kindEnd {
+		return nil, fmt.Errorf("%w: %d", ErrKind, pkt[1])
+	}
+	nargs := pkt[3]
+	if nargs > MaxArgs {
+		return nil, fmt.Errorf("%w: %d (max %d)", ErrArgs, nargs, MaxArgs)
+	}
+	flags := binary.LittleEndian.Uint16(pkt[4:])
+	if flags&^flagAll != 0 {
+		return nil, fmt.Errorf("%w: %#x", ErrFlags, flags)
+	}
+	h.Kind = k
+	h.Handler = pkt[2]
+	h.NArgs = nargs
+	h.Flags = flags
+	h.Src = binary.LittleEndian.Uint32(pkt[8:])
+	h.Len = binary.LittleEndian.Uint32(pkt[12:])
+	h.Seq = binary.LittleEndian.Uint32(pkt[16:])
+	h.Ack = binary.LittleEndian.Uint32(pkt[20:])
+	h.Off = binary.LittleEndian.Uint32(pkt[24:])
+	h.Reserve = binary.LittleEndian.Uint32(pkt[28:])
+	h.Addr = binary.LittleEndian.Uint64(pkt[32:])
+	h.Piggyback = binary.LittleEndian.Uint64(pkt[40:])
+	h.Frag = binary.LittleEndian.Uint32(pkt[48:])
+	h.Total = binary.LittleEndian.Uint32(pkt[52:])
+	n := HeaderLen + 8*int(nargs)
+	if len(pkt) < n {
+		return nil, fmt.Errorf("%w: %d bytes, %d arguments need %d", ErrShort, len(pkt), nargs, n)
+	}
+	for i := 0; i < int(nargs); i++ {
+		args[i] = binary.LittleEndian.Uint64(pkt[HeaderLen+8*i:])
+	}
+	if uint64(len(pkt)-n) != uint64(h.Len) {
+		return nil, fmt.Errorf("%w: header says %d, packet holds %d", ErrLength, h.Len, len(pkt)-n)
+	}
+	if (k == KindRequestShort || k == KindReplyShort || k == KindAck) && h.Len != 0 {
+		return nil, fmt.Errorf("%w: %s carries no payload, header says %d", ErrLength, k, h.Len)
+	}
+	return pkt[n:], nil
+}
