@@ -1,0 +1,153 @@
+// Package flowctl is the sender's side of the buffered protocol of
+// seed: mpi-over-active-messages: "Each receiver holds one buffer (currently 16
+// Kbytes) for every other process in the system. To send a message, the sender
+// allocates space within its buffer at the receiver (this allocation is done
+// entirely at the sender side and involves no communication) [...] After the
+// receiver has copied the message [...] it sends a reply to free up the
+// temporary buffer space."
+//
+// A Window is that allocation: the sender's picture of its buffer at one peer.
+// Space is handed out in ring order in units of Granule bytes; replies free it
+// in any order (a message that waits in the receiver's unexpected list keeps its
+// space while later ones are freed), and the ring advances past a freed block
+// only once everything before it is free. When the window is full the sender
+// polls until replies free space: back-pressure, never loss and never unbounded
+// memory.
+//
+// The package does no I/O, starts no goroutine and takes no lock: the caller
+// (package am) serializes access per peer.
+package flowctl
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Granule is the allocation unit in bytes; every reservation is a multiple of it.
+const Granule = 64
+
+// DefaultBufferBytes is the seed's per-peer receive buffer: 16 KiB.
+const DefaultBufferBytes = 16 << 10
+
+// Errors of Free; a malformed or duplicated reply yields one of them.
+var (
+	ErrNotAllocated = errors.New("flowctl: range not allocated")
+	ErrBadSize      = errors.New("flowctl: invalid size")
+)
+
+type block struct {
+	pos   uint64 // position in the unbounded ring, bytes
+	n     uint32 // bytes
+	freed bool
+}
+
+// Window allocates space in one peer's receive buffer of Size bytes.
+type Window struct {
+	size   uint64
+	head   uint64  // next position to hand out
+	tail   uint64  // oldest position not yet free
+	blocks []block // FIFO of outstanding blocks, ring buffer
+	first  int     // index of the oldest block in blocks
+	count  int
+	byOff  []int32 // block index by offset/Granule, -1 when none starts there
+}
+
+// NewWindow returns a window over a buffer of size bytes (a positive multiple of
+// Granule, at most 1 GiB).
+func NewWindow(size int) (*Window, error) {
+	if size <= 0 || size%Granule != 0 || size > 1<<30 {
+		return nil, fmt.Errorf("%w: buffer of %d bytes (want a positive multiple of %d up to 1 GiB)", ErrBadSize, size, Granule)
+	}
+	nb := size / Granule
+	w := &Window{size: uint64(size), blocks: make([]block, nb), byOff: make([]int32, nb)}
+	for i := range w.byOff {
+		w.byOff[i] = -1
+	}
+	return w, nil
+}
+
+// Size is the buffer's size in bytes.
+func (w *Window) Size() int { return int(w.size) }
+
+// InUse is the number of bytes between the oldest unfreed block and the next
+// allocation, including padding skipped at the ring's end.
+func (w *Window) InUse() int { return int(w.head - w.tail) }
+
+// Outstanding is the number of blocks handed out and not yet freed.
+func (w *Window) Outstanding() int {
+	n := 0
+	for i := 0; i < w.count; i++ {
+		if !w.blocks[(w.first+i)%len(w.blocks)].freed {
+			n++
+		}
+	}
+	return n
+}
+
+// RoundUp returns n rounded up to a whole number of granules.
+func RoundUp(n int) int { return (n + Granule - 1) &^ (Granule - 1) }
+
+// Alloc reserves n bytes (a multiple of Granule, at most Size) contiguously in the
+// buffer and returns their offset. ok is false when the space is not free now;
+// the caller waits for replies and tries again. Sizes that can never fit return
+// ErrBadSize.
+func (w *Window) Alloc(n int) (off uint32, ok bool, err error) {
+	if n <= 0 || n%Granule != 0 || uint64(n) > w.size {
+		return 0, false, fmt.Errorf("%w: reservation of %d bytes in a %d-byte buffer", ErrBadSize, n, w.size)
+	}
+	pos := w.head
+	if o := pos % w.size; o+uint64(n) > w.size {
+		pos += w.size - o // skip to the ring's start; the pad frees with its predecessor
+	}
+	if pos+uint64(n)-w.tail > w.size {
+		return 0, false, nil
+	}
+	if w.count == 0 {
+		w.tail = pos // nothing outstanding: skip the pad at once
+	}
+	i := (w.first + w.count) % len(w.blocks)
+	w.blocks[i] = block{pos: pos, n: uint32(n)}
+	w.count++
+	off = uint32(pos % w.size)
+	w.byOff[off/Granule] = int32(i)
+	w.head = pos + uint64(n)
+	return off, true, nil
+}
+
+// Free releases n bytes at off. The range may cover several consecutive blocks
+// (a receiver coalesces adjacent frees into one reply); it must start at a
+// block and end at a block boundary. Freeing space not handed out, or twice, is
+// ErrNotAllocated and changes nothing.
+func (w *Window) Free(off, n uint32) error {
+	if n == 0 || uint64(off)+uint64(n) > w.size || off%Granule != 0 {
+		return fmt.Errorf("%w: [%d,+%d) in a %d-byte buffer", ErrNotAllocated, off, n, w.size)
+	}
+	// Validate the whole range before changing anything.
+	end := off + n
+	for o := off; o < end; {
+		i := w.byOff[o/Granule]
+		if i < 0 || w.blocks[i].freed || uint32(w.blocks[i].pos%w.size) != o {
+			return fmt.Errorf("%w: no block at offset %d (freeing [%d,+%d))", ErrNotAllocated, o, off, n)
+		}
+		o += w.blocks[i].n
+		if o > end {
+			return fmt.Errorf("%w: [%d,+%d) ends inside a block", ErrNotAllocated, off, n)
+		}
+	}
+	for o := off; o < end; {
+		i := w.byOff[o/Granule]
+		w.blocks[i].freed = true
+		w.byOff[o/Granule] = -1
+		o += w.blocks[i].n
+	}
+	for w.count > 0 && w.blocks[w.first].freed {
+		w.first = (w.first + 1) % len(w.blocks)
+		w.count--
+	}
+	if w.count > 0 {
+		w.tail = w.blocks[w.first].pos
+	} else {
+		w.tail = w.head
+	}
+	return nil
+}

@@ -1,0 +1,139 @@
+package flowctl
+
+import (
+	"math/rand"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestNewWindowRejectsBadSizes(t *testing.T) {
+	for _, n := range []int{0, -64, 100, 2 << 30} {
+		_, err := NewWindow(n)
+		require.ErrorIs(t, err, ErrBadSize, "size %d", n)
+	}
+}
+
+// The seed's buffered protocol: allocation at the sender, freed by the reply.
+func TestBufferedProtocolFreesOnReply(t *testing.T) {
+	w, err := NewWindow(DefaultBufferBytes)
+	require.NoError(t, err)
+	var offs []uint32
+	for i := 0; i < DefaultBufferBytes/1024; i++ {
+		off, ok, err := w.Alloc(1024)
+		require.NoError(t, err)
+		require.True(t, ok)
+		offs = append(offs, off)
+	}
+	_, ok, err := w.Alloc(64)
+	require.NoError(t, err)
+	require.False(t, ok, "a full buffer must back-pressure the sender")
+	require.NoError(t, w.Free(offs[0], 1024))
+	off, ok, err := w.Alloc(1024)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, offs[0], off)
+}
+
+// An unexpected message keeps its space while later ones are freed; the ring
+// only advances once the oldest block is freed.
+func TestRetainedBlockHoldsRing(t *testing.T) {
+	w, _ := NewWindow(4 * Granule)
+	a, _, _ := w.Alloc(Granule)
+	b, _, _ := w.Alloc(Granule)
+	c, _, _ := w.Alloc(2 * Granule)
+	require.NoError(t, w.Free(b, Granule))
+	require.NoError(t, w.Free(c, 2*Granule))
+	_, ok, _ := w.Alloc(Granule)
+	require.False(t, ok, "block a still holds the ring")
+	require.Equal(t, 1, w.Outstanding())
+	require.NoError(t, w.Free(a, Granule))
+	require.Equal(t, 0, w.InUse())
+	_, ok, _ = w.Alloc(4 * Granule)
+	require.True(t, ok)
+}
+
+func TestFreeRejectsBogusRanges(t *testing.T) {
+	w, _ := NewWindow(8 * Granule)
+	a, _, _ := w.Alloc(2 * Granule)
+	require.ErrorIs(t, w.Free(a+Granule, Granule), ErrNotAllocated, "inside a block")
+	require.ErrorIs(t, w.Free(a, Granule), ErrNotAllocated, "ends inside a block")
+	require.ErrorIs(t, w.Free(4*Granule, Granule), ErrNotAllocated, "never allocated")
+	require.ErrorIs(t, w.Free(0, 0), ErrNotAllocated)
+	require.ErrorIs(t, w.Free(7*Granule, 4*Granule), ErrNotAllocated, "past the end")
+	require.NoError(t, w.Free(a, 2*Granule))
+	require.ErrorIs(t, w.Free(a, 2*Granule), ErrNotAllocated, "double free")
+}
+
+func TestCoalescedFree(t *testing.T) {
+	w, _ := NewWindow(8 * Granule)
+	a, _, _ := w.Alloc(Granule)
+	_, _, _ = w.Alloc(2 * Granule)
+	_, _, _ = w.Alloc(Granule)
+	require.NoError(t, w.Free(a, 4*Granule))
+	require.Equal(t, 0, w.Outstanding())
+	require.Equal(t, 0, w.InUse())
+}
+
+func TestWrapPadding(t *testing.T) {
+	w, _ := NewWindow(4 * Granule)
+	a, _, _ := w.Alloc(3 * Granule)
+	require.NoError(t, w.Free(a, 3*Granule))
+	// 2 granules do not fit in the last one: the allocation wraps to offset 0.
+	b, ok, _ := w.Alloc(2 * Granule)
+	require.True(t, ok)
+	require.Equal(t, uint32(0), b)
+	c, ok, _ := w.Alloc(2 * Granule)
+	require.True(t, ok)
+	require.Equal(t, uint32(2*Granule), c)
+	_, ok, _ = w.Alloc(Granule)
+	require.False(t, ok)
+}
+
+// A randomized check against a byte map: no two outstanding reservations ever
+// overlap, and everything freed eventually becomes allocatable again.
+func TestWindowRandomized(t *testing.T) {
+	seed := int64(20261121)
+	rng := rand.New(rand.NewSource(seed))
+	const size = 16 * Granule
+	w, _ := NewWindow(size)
+	owner := make([]int, size/Granule)
+	type res struct{ off, n uint32 }
+	var out []res
+	for step := 0; step < 200000; step++ {
+		if rng.Intn(2) == 0 && len(out) > 0 {
+			i := rng.Intn(len(out))
+			r := out[i]
+			require.NoError(t, w.Free(r.off, r.n), "seed %d step %d", seed, step)
+			for g := r.off / Granule; g < (r.off+r.n)/Granule; g++ {
+				owner[g] = 0
+			}
+			out = append(out[:i], out[i+1:]...)
+			continue
+		}
+		n := (1 + rng.Intn(4)) * Granule
+		off, ok, err := w.Alloc(n)
+		require.NoError(t, err)
+		if !ok {
+			continue
+		}
+		for g := off / Granule; g < (off+uint32(n))/Granule; g++ {
+			require.Zero(t, owner[g], "seed %d step %d: overlap at granule %d", seed, step, g)
+			owner[g] = step + 1
+		}
+		out = append(out, res{off, uint32(n)})
+	}
+	for _, r := range out {
+		require.NoError(t, w.Free(r.off, r.n))
+	}
+	require.Equal(t, 0, w.InUse())
+}
+
+func BenchmarkAllocFree(b *testing.B) {
+	w, _ := NewWindow(DefaultBufferBytes)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		off, _, _ := w.Alloc(128)
+		_ = w.Free(off, 128)
+	}
+}
