@@ -33,6 +33,10 @@ type Caps struct {
 	// Put: the transport implements Putter (single-copy writes into registered
 	// memory of a peer). A Putter may still refuse a particular peer at run time.
 	Put bool
+	// PutMin is the smallest store, in bytes, for which Put beats sending the data
+	// in packets (a system call costs more than copying a few KiB twice); 0 means
+	// Put is always the better path.
+	PutMin int
 	// Wakeup: Wait sleeps until traffic arrives rather than for the whole timeout.
 	Wakeup bool
 }
