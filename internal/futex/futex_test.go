@@ -1,0 +1,86 @@
+//go:build linux
+
+package futex
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestSleepValueChanged(t *testing.T) {
+	var w atomic.Uint32
+	w.Store(1)
+	start := time.Now()
+	require.NoError(t, Sleep(&w, 0, time.Second)) // *addr != val: returns at once
+	require.Less(t, time.Since(start), 500*time.Millisecond)
+}
+
+func TestSleepTimeout(t *testing.T) {
+	var w atomic.Uint32
+	start := time.Now()
+	require.NoError(t, Sleep(&w, 0, 20*time.Millisecond))
+	require.GreaterOrEqual(t, time.Since(start), 15*time.Millisecond)
+}
+
+func TestDoorbell(t *testing.T) {
+	mem := make([]byte, 64)
+	d, err := NewDoorbell(mem)
+	require.NoError(t, err)
+	_, err = NewDoorbell(mem[1:])
+	require.ErrorIs(t, err, ErrAlign)
+	_, err = NewDoorbell(mem[:4])
+	require.ErrorIs(t, err, ErrAlign)
+
+	// Timeout with nothing ready.
+	start := time.Now()
+	ok, err := d.Wait(func() bool { return false }, 100*time.Microsecond, 30*time.Millisecond)
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.GreaterOrEqual(t, time.Since(start), 25*time.Millisecond)
+	require.False(t, d.Sleeping())
+
+	// A sender wakes a sleeping receiver long before the timeout.
+	for i := 0; i < 20; i++ {
+		var flag atomic.Bool
+		go func() {
+			time.Sleep(2 * time.Millisecond)
+			flag.Store(true)
+			d.Ring()
+		}()
+		start = time.Now()
+		ok, err = d.Wait(flag.Load, 10*time.Microsecond, 10*time.Second)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Less(t, time.Since(start), 5*time.Second)
+	}
+	d.Ring() // nobody sleeps: no-op
+}
+
+// BenchmarkWakeup measures a round trip in which each side sleeps on the futex
+// (no spinning): the cost of two futex wake-ups.
+func BenchmarkWakeup(b *testing.B) {
+	m1, m2 := make([]byte, 8), make([]byte, 8)
+	d1, _ := NewDoorbell(m1)
+	d2, _ := NewDoorbell(m2)
+	var f1, f2 atomic.Bool
+	n := b.N
+	go func() {
+		for i := 0; i < n; i++ {
+			for ok, _ := d1.Wait(f1.Load, 0, time.Second); !ok; ok, _ = d1.Wait(f1.Load, 0, time.Second) {
+			}
+			f1.Store(false)
+			f2.Store(true)
+			d2.Ring()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		f1.Store(true)
+		d1.Ring()
+		for ok, _ := d2.Wait(f2.Load, 0, time.Second); !ok; ok, _ = d2.Wait(f2.Load, 0, time.Second) {
+		}
+		f2.Store(false)
+	}
+}

@@ -1,0 +1,73 @@
+package ring
+
+import (
+	"runtime"
+	"testing"
+)
+
+// BenchmarkPingPong bounces an 8-byte record between two goroutines over two
+// rings; ns/op is one half round trip (one record one way).
+func BenchmarkPingPong(b *testing.B) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		b.Skip("needs GOMAXPROCS >= 2: both sides busy-poll")
+	}
+	pa, ca, _ := newRing(b, 4096)
+	pb, cb, _ := newRing(b, 4096)
+	msg := make([]byte, 8)
+	n := b.N
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < n; i++ {
+			for {
+				if rec, ok := ca.Peek(); ok {
+					pb.Push(rec, nil)
+					ca.Advance()
+					break
+				}
+			}
+		}
+	}()
+	b.ResetTimer()
+	for i := 0; i < n; i++ {
+		pa.Push(msg, nil)
+		for {
+			if _, ok := cb.Peek(); ok {
+				cb.Advance()
+				break
+			}
+		}
+	}
+	b.StopTimer()
+	<-done
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/halfrtt")
+}
+
+// BenchmarkStream pushes 64-byte records from one goroutine to another.
+func BenchmarkStream(b *testing.B) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		b.Skip("needs GOMAXPROCS >= 2")
+	}
+	p, c, _ := newRing(b, 64<<10)
+	msg := make([]byte, 64)
+	n := b.N
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < n; i++ {
+			for {
+				if _, ok := c.Peek(); ok {
+					c.Advance()
+					break
+				}
+			}
+		}
+	}()
+	b.SetBytes(64)
+	b.ResetTimer()
+	for i := 0; i < n; i++ {
+		for !p.Push(msg, nil) {
+		}
+	}
+	<-done
+}

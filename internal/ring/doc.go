@@ -1,0 +1,92 @@
+// Package ring is a single-producer single-consumer queue of variable-size
+// records over a caller-supplied []byte region: ordinary heap memory (ranks as
+// goroutines) or a MAP_SHARED mapping that two processes share (package shm).
+//
+// It is designed for latency first. The consumer polls the header word of the
+// next record slot itself, not a head index that the producer writes
+// elsewhere, so a small message moves one cache line from the producer's core
+// to the consumer's. The consumer's freed position (the tail) sits on a cache
+// line of its own and is read by the producer only when its cached copy says
+// the ring is full.
+//
+// # Use
+//
+//	mem := ring.Alloc(64 << 10)          // or a region of a shared mapping
+//	if err := ring.Init(mem); err != nil { ... }   // once, by one side, before either attaches
+//	p, _ := ring.NewProducer(mem)        // in the sending process
+//	c, _ := ring.NewConsumer(mem)        // in the receiving process
+//
+//	p.Push(hdr, payload)                 // false: full, try again after the consumer advances
+//
+//	for {
+//		rec, ok := c.Peek()              // rec points into mem: zero copy
+//		if !ok {
+//			if err := c.Err(); err != nil { ... } // the producer corrupted the ring
+//			break
+//		}
+//		handle(rec)
+//		c.Advance()                      // rec is invalid from here on
+//	}
+//
+// Exactly one goroutine pushes and exactly one goroutine peeks and advances
+// (they may be the same one). A producer must start on a freshly initialized
+// ring: its position lives only in the Producer value, not in the region.
+//
+// # Layout
+//
+// The region starts with a 256-byte control block: bytes 0..127 hold the magic
+// word and the capacity (written by Init, read-only afterwards); bytes 128..255
+// hold the consumer's tail, a free-running byte position, alone on its cache
+// line pair (adjacent-line prefetch pulls lines in pairs). The data area of
+// Capacity bytes, a power of two, follows at byte 256.
+//
+// Producer and consumer positions are free-running uint64 byte counts; a
+// position's offset in the data area is pos & (Capacity-1). A record at
+// position pos is an 8-byte header word followed by its data, padded to a
+// multiple of 8 bytes:
+//
+//	header word: bits 0..31  data length in bytes
+//	             bit  32     valid (so that an empty record is not the zero word)
+//	             bit  33     pad: the rest of the data area up to its end is unused;
+//	                         the next record starts at offset 0
+//	             bits 34..63 zero
+//
+// Records are contiguous: a record that would cross the end of the data area
+// is preceded by a pad word and starts at offset 0 instead.
+//
+// # Why the consumer never sees a stale header
+//
+// Push writes the record's data, then stores a zero word at the position of
+// the next record (the terminator), then publishes the record by storing its
+// header word. The consumer reads the header word at its position only after
+// it has consumed the previous record, whose publication came after that
+// word was zeroed; so the word it reads is either zero (nothing yet) or the
+// header of a new record, never stale data from an earlier lap. The producer
+// keeps 8 bytes of slack so that the terminator never lands on unconsumed data.
+//
+// # Memory ordering
+//
+// All header words, terminators and the tail are accessed with sync/atomic,
+// which the Go memory model makes sequentially consistent: a store
+// synchronizes with the load that observes it. So:
+//
+//   - The producer's plain writes of a record's data happen before its atomic
+//     store of the header; the consumer's atomic load that sees that header
+//     happens before its plain reads of the data (publish/acquire).
+//   - The consumer's reads of a record happen before its atomic store of the
+//     tail past it; the producer's atomic load of that tail happens before it
+//     overwrites the space (release/acquire in the other direction).
+//
+// Between processes the same instructions carry the same guarantees on the
+// hardware (on amd64 an atomic store is XCHG, a full fence, and loads are
+// ordered by TSO). The race detector does not track mmap'd memory, so it
+// checks this reasoning only for rings on the heap.
+//
+// # Corruption
+//
+// In shared memory the other side may be buggy. The consumer checks every
+// header word (reserved bits, length against the largest record, record
+// within the data area) and the producer checks the tail it loads against its
+// own position; a bad value makes the side stop with ErrCorrupt (see Err)
+// rather than read out of bounds or panic.
+package ring

@@ -1,0 +1,311 @@
+package ring
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"sync/atomic"
+	"unsafe"
+)
+
+// ControlLen is the size of the control block at the start of a region, in
+// bytes; the data area follows it.
+const ControlLen = 256
+
+// MinCapacity is the smallest data area a ring accepts, in bytes.
+const MinCapacity = 64
+
+// MaxCapacity is the largest data area a ring uses, in bytes (record lengths
+// are 32-bit).
+const MaxCapacity = 1 << 31
+
+// magic marks an initialized region: "amgoRNG1" read as a little-endian word.
+const magic = 0x31474e526f676d61
+
+// Offsets inside the control block.
+const (
+	offMagic    = 0   // uint64, stored last by Init
+	offCapacity = 8   // uint64, data area bytes
+	offTail     = 128 // uint64, consumer's freed position; alone on lines 2 and 3
+)
+
+// Header word bits.
+const (
+	lenMask  = 1<<32 - 1
+	validBit = 1 << 32
+	padBit   = 1 << 33
+)
+
+// Errors.
+var (
+	// ErrRegion: the region is too small, misaligned, or not initialized.
+	ErrRegion = errors.New("ring: bad region")
+	// ErrCorrupt: the other side wrote a value that no correct peer writes
+	// (a record header or tail out of bounds). The ring is unusable.
+	ErrCorrupt = errors.New("ring: corrupt")
+)
+
+// RegionSize is the number of bytes a region needs for a data area of
+// capacity bytes (a power of two, at least MinCapacity).
+func RegionSize(capacity int) int { return ControlLen + capacity }
+
+// MaxRecord is the largest record (header plus payload, in bytes) that a ring
+// with a data area of capacity bytes accepts: about capacity/2, so that a
+// record of this size always fits once the consumer has drained the ring,
+// whatever the position of the wrap.
+func MaxRecord(capacity int) int {
+	if capacity < MinCapacity {
+		return 0
+	}
+	return ((capacity-8)/2 - 8) &^ 7
+}
+
+// Alloc returns a heap region for a ring with a data area of capacity bytes
+// (rounded up to a power of two, at least MinCapacity), aligned to 128 bytes
+// and initialized. Errors: ErrRegion when capacity exceeds MaxCapacity.
+func Alloc(capacity int) ([]byte, error) {
+	if capacity > MaxCapacity {
+		return nil, fmt.Errorf("%w: capacity %d exceeds %d", ErrRegion, capacity, MaxCapacity)
+	}
+	c := MinCapacity
+	if capacity > c {
+		c = 1 << bits.Len(uint(capacity-1))
+	}
+	const align = 128
+	buf := make([]byte, RegionSize(c)+align)
+	skip := int(-uintptr(unsafe.Pointer(&buf[0])) & (align - 1))
+	mem := buf[skip : skip+RegionSize(c) : skip+RegionSize(c)]
+	if err := Init(mem); err != nil {
+		return nil, err
+	}
+	return mem, nil
+}
+
+// Init formats mem as an empty ring: it zeroes mem and writes the control
+// block. The data area is the largest power of two that fits after the
+// control block, at most MaxCapacity. Init must complete before either side
+// attaches with NewProducer or NewConsumer, and must not run while either is in
+// use. Errors: ErrRegion when mem is not 8-byte aligned or too small.
+func Init(mem []byte) error {
+	if err := checkBase(mem); err != nil {
+		return err
+	}
+	n := len(mem) - ControlLen
+	if n < MinCapacity {
+		return fmt.Errorf("%w: %d bytes, need at least %d", ErrRegion, len(mem), RegionSize(MinCapacity))
+	}
+	if n > MaxCapacity {
+		n = MaxCapacity
+	}
+	c := 1 << (bits.Len(uint(n)) - 1)
+	clear(mem)
+	word(mem, offCapacity).Store(uint64(c))
+	word(mem, offMagic).Store(magic)
+	return nil
+}
+
+// Capacity reports the data area of the ring in mem, in bytes. Errors:
+// ErrRegion when mem does not hold an initialized ring.
+func Capacity(mem []byte) (int, error) {
+	if err := checkBase(mem); err != nil {
+		return 0, err
+	}
+	if len(mem) < ControlLen+MinCapacity {
+		return 0, fmt.Errorf("%w: %d bytes", ErrRegion, len(mem))
+	}
+	if word(mem, offMagic).Load() != magic {
+		return 0, fmt.Errorf("%w: not initialized (magic %#x)", ErrRegion, word(mem, offMagic).Load())
+	}
+	c := word(mem, offCapacity).Load()
+	if c < MinCapacity || c > MaxCapacity || c&(c-1) != 0 || c > uint64(len(mem)-ControlLen) {
+		return 0, fmt.Errorf("%w: capacity %d in a region of %d bytes", ErrRegion, c, len(mem))
+	}
+	return int(c), nil
+}
+
+func checkBase(mem []byte) error {
+	if len(mem) == 0 {
+		return fmt.Errorf("%w: empty", ErrRegion)
+	}
+	if uintptr(unsafe.Pointer(&mem[0]))&7 != 0 {
+		return fmt.Errorf("%w: base %p not 8-byte aligned", ErrRegion, &mem[0])
+	}
+	return nil
+}
+
+// word is the 64-bit word at byte off of b; off must be a multiple of 8 and
+// b's base 8-byte aligned.
+func word(b []byte, off uint64) *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&b[off]))
+}
+
+func align8(n uint64) uint64 { return (n + 7) &^ 7 }
+
+// Producer is the sending side of a ring. Its methods must be called by one
+// goroutine at a time.
+type Producer struct {
+	data    []byte // data area, len == capacity
+	mask    uint64
+	cap     uint64
+	maxData uint64
+	pos     uint64 // position of the next record
+	tail    uint64 // last tail seen
+	tailp   *atomic.Uint64
+	err     error
+}
+
+// NewProducer attaches the sending side to the initialized ring in mem. The
+// ring must be empty and no other producer may ever have pushed to it.
+// Errors: ErrRegion.
+func NewProducer(mem []byte) (*Producer, error) {
+	c, err := Capacity(mem)
+	if err != nil {
+		return nil, err
+	}
+	return &Producer{
+		data:    mem[ControlLen : ControlLen+c : ControlLen+c],
+		mask:    uint64(c - 1),
+		cap:     uint64(c),
+		maxData: uint64(MaxRecord(c)),
+		tailp:   word(mem, offTail),
+	}, nil
+}
+
+// MaxRecord is the largest record Push accepts, in bytes.
+func (p *Producer) MaxRecord() int { return int(p.maxData) }
+
+// Push copies hdr and then payload into one contiguous record and publishes
+// it. It returns false, copying nothing, when the ring has no room for it now,
+// when len(hdr)+len(payload) exceeds MaxRecord (it never will have room), or
+// when the ring is corrupt (see Err). It does not allocate.
+func (p *Producer) Push(hdr, payload []byte) bool {
+	n := uint64(len(hdr)) + uint64(len(payload))
+	if n > p.maxData || p.err != nil {
+		return false
+	}
+	size := 8 + align8(n)
+	off := p.pos & p.mask
+	start, pad := off, uint64(0)
+	if off+size > p.cap {
+		start, pad = 0, p.cap-off
+	}
+	need := pad + size + 8 // 8: the terminator
+	if p.pos+need-p.tail > p.cap && !p.refreshTail(need) {
+		return false
+	}
+	d := p.data[start+8 : start+8+n]
+	copy(d, hdr)
+	copy(d[len(hdr):], payload)
+	word(p.data, (start+size)&p.mask).Store(0) // terminator: the next record's header word
+	word(p.data, start).Store(validBit | n)
+	if pad > 0 {
+		word(p.data, off).Store(validBit | padBit | pad)
+	}
+	p.pos += pad + size
+	return true
+}
+
+// refreshTail reloads the consumer's tail and reports whether need bytes are
+// free past the producer's position.
+func (p *Producer) refreshTail(need uint64) bool {
+	t := p.tailp.Load()
+	if t > p.pos || p.pos-t > p.cap || t&7 != 0 {
+		p.err = fmt.Errorf("%w: consumer tail %d with producer at %d, capacity %d", ErrCorrupt, t, p.pos, p.cap)
+		return false
+	}
+	p.tail = t
+	return p.pos+need-t <= p.cap
+}
+
+// Err reports why Push failed for a record that fits: nil when the ring was
+// merely full, an error wrapping ErrCorrupt when the consumer's tail is
+// impossible.
+func (p *Producer) Err() error { return p.err }
+
+// Consumer is the receiving side of a ring. Its methods must be called by one
+// goroutine at a time.
+type Consumer struct {
+	data    []byte // data area, len == capacity
+	mask    uint64
+	cap     uint64
+	maxData uint64
+	head    uint64 // position of the next record
+	cur     uint64 // size of the record returned by Peek, 0 if none
+	tailp   *atomic.Uint64
+	err     error
+}
+
+// NewConsumer attaches the receiving side to the initialized ring in mem.
+// Errors: ErrRegion.
+func NewConsumer(mem []byte) (*Consumer, error) {
+	c, err := Capacity(mem)
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer{
+		data:    mem[ControlLen : ControlLen+c : ControlLen+c],
+		mask:    uint64(c - 1),
+		cap:     uint64(c),
+		maxData: uint64(MaxRecord(c)),
+		tailp:   word(mem, offTail),
+		head:    word(mem, offTail).Load(),
+	}, nil
+}
+
+// Peek returns the oldest record in place, without copying, or false when the
+// ring is empty or corrupt (see Err). The record stays valid, and Peek keeps
+// returning it, until Advance. The caller must not write to it. It does not
+// allocate.
+func (c *Consumer) Peek() ([]byte, bool) {
+	if c.err != nil {
+		return nil, false
+	}
+	off := c.head & c.mask
+	w := word(c.data, off).Load()
+	if w == 0 {
+		return nil, false
+	}
+	if w&padBit != 0 {
+		if w != validBit|padBit|(c.cap-off) || off == 0 {
+			c.fail(off, w)
+			return nil, false
+		}
+		c.head += c.cap - off
+		off = 0
+		w = word(c.data, 0).Load()
+		if w == 0 { // impossible for a correct producer, which publishes the record before the pad
+			return nil, false
+		}
+	}
+	n := w & lenMask
+	if w&^lenMask != validBit || n > c.maxData || off+8+align8(n) > c.cap {
+		c.fail(off, w)
+		return nil, false
+	}
+	c.cur = 8 + align8(n)
+	return c.data[off+8 : off+8+n : off+8+n], true
+}
+
+func (c *Consumer) fail(off, w uint64) {
+	c.err = fmt.Errorf("%w: record header %#x at offset %d (capacity %d, max record %d)", ErrCorrupt, w, off, c.cap, c.maxData)
+}
+
+// Advance releases the record returned by the last Peek, making its space
+// available to the producer. Without a preceding Peek that returned a record it
+// does nothing.
+func (c *Consumer) Advance() {
+	if c.cur == 0 {
+		return
+	}
+	c.head += c.cur
+	c.cur = 0
+	c.tailp.Store(c.head)
+}
+
+// Err reports why Peek returned false: nil when the ring was merely empty, an
+// error wrapping ErrCorrupt when the producer wrote an impossible record header.
+// Once corrupt, a Consumer stays so.
+func (c *Consumer) Err() error { return c.err }
+
+// MaxRecord is the largest record the ring carries, in bytes.
+func (c *Consumer) MaxRecord() int { return int(c.maxData) }

@@ -1,0 +1,258 @@
+package ring
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func newRing(t testing.TB, capacity int) (*Producer, *Consumer, []byte) {
+	mem, err := Alloc(capacity)
+	require.NoError(t, err)
+	p, err := NewProducer(mem)
+	require.NoError(t, err)
+	c, err := NewConsumer(mem)
+	require.NoError(t, err)
+	return p, c, mem
+}
+
+func TestInitAndAttach(t *testing.T) {
+	mem := make([]byte, RegionSize(1000)) // data area rounds down to 512
+	require.NoError(t, Init(mem))
+	c, err := Capacity(mem)
+	require.NoError(t, err)
+	require.Equal(t, 512, c)
+	require.Equal(t, MaxRecord(512), 240)
+
+	_, err = NewConsumer(make([]byte, 1024))
+	require.ErrorIs(t, err, ErrRegion, "uninitialized region")
+	require.ErrorIs(t, Init(make([]byte, ControlLen+8)), ErrRegion, "too small")
+	require.ErrorIs(t, Init(nil), ErrRegion)
+	require.ErrorIs(t, Init(mem[1:]), ErrRegion, "misaligned")
+
+	mem2, err := Alloc(100)
+	require.NoError(t, err)
+	require.Len(t, mem2, RegionSize(128))
+	_, err = Alloc(MaxCapacity + 1)
+	require.ErrorIs(t, err, ErrRegion)
+}
+
+func TestSingleGoroutine(t *testing.T) {
+	p, c, _ := newRing(t, 1024)
+	_, ok := c.Peek()
+	require.False(t, ok)
+	require.NoError(t, c.Err())
+	c.Advance() // nothing peeked: no effect
+
+	require.True(t, p.Push([]byte("hello "), []byte("world")))
+	require.True(t, p.Push(nil, nil)) // empty record
+	require.True(t, p.Push([]byte{1, 2, 3}, nil))
+
+	rec, ok := c.Peek()
+	require.True(t, ok)
+	require.Equal(t, "hello world", string(rec))
+	rec2, ok := c.Peek() // Peek is idempotent until Advance
+	require.True(t, ok)
+	require.Equal(t, rec, rec2)
+	c.Advance()
+	rec, ok = c.Peek()
+	require.True(t, ok)
+	require.Len(t, rec, 0)
+	c.Advance()
+	rec, ok = c.Peek()
+	require.True(t, ok)
+	require.Equal(t, []byte{1, 2, 3}, rec)
+	c.Advance()
+	_, ok = c.Peek()
+	require.False(t, ok)
+}
+
+func TestTooLarge(t *testing.T) {
+	p, c, _ := newRing(t, 1024)
+	max := p.MaxRecord()
+	require.Equal(t, max, c.MaxRecord())
+	require.False(t, p.Push(make([]byte, max+1), nil))
+	require.False(t, p.Push(make([]byte, max), []byte{1}))
+	require.NoError(t, p.Err())
+	require.True(t, p.Push(make([]byte, max/2), make([]byte, max-max/2)))
+}
+
+// A record of MaxRecord bytes always fits in a drained ring, whatever the
+// position of the wrap.
+func TestMaxRecordAtEveryOffset(t *testing.T) {
+	p, c, _ := newRing(t, 256)
+	max := make([]byte, p.MaxRecord())
+	for shift := 0; shift < 64; shift++ {
+		require.True(t, p.Push(make([]byte, shift%8), nil)) // move the position by 8 or 16 bytes
+		rec, ok := c.Peek()
+		require.True(t, ok)
+		require.Len(t, rec, shift%8)
+		c.Advance()
+		max[0] = byte(shift)
+		require.True(t, p.Push(max, nil), "shift %d", shift)
+		rec, ok = c.Peek()
+		require.True(t, ok)
+		require.Equal(t, max, rec)
+		c.Advance()
+	}
+}
+
+func TestFullRing(t *testing.T) {
+	p, c, _ := newRing(t, 256)
+	rec := make([]byte, 24) // 32 bytes per record
+	pushed := 0
+	for p.Push(rec, nil) {
+		pushed++
+		require.Less(t, pushed, 100)
+	}
+	require.NoError(t, p.Err())
+	require.Equal(t, 7, pushed, "256 bytes hold 7 records of 32 bytes plus the terminator slack")
+	_, ok := c.Peek()
+	require.True(t, ok)
+	c.Advance()
+	require.True(t, p.Push(rec, nil), "room after one Advance")
+	require.False(t, p.Push(rec, nil))
+	for i := 0; i < 7; i++ {
+		_, ok := c.Peek()
+		require.True(t, ok)
+		c.Advance()
+	}
+	_, ok = c.Peek()
+	require.False(t, ok)
+}
+
+func TestWrapAround(t *testing.T) {
+	p, c, _ := newRing(t, 128) // max record 48
+	var seq uint32
+	var want uint32
+	buf := make([]byte, 48)
+	for round := 0; round < 2000; round++ {
+		// push a few records of sizes that do not divide the capacity
+		for k := 0; k < 1+round%3; k++ {
+			n := 4 + int(seq*7)%45
+			binary.LittleEndian.PutUint32(buf, seq)
+			if !p.Push(buf[:4], buf[4:n]) {
+				break
+			}
+			seq++
+		}
+		for {
+			rec, ok := c.Peek()
+			if !ok {
+				break
+			}
+			require.Equal(t, want, binary.LittleEndian.Uint32(rec))
+			require.Equal(t, 4+int(want*7)%45, len(rec))
+			want++
+			c.Advance()
+		}
+	}
+	require.NoError(t, c.Err())
+	require.Equal(t, seq, want)
+	require.Greater(t, seq, uint32(2000))
+}
+
+func TestCorruptHeader(t *testing.T) {
+	p, c, mem := newRing(t, 256)
+	require.True(t, p.Push([]byte("abc"), nil))
+	word(mem, ControlLen).Store(validBit | 10000) // longer than the ring
+	_, ok := c.Peek()
+	require.False(t, ok)
+	require.ErrorIs(t, c.Err(), ErrCorrupt)
+	_, ok = c.Peek()
+	require.False(t, ok, "stays corrupt")
+
+	for _, w := range []uint64{1 << 40, validBit | padBit | 8, validBit | padBit | 256, validBit | 120} {
+		p, c, mem := newRing(t, 256)
+		require.True(t, p.Push(make([]byte, 8), nil))
+		c.Peek()
+		c.Advance()
+		// offset 16 now: 16+8+120 fits but exceeds max record 112; pads must reach the end exactly
+		word(mem, ControlLen+16).Store(w)
+		_, ok := c.Peek()
+		require.False(t, ok, "%#x", w)
+		require.ErrorIs(t, c.Err(), ErrCorrupt, "%#x", w)
+	}
+
+	p, _, mem = newRing(t, 256)
+	word(mem, offTail).Store(1 << 20) // a tail ahead of the producer
+	for p.Push(make([]byte, 100), nil) {
+	}
+	require.ErrorIs(t, p.Err(), ErrCorrupt)
+}
+
+func TestNoAllocs(t *testing.T) {
+	p, c, _ := newRing(t, 4096)
+	hdr, payload := make([]byte, 56), make([]byte, 100)
+	allocs := testing.AllocsPerRun(1000, func() {
+		p.Push(hdr, payload)
+		if _, ok := c.Peek(); ok {
+			c.Advance()
+		}
+	})
+	require.Zero(t, allocs)
+}
+
+// TestStream sends 10^6 records of random sizes from one goroutine to another
+// and checks content and order.
+func TestStream(t *testing.T) {
+	n := 1_000_000
+	if testing.Short() || raceEnabled {
+		n = 200_000
+	}
+	p, c, _ := newRing(t, 16<<10)
+	max := p.MaxRecord()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r := rand.New(rand.NewPCG(1, 2))
+		buf := make([]byte, max)
+		for i := 0; i < n; i++ {
+			size := 8 + r.IntN(64)
+			if r.IntN(50) == 0 {
+				size = 8 + r.IntN(max-8)
+			}
+			binary.LittleEndian.PutUint64(buf, uint64(i))
+			for j := 8; j < size; j++ {
+				buf[j] = byte(i + j)
+			}
+			split := r.IntN(size + 1)
+			for !p.Push(buf[:split], buf[split:size]) {
+				runtime.Gosched()
+			}
+		}
+	}()
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < n; i++ {
+		size := 8 + r.IntN(64)
+		if r.IntN(50) == 0 {
+			size = 8 + r.IntN(max-8)
+		}
+		r.IntN(size + 1)
+		var rec []byte
+		for {
+			var ok bool
+			if rec, ok = c.Peek(); ok {
+				break
+			}
+			require.NoError(t, c.Err())
+			runtime.Gosched()
+		}
+		if len(rec) != size || binary.LittleEndian.Uint64(rec) != uint64(i) {
+			require.Equal(t, size, len(rec), "record %d", i)
+			require.Equal(t, uint64(i), binary.LittleEndian.Uint64(rec))
+		}
+		for j := 8; j < size; j++ {
+			if rec[j] != byte(i+j) {
+				require.Equal(t, byte(i+j), rec[j], "record %d byte %d", i, j)
+			}
+		}
+		c.Advance()
+	}
+	<-done
+	_, ok := c.Peek()
+	require.False(t, ok)
+}
