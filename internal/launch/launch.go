@@ -1,0 +1,531 @@
+package launch
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/amgo-hpc/amgo/internal/pmi"
+)
+
+// Errors a job can end with; Run wraps them in a *JobError.
+var (
+	// ErrSpec: the Spec is invalid (N < 1, no program, bad transport name).
+	ErrSpec = errors.New("launch: invalid job spec")
+	// ErrStart: the job could not be set up or a rank could not be started.
+	ErrStart = errors.New("launch: cannot start job")
+	// ErrRankFailed: a rank exited with a non-zero status or died by a signal.
+	ErrRankFailed = errors.New("launch: rank failed")
+	// ErrAborted: a rank called PMI abort.
+	ErrAborted = errors.New("launch: rank aborted the job")
+	// ErrTimeout: the job ran longer than Spec.Timeout.
+	ErrTimeout = errors.New("launch: job timed out")
+	// ErrInterrupted: the launcher got a signal (forwarded to the ranks) or
+	// its context was cancelled.
+	ErrInterrupted = errors.New("launch: job interrupted")
+)
+
+// DefaultGrace is how long ranks get between SIGTERM and SIGKILL when a job
+// is torn down.
+const DefaultGrace = 2 * time.Second
+
+// Spec describes a job.
+type Spec struct {
+	// N is the number of ranks, at least 1.
+	N int
+	// Prog is the program to run (looked up in PATH) and Args its arguments.
+	Prog string
+	Args []string
+	// Transport is given to ranks as AMGO_TRANSPORT; "" means "shm". With
+	// "loop" one process is started (PMI_SIZE=1) with AMGO_LOOP_SIZE=N and
+	// runs the N ranks as goroutines.
+	Transport string
+	// TagOutput prefixes every line a rank writes with "[rank] ", stdout and
+	// stderr separately, whole lines at a time.
+	TagOutput bool
+	// Timeout ends the job with ErrTimeout when it passes; 0 means none.
+	Timeout time.Duration
+	// JobDirParent is where the per-job directory amgo-<pid>-<random> is
+	// created (mode 0700) and given to ranks as AMGO_JOB_DIR; "" means
+	// /dev/shm if usable, else os.TempDir(). The per-job directory is removed
+	// with everything in it when the job ends.
+	JobDirParent string
+	// Stdout and Stderr receive the ranks' output; nil means os.Stdout and
+	// os.Stderr. Stdin of the ranks is /dev/null.
+	Stdout, Stderr io.Writer
+	// Env is the ranks' base environment; nil means os.Environ(). PMI_* and
+	// the AMGO_* variables amrun sets are replaced.
+	Env []string
+	// Grace is the wait between SIGTERM and SIGKILL; 0 means DefaultGrace.
+	Grace time.Duration
+	// Signals, if set, are forwarded to every rank as they arrive (amrun
+	// passes SIGINT and SIGTERM); the job then ends with ErrInterrupted.
+	Signals <-chan os.Signal
+	// OnStart, if set, is called once all ranks are running, with the job
+	// directory's path and the ranks' process IDs (for tests and logging).
+	OnStart func(jobDir string, pids []int)
+}
+
+// JobError is the error Run returns for a job that did not succeed.
+type JobError struct {
+	// Kind is one of the Err* values above (errors.Is matches it).
+	Kind error
+	// Rank is the rank that caused the failure, or -1.
+	Rank int
+	// Code is the exit status the launcher should exit with (1..255).
+	Code int
+	// Detail describes the cause: exit status, signal, abort message.
+	Detail string
+}
+
+func (e *JobError) Error() string {
+	if e.Rank >= 0 {
+		return fmt.Sprintf("rank %d %s", e.Rank, e.Detail)
+	}
+	return e.Detail
+}
+
+// Unwrap returns Kind.
+func (e *JobError) Unwrap() error { return e.Kind }
+
+// ExitCode returns the exit status a launcher should use for err: 0 for nil,
+// JobError.Code for a *JobError, 1 otherwise.
+func ExitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var je *JobError
+	if errors.As(err, &je) && je.Code > 0 {
+		return je.Code
+	}
+	return 1
+}
+
+var transportName = regexp.MustCompile(`^[a-z0-9_-]+$`)
+
+// rank is one started process.
+type rank struct {
+	id     int
+	cmd    *exec.Cmd
+	pgid   int
+	exited bool
+	outs   sync.WaitGroup // output copiers
+	pipes  []*os.File     // read ends, closed at the end
+}
+
+type exitEvent struct {
+	rank  int
+	state *os.ProcessState
+	err   error
+}
+
+type abortEvent struct {
+	rank, code int
+	msg        string
+}
+
+// Run starts the job described by spec, serves it PMI-1, and waits for every
+// rank to end. It returns nil only if every rank exited with status 0.
+// Otherwise it returns a *JobError: the first failure (a rank's non-zero exit
+// or death by signal, a PMI abort, the timeout, a forwarded signal or ctx's
+// cancellation) names the cause; the remaining ranks then get SIGTERM and,
+// after the grace period, SIGKILL (each rank runs in its own process group,
+// which is killed as a whole). The job directory is removed in every case.
+func Run(ctx context.Context, spec Spec) error {
+	if spec.N < 1 {
+		return &JobError{Kind: ErrSpec, Rank: -1, Code: 2, Detail: fmt.Sprintf("need at least 1 rank, got %d", spec.N)}
+	}
+	if spec.Prog == "" {
+		return &JobError{Kind: ErrSpec, Rank: -1, Code: 2, Detail: "no program given"}
+	}
+	if spec.Transport == "" {
+		spec.Transport = "shm"
+	}
+	if !transportName.MatchString(spec.Transport) {
+		return &JobError{Kind: ErrSpec, Rank: -1, Code: 2, Detail: fmt.Sprintf("bad transport name %q", spec.Transport)}
+	}
+	if spec.Stdout == nil {
+		spec.Stdout = os.Stdout
+	}
+	if spec.Stderr == nil {
+		spec.Stderr = os.Stderr
+	}
+	if spec.Grace <= 0 {
+		spec.Grace = DefaultGrace
+	}
+	if spec.Env == nil {
+		spec.Env = os.Environ()
+	}
+	path, err := exec.LookPath(spec.Prog)
+	if err != nil {
+		return &JobError{Kind: ErrStart, Rank: -1, Code: 127, Detail: err.Error()}
+	}
+
+	jobDir, err := makeJobDir(spec.JobDirParent)
+	if err != nil {
+		return &JobError{Kind: ErrStart, Rank: -1, Code: 1, Detail: err.Error()}
+	}
+	defer os.RemoveAll(jobDir)
+
+	nproc := spec.N
+	if spec.Transport == "loop" {
+		nproc = 1
+	}
+	aborts := make(chan abortEvent, nproc)
+	srv, err := pmi.NewServer(pmi.ServerConfig{
+		Size:    nproc,
+		KVSName: strings.ReplaceAll(lastElem(jobDir), "-", "_"),
+		OnAbort: func(r, code int, msg string) {
+			select {
+			case aborts <- abortEvent{r, code, msg}:
+			default:
+			}
+		},
+		OnError: func(r int, err error) {
+			fmt.Fprintf(spec.Stderr, "amrun: rank %d: PMI: %v\n", r, err)
+		},
+	})
+	if err != nil {
+		return &JobError{Kind: ErrStart, Rank: -1, Code: 1, Detail: err.Error()}
+	}
+
+	j := &job{spec: spec, srv: srv, exits: make(chan exitEvent, nproc)}
+	defer j.cleanup()
+	env := rankEnv(spec.Env, spec.Transport, jobDir, spec.N)
+	outMu, errMu := new(sync.Mutex), new(sync.Mutex)
+	if spec.Stdout == spec.Stderr {
+		errMu = outMu
+	}
+	if !spec.TagOutput {
+		// exec copies non-file writers from several goroutines: serialize.
+		if _, isFile := spec.Stdout.(*os.File); !isFile {
+			j.spec.Stdout = &lockedWriter{mu: outMu, w: spec.Stdout}
+		}
+		if _, isFile := spec.Stderr.(*os.File); !isFile {
+			j.spec.Stderr = &lockedWriter{mu: errMu, w: spec.Stderr}
+		}
+	}
+	for r := 0; r < nproc; r++ {
+		if err := j.start(r, nproc, path, env, outMu, errMu); err != nil {
+			j.killAll(syscall.SIGKILL)
+			j.waitAll()
+			return &JobError{Kind: ErrStart, Rank: r, Code: 1, Detail: "could not be started: " + err.Error()}
+		}
+	}
+	if spec.OnStart != nil {
+		pids := make([]int, nproc)
+		for i, rk := range j.ranks {
+			pids[i] = rk.cmd.Process.Pid
+		}
+		spec.OnStart(jobDir, pids)
+	}
+	return j.supervise(ctx, aborts)
+}
+
+type job struct {
+	spec   Spec
+	srv    *pmi.Server
+	ranks  []*rank
+	conns  []net.Conn
+	exits  chan exitEvent
+	served sync.WaitGroup
+}
+
+func lastElem(p string) string { return p[strings.LastIndexByte(p, '/')+1:] }
+
+// makeJobDir creates the per-job directory (mode 0700).
+func makeJobDir(parent string) (string, error) {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := fmt.Sprintf("amgo-%d-%s", os.Getpid(), hex.EncodeToString(b[:]))
+	parents := []string{parent}
+	if parent == "" {
+		parents = []string{"/dev/shm", os.TempDir()}
+	}
+	var lastErr error
+	for _, p := range parents {
+		d := p + "/" + name
+		if err := os.Mkdir(d, 0o700); err != nil {
+			lastErr = err
+			continue
+		}
+		return d, nil
+	}
+	return "", fmt.Errorf("create job directory: %w", lastErr)
+}
+
+// rankEnv is base without variables amrun owns, plus the shared ones.
+func rankEnv(base []string, transport, jobDir string, n int) []string {
+	drop := map[string]bool{"PMI_FD": true, "PMI_PORT": true, "PMI_ID": true, "PMI_RANK": true, "PMI_SIZE": true,
+		"PMI_SPAWNED": true, "AMGO_TRANSPORT": true, "AMGO_JOB_DIR": true, "AMGO_LOOP_SIZE": true}
+	var env []string
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if !drop[k] {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "AMGO_TRANSPORT="+transport, "AMGO_JOB_DIR="+jobDir)
+	if transport == "loop" {
+		env = append(env, "AMGO_LOOP_SIZE="+strconv.Itoa(n))
+	}
+	return env
+}
+
+// start launches rank r with its end of a fresh socketpair as fd 3.
+func (j *job) start(r, nproc int, path string, env []string, outMu, errMu *sync.Mutex) error {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socketpair: %w", err)
+	}
+	mine := os.NewFile(uintptr(fds[0]), fmt.Sprintf("pmi-%d", r))
+	theirs := os.NewFile(uintptr(fds[1]), fmt.Sprintf("pmi-%d-child", r))
+	defer theirs.Close()
+	conn, err := net.FileConn(mine)
+	mine.Close()
+	if err != nil {
+		return fmt.Errorf("PMI socket: %w", err)
+	}
+	j.conns = append(j.conns, conn)
+
+	cmd := exec.Command(path, j.spec.Args...)
+	cmd.Args[0] = j.spec.Prog
+	cmd.Env = append(env[:len(env):len(env)], "PMI_FD=3", "PMI_RANK="+strconv.Itoa(r), "PMI_SIZE="+strconv.Itoa(nproc))
+	cmd.ExtraFiles = []*os.File{theirs}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = time.Second // do not wait forever for output held by orphans
+	rk := &rank{id: r, cmd: cmd}
+	if j.spec.TagOutput {
+		for _, o := range []struct {
+			dst *io.Writer
+			w   io.Writer
+			mu  *sync.Mutex
+		}{{&cmd.Stdout, j.spec.Stdout, outMu}, {&cmd.Stderr, j.spec.Stderr, errMu}} {
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				conn.Close()
+				return fmt.Errorf("pipe: %w", err)
+			}
+			*o.dst = pw
+			rk.pipes = append(rk.pipes, pr, pw)
+			rk.outs.Add(1)
+			go func() { defer rk.outs.Done(); tagCopy(o.w, o.mu, pr, fmt.Sprintf("[%d] ", r)) }()
+		}
+	} else {
+		cmd.Stdout, cmd.Stderr = j.spec.Stdout, j.spec.Stderr
+	}
+	err = cmd.Start()
+	// The write ends belong to the child now.
+	for i := 1; i < len(rk.pipes); i += 2 {
+		rk.pipes[i].Close()
+	}
+	if err != nil {
+		for _, p := range rk.pipes {
+			p.Close()
+		}
+		return err
+	}
+	rk.pgid = cmd.Process.Pid
+	j.ranks = append(j.ranks, rk)
+	j.served.Add(1)
+	go func() { defer j.served.Done(); _ = j.srv.Serve(r, conn) }()
+	go func() {
+		err := cmd.Wait()
+		j.exits <- exitEvent{rank: r, state: cmd.ProcessState, err: err}
+	}()
+	return nil
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// tagCopy copies r to w line by line with prefix, holding mu per line.
+func tagCopy(w io.Writer, mu *sync.Mutex, r io.Reader, prefix string) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			buf := make([]byte, 0, len(prefix)+len(line)+1)
+			buf = append(append(buf, prefix...), line...)
+			if line[len(line)-1] != '\n' {
+				buf = append(buf, '\n') // partial last line or overlong chunk
+			}
+			mu.Lock()
+			_, _ = w.Write(buf)
+			mu.Unlock()
+		}
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			return
+		}
+	}
+}
+
+// signalAll sends sig to each running rank's process group.
+func (j *job) killAll(sig syscall.Signal) {
+	for _, rk := range j.ranks {
+		if !rk.exited {
+			_ = syscall.Kill(-rk.pgid, sig)
+		}
+	}
+}
+
+func (j *job) running() int {
+	n := 0
+	for _, rk := range j.ranks {
+		if !rk.exited {
+			n++
+		}
+	}
+	return n
+}
+
+// waitAll collects exit events of all started ranks (used after a failed
+// start, when everything was killed).
+func (j *job) waitAll() {
+	for j.running() > 0 {
+		ev := <-j.exits
+		j.ranks[ev.rank].exited = true
+	}
+}
+
+// describe turns a process state into "exited with status 3" / "was killed
+// by signal 9 (killed)".
+func describe(ev exitEvent) (detail string, code int, ok bool) {
+	st := ev.state
+	if st == nil {
+		return fmt.Sprintf("could not be waited for: %v", ev.err), 1, false
+	}
+	if ws, isWS := st.Sys().(syscall.WaitStatus); isWS && ws.Signaled() {
+		sig := ws.Signal()
+		return fmt.Sprintf("was killed by signal %d (%v)", int(sig), sig), 128 + int(sig), false
+	}
+	if c := st.ExitCode(); c != 0 {
+		return fmt.Sprintf("exited with status %d", c), c, false
+	}
+	return "", 0, true
+}
+
+// supervise waits for the ranks, reacting to the first failure.
+func (j *job) supervise(ctx context.Context, aborts <-chan abortEvent) error {
+	var failure *JobError
+	var timeout <-chan time.Time
+	if j.spec.Timeout > 0 {
+		tm := time.NewTimer(j.spec.Timeout)
+		defer tm.Stop()
+		timeout = tm.C
+	}
+	var killTimer <-chan time.Time
+	terminating := false
+	teardown := func(f *JobError, sig syscall.Signal) {
+		if failure == nil {
+			failure = f
+		}
+		if !terminating {
+			terminating = true
+			j.killAll(sig)
+			killTimer = time.After(j.spec.Grace)
+		}
+	}
+	ctxDone := ctx.Done()
+	for j.running() > 0 {
+		select {
+		case ev := <-j.exits:
+			j.ranks[ev.rank].exited = true
+			if detail, code, ok := describe(ev); !ok && failure == nil {
+				teardown(&JobError{Kind: ErrRankFailed, Rank: ev.rank, Code: clampCode(code), Detail: detail}, syscall.SIGTERM)
+			}
+		case a := <-aborts:
+			detail := fmt.Sprintf("called PMI abort with exit code %d", a.code)
+			if a.msg != "" {
+				detail += ": " + a.msg
+			}
+			code := a.code
+			if code == 0 {
+				code = 1
+			}
+			teardown(&JobError{Kind: ErrAborted, Rank: a.rank, Code: clampCode(code), Detail: detail}, syscall.SIGTERM)
+		case <-timeout:
+			teardown(&JobError{Kind: ErrTimeout, Rank: -1, Code: 124,
+				Detail: fmt.Sprintf("job timed out after %v; killed %d running rank(s)", j.spec.Timeout, j.running())}, syscall.SIGTERM)
+		case <-ctxDone:
+			ctxDone = nil
+			teardown(&JobError{Kind: ErrInterrupted, Rank: -1, Code: 130, Detail: "job cancelled: " + context.Cause(ctx).Error()}, syscall.SIGTERM)
+		case sig := <-j.spec.Signals:
+			s, _ := sig.(syscall.Signal)
+			if s == 0 {
+				s = syscall.SIGTERM
+			}
+			if terminating {
+				j.killAll(syscall.SIGKILL)
+				continue
+			}
+			teardown(&JobError{Kind: ErrInterrupted, Rank: -1, Code: 128 + int(s),
+				Detail: fmt.Sprintf("got signal %v; forwarded it to all ranks", sig)}, s)
+		case <-killTimer:
+			killTimer = nil
+			j.killAll(syscall.SIGKILL)
+		}
+	}
+	if failure != nil {
+		return failure
+	}
+	return nil
+}
+
+func clampCode(c int) int {
+	if c <= 0 || c > 255 {
+		return 1
+	}
+	return c
+}
+
+// cleanup kills leftovers in the ranks' process groups, closes PMI
+// connections and waits (briefly) for output to drain.
+func (j *job) cleanup() {
+	for _, rk := range j.ranks {
+		_ = syscall.Kill(-rk.pgid, syscall.SIGKILL) // orphans of finished ranks
+	}
+	for _, c := range j.conns {
+		c.Close()
+	}
+	j.served.Wait()
+	done := make(chan struct{})
+	go func() {
+		for _, rk := range j.ranks {
+			rk.outs.Wait()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+	}
+	for _, rk := range j.ranks {
+		for i := 0; i < len(rk.pipes); i += 2 {
+			rk.pipes[i].Close()
+		}
+	}
+}
