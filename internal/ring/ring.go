@@ -309,3 +309,12 @@ func (c *Consumer) Err() error { return c.err }
 
 // MaxRecord is the largest record the ring carries, in bytes.
 func (c *Consumer) MaxRecord() int { return int(c.maxData) }
+
+// Pending reports whether a record (or a pad before one) appears to wait at
+// the consumer's published tail. Unlike Peek it only reads shared words, so it
+// may run on a goroutine other than the consumer's, for example one about to
+// sleep; the answer may be stale either way and is only a hint.
+func (c *Consumer) Pending() bool {
+	t := c.tailp.Load()
+	return word(c.data, t&c.mask&^7).Load() != 0
+}

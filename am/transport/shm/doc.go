@@ -1,0 +1,59 @@
+// Package shm is amgo's transport between processes on one host: lock-free
+// single-producer single-consumer rings in shared-memory files for packets, a
+// futex doorbell to sleep on, and Cross Memory Attach (process_vm_writev) for
+// single-copy puts. It registers itself as "shm"; open it with
+// transport.Open("shm", bootstrap, opts) or New.
+//
+// # Files
+//
+// Every rank creates one file for its inbound traffic in the job directory:
+// $AMGO_JOB_DIR (set by amrun, which removes it at the end of the job) or, when
+// that is unset, /dev/shm/amgo-<job id>-<uid>, created with mode 0700. The file
+// has mode 0600 and holds
+//
+//	offset 0     header: magic "amgoSHM1", version, rank, size, pid, state
+//	offset 128   this rank's doorbell (futex word and sleeper count)
+//	offset 4096  one ring per peer (including itself), in rank order, each
+//	             ring.RegionSize(ring_bytes) rounded up to 4 KiB
+//
+// The rank publishes the file's path under "amgo.shm.<rank>", fences, maps
+// every peer's file, fences again and then unlinks its own file: from then on
+// only the mappings keep it, so nothing is left behind even after a crash.
+// Peers' files must be owned by the same user.
+//
+// # Packets
+//
+// Send copies the header and payload into the ring from this rank in the
+// destination's file (one copy) and rings the destination's doorbell if it
+// sleeps. Poll visits the inbound rings round-robin, a few records from each per
+// visit, hands each record to the Receiver in place (no copy) and then frees it.
+// Wait spins on the rings for a bounded time (option "spin", default 15us: a
+// futex wake-up costs 30-40 us on small VMs) and then sleeps on its doorbell.
+//
+// # Puts
+//
+// Put writes into a peer's registered memory with process_vm_writev, one copy
+// and no involvement of the peer. New calls prctl(PR_SET_PTRACER,
+// PR_SET_PTRACER_ANY) so that hosts with Yama ptrace_scope=1 allow it. A peer
+// that refuses (EPERM: another user, or not dumpable) yields an error wrapping
+// transport.ErrPutUnsupported, and later Puts to it fail the same way at once;
+// the caller falls back to packets. Put writes give no ordering with packets:
+// the caller sends a packet after Put returns to tell the peer.
+//
+// # Dead peers
+//
+// A peer that exits without Close leaves its rings mapped but silent. When a
+// Send finds a ring full for long, when Poll has been idle for long, and when
+// Wait times out, the transport checks the peers' pids with kill(pid, 0); a
+// peer that is gone without having closed makes Send to it and Poll return an
+// error wrapping transport.ErrPeer (Poll first delivers what the peer left).
+//
+// # Options
+//
+//	ring_bytes  data bytes of each directed ring (env AMGO_SHM_RING_BYTES; default
+//	            65536; rounded up to a power of two; suffixes k and m allowed).
+//	            MaxPacket is about half of it.
+//	spin        how long Wait spins before sleeping, a Go duration (env
+//	            AMGO_SHM_SPIN; default 15us).
+//	dir         the job directory, overriding $AMGO_JOB_DIR (tests).
+package shm

@@ -1,0 +1,577 @@
+//go:build linux
+
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/amgo-hpc/amgo/am/transport"
+	"github.com/amgo-hpc/amgo/internal/futex"
+	"github.com/amgo-hpc/amgo/internal/ring"
+)
+
+func init() {
+	transport.Register("shm", func(b transport.Bootstrap, opts map[string]string) (transport.Transport, error) {
+		return New(b, opts)
+	})
+}
+
+// Defaults.
+const (
+	// DefaultRingBytes is the data area of each directed ring, in bytes.
+	DefaultRingBytes = 64 << 10
+	// DefaultSpin is how long Wait polls before it sleeps on the futex.
+	DefaultSpin = 15 * time.Microsecond
+	// PutMin is the smallest store, in bytes, for which a CMA Put beats packets
+	// through the rings (a process_vm_writev call costs a few microseconds).
+	PutMin = 16 << 10
+)
+
+// File layout.
+const (
+	fileMagic   = 0x314d48536f676d61 // "amgoSHM1" little-endian
+	fileVersion = 1
+	hdrMagic    = 0   // uint64, stored last
+	hdrVersion  = 8   // uint32
+	hdrRank     = 12  // uint32
+	hdrSize     = 16  // uint32
+	hdrPid      = 20  // uint32
+	hdrStride   = 24  // uint64: bytes per ring region
+	hdrState    = 32  // uint32: stateOpen, stateClosed
+	hdrBell     = 128 // futex.DoorbellLen bytes
+	ringsOff    = 4096
+	stateOpen   = 1
+	stateClosed = 2
+	pageSize    = 4096
+)
+
+// How often idle loops look for dead peers.
+const (
+	peerCheckEvery = 50 * time.Millisecond
+	idleChecks     = 1 << 12 // empty Polls, or full Sends to one peer, between clock reads
+)
+
+// Transport is one rank's shared-memory attachment. It implements
+// transport.Transport and transport.Putter.
+type Transport struct {
+	rank, size int
+	caps       transport.Caps
+	spin       time.Duration
+	own        []byte // this rank's file, mapped
+	bell       futex.Doorbell
+	in         []*ring.Consumer // inbound ring from each rank
+	peers      []peer
+	next       int // Poll's round-robin position
+	idle       int // empty Polls since the last dead-peer check
+	pending    func() bool
+
+	closed    atomic.Bool
+	anyDead   atomic.Bool
+	lastCheck atomic.Int64 // unix nanoseconds of the last dead-peer check
+}
+
+type peer struct {
+	mem   []byte // its file, mapped (this rank's own mapping for itself)
+	out   *ring.Producer
+	bell  futex.Doorbell
+	pid   int
+	state *atomic.Uint32 // in its file header
+	full  int            // consecutive full Sends
+	dead  atomic.Bool
+	noPut atomic.Bool
+}
+
+// New opens rank b.Rank()'s shared-memory transport for a job of b.Size() ranks
+// on this host. It calls b.Fence twice, so every rank must call New
+// concurrently. opts: see the package documentation. Errors: bad options, file
+// system and mmap failures, and peers' files that are missing, foreign or
+// malformed, each naming the rank and path.
+func New(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
+	rank, size := b.Rank(), b.Size()
+	if size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("shm: bad job shape: rank %d of %d", rank, size)
+	}
+	ringBytes, err := sizeOpt(opts, "ring_bytes", "AMGO_SHM_RING_BYTES", DefaultRingBytes)
+	if err != nil {
+		return nil, err
+	}
+	if ringBytes < ring.MinCapacity || ringBytes > 1<<30 {
+		return nil, fmt.Errorf("shm: ring_bytes %d out of range [%d, %d]", ringBytes, ring.MinCapacity, 1<<30)
+	}
+	ringBytes = roundPow2(ringBytes)
+	spin := DefaultSpin
+	if s := opt(opts, "spin", "AMGO_SHM_SPIN"); s != "" {
+		if spin, err = time.ParseDuration(s); err != nil || spin < 0 {
+			return nil, fmt.Errorf("shm: bad spin %q: want a duration such as 15us", s)
+		}
+	}
+	// Allow CMA from peers on hosts with Yama ptrace_scope=1. EINVAL: no Yama;
+	// any other failure only means Puts to us may fail with EPERM, which
+	// callers handle by falling back to packets.
+	_ = unix.Prctl(unix.PR_SET_PTRACER, unix.PR_SET_PTRACER_ANY, 0, 0, 0)
+
+	dir, ownDir, err := jobDir(b, opts)
+	if err != nil {
+		return nil, err
+	}
+	stride := (ring.RegionSize(ringBytes) + pageSize - 1) &^ (pageSize - 1)
+	fileLen := ringsOff + size*stride
+	path := filepath.Join(dir, fmt.Sprintf("shm.%d", rank))
+	own, err := createFile(path, fileLen)
+	if err != nil {
+		return nil, err
+	}
+	t := &Transport{rank: rank, size: size, spin: spin, own: own,
+		in: make([]*ring.Consumer, size), peers: make([]peer, size)}
+	t.pending = t.arrived
+	fail := func(err error) (*Transport, error) {
+		os.Remove(path)
+		t.unmap()
+		return nil, err
+	}
+	for src := 0; src < size; src++ {
+		region := own[ringsOff+src*stride : ringsOff+src*stride+ring.RegionSize(ringBytes)]
+		if err := ring.Init(region); err != nil {
+			return fail(fmt.Errorf("shm: rank %d: ring from %d: %w", rank, src, err))
+		}
+		if t.in[src], err = ring.NewConsumer(region); err != nil {
+			return fail(fmt.Errorf("shm: rank %d: ring from %d: %w", rank, src, err))
+		}
+	}
+	if t.bell, err = futex.NewDoorbell(own[hdrBell:]); err != nil {
+		return fail(err)
+	}
+	u32(own, hdrVersion).Store(fileVersion)
+	u32(own, hdrRank).Store(uint32(rank))
+	u32(own, hdrSize).Store(uint32(size))
+	u32(own, hdrPid).Store(uint32(os.Getpid()))
+	u64(own, hdrStride).Store(uint64(stride))
+	u32(own, hdrState).Store(stateOpen)
+	u64(own, hdrMagic).Store(fileMagic)
+
+	key := "amgo.shm." + strconv.Itoa(rank)
+	if err := b.Put(key, path); err != nil {
+		return fail(fmt.Errorf("shm: rank %d: publish %s: %w", rank, key, err))
+	}
+	if err := b.Fence(); err != nil {
+		return fail(fmt.Errorf("shm: rank %d: fence after publishing: %w", rank, err))
+	}
+	maxPacket := int(^uint(0) >> 1)
+	for dst := 0; dst < size; dst++ {
+		p := &t.peers[dst]
+		if dst == rank {
+			p.mem = own
+		} else {
+			k := "amgo.shm." + strconv.Itoa(dst)
+			ppath, err := b.Get(k)
+			if err != nil {
+				return fail(fmt.Errorf("shm: rank %d: look up %s: %w", rank, k, err))
+			}
+			if p.mem, err = mapPeer(ppath, dst, size); err != nil {
+				return fail(fmt.Errorf("shm: rank %d: %w", rank, err))
+			}
+		}
+		pstride := int(u64(p.mem, hdrStride).Load())
+		if pstride < ring.RegionSize(ring.MinCapacity) || ringsOff+size*pstride > len(p.mem) {
+			return fail(fmt.Errorf("shm: rank %d: rank %d's file has ring stride %d in %d bytes", rank, dst, pstride, len(p.mem)))
+		}
+		out, err := ring.NewProducer(p.mem[ringsOff+rank*pstride : ringsOff+(rank+1)*pstride])
+		if err != nil {
+			return fail(fmt.Errorf("shm: rank %d: ring to rank %d: %w", rank, dst, err))
+		}
+		p.out = out
+		if p.bell, err = futex.NewDoorbell(p.mem[hdrBell:]); err != nil {
+			return fail(err)
+		}
+		p.pid = int(u32(p.mem, hdrPid).Load())
+		p.state = u32(p.mem, hdrState)
+		maxPacket = min(maxPacket, out.MaxRecord())
+	}
+	if err := b.Fence(); err != nil {
+		return fail(fmt.Errorf("shm: rank %d: fence after mapping: %w", rank, err))
+	}
+	if err := os.Remove(path); err != nil {
+		t.unmap()
+		return nil, fmt.Errorf("shm: rank %d: unlink %s: %w", rank, path, err)
+	}
+	if ownDir {
+		os.Remove(dir) // succeeds for the last rank to get here; the others' files are gone too
+	}
+	t.caps = transport.Caps{Name: "shm", Ordered: true, Reliable: true, MaxPacket: maxPacket,
+		Put: true, PutMin: PutMin, Wakeup: true}
+	t.lastCheck.Store(time.Now().UnixNano())
+	return t, nil
+}
+
+func opt(opts map[string]string, key, env string) string {
+	if v, ok := opts[key]; ok {
+		return v
+	}
+	return os.Getenv(env)
+}
+
+func sizeOpt(opts map[string]string, key, env string, def int) (int, error) {
+	s := strings.TrimSpace(opt(opts, key, env))
+	if s == "" {
+		return def, nil
+	}
+	mul := 1
+	switch {
+	case strings.HasSuffix(s, "k"), strings.HasSuffix(s, "K"):
+		mul, s = 1<<10, s[:len(s)-1]
+	case strings.HasSuffix(s, "m"), strings.HasSuffix(s, "M"):
+		mul, s = 1<<20, s[:len(s)-1]
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("shm: bad %s %q: want a byte count such as 65536 or 64k", key, opt(opts, key, env))
+	}
+	return n * mul, nil
+}
+
+func roundPow2(n int) int {
+	c := 1
+	for c < n {
+		c <<= 1
+	}
+	return c
+}
+
+// jobDir returns the directory for this job's files and whether New created it
+// (and so should remove it).
+func jobDir(b transport.Bootstrap, opts map[string]string) (string, bool, error) {
+	if d := opt(opts, "dir", "AMGO_JOB_DIR"); d != "" {
+		return d, false, nil
+	}
+	id := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
+			return r
+		}
+		return '_'
+	}, b.JobID())
+	if id == "" || strings.Trim(id, ".") == "" {
+		return "", false, fmt.Errorf("shm: job id %q unusable as a directory name; set AMGO_JOB_DIR", b.JobID())
+	}
+	uid := os.Getuid()
+	dir := filepath.Join("/dev/shm", fmt.Sprintf("amgo-%s-%d", id, uid))
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", false, fmt.Errorf("shm: create job directory: %w", err)
+	}
+	// /dev/shm is world-writable: make sure nobody else prepared the directory.
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return "", false, fmt.Errorf("shm: job directory: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != uid || st.Mode&0o077 != 0 {
+		return "", false, fmt.Errorf("shm: job directory %s is not a private directory of uid %d (mode %#o, owner %d)",
+			dir, uid, st.Mode, st.Uid)
+	}
+	return dir, true, nil
+}
+
+// createFile creates path with mode 0600 (replacing a stale file of ours),
+// sizes it to n bytes and maps it.
+func createFile(path string, n int) ([]byte, error) {
+	flags := unix.O_RDWR | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err := unix.Open(path, flags, 0o600)
+	if errors.Is(err, unix.EEXIST) { // left by a crashed run with the same job id
+		os.Remove(path)
+		fd, err = unix.Open(path, flags, 0o600)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("shm: create %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Fchmod(fd, 0o600); err != nil { // umask may have narrowed it; never widen beyond 0600
+		os.Remove(path)
+		return nil, fmt.Errorf("shm: chmod %s: %w", path, err)
+	}
+	if err := unix.Ftruncate(fd, int64(n)); err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("shm: size %s to %d bytes: %w", path, n, err)
+	}
+	mem, err := unix.Mmap(fd, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("shm: map %s (%d bytes): %w", path, n, err)
+	}
+	return mem, nil
+}
+
+// mapPeer maps rank dst's file and checks its header.
+func mapPeer(path string, dst, size int) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open rank %d's file %s: %w", dst, path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("stat rank %d's file %s: %w", dst, path, err)
+	}
+	if int(st.Uid) != os.Getuid() || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size < ringsOff {
+		return nil, fmt.Errorf("rank %d's file %s: owner %d, mode %#o, %d bytes: not a job file of uid %d",
+			dst, path, st.Uid, st.Mode, st.Size, os.Getuid())
+	}
+	mem, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map rank %d's file %s: %w", dst, path, err)
+	}
+	if u64(mem, hdrMagic).Load() != fileMagic || u32(mem, hdrVersion).Load() != fileVersion ||
+		u32(mem, hdrRank).Load() != uint32(dst) || u32(mem, hdrSize).Load() != uint32(size) {
+		unix.Munmap(mem)
+		return nil, fmt.Errorf("rank %d's file %s: bad header (magic %#x version %d rank %d size %d)", dst, path,
+			u64(mem, hdrMagic).Load(), u32(mem, hdrVersion).Load(), u32(mem, hdrRank).Load(), u32(mem, hdrSize).Load())
+	}
+	return mem, nil
+}
+
+func u32(b []byte, off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&b[off])) }
+func u64(b []byte, off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&b[off])) }
+
+// Rank is this rank, 0..Size-1.
+func (t *Transport) Rank() int { return t.rank }
+
+// Size is the number of ranks in the job.
+func (t *Transport) Size() int { return t.size }
+
+// Caps: ordered, reliable, with wake-up and Put; MaxPacket is about half of
+// ring_bytes.
+func (t *Transport) Caps() transport.Caps { return t.caps }
+
+// Send copies hdr and payload into the ring to dst and wakes dst if it sleeps.
+// It does not allocate. Errors: transport.ErrTooLarge, transport.ErrWouldBlock
+// (ring full: poll and retry), transport.ErrPeer (dst out of range, closed,
+// dead, or its ring corrupt), transport.ErrClosed.
+func (t *Transport) Send(dst int, hdr, payload []byte) error {
+	if t.closed.Load() {
+		return transport.ErrClosed
+	}
+	if uint(dst) >= uint(t.size) {
+		return fmt.Errorf("shm: send from rank %d to rank %d of %d: %w", t.rank, dst, t.size, transport.ErrPeer)
+	}
+	if len(hdr)+len(payload) > t.caps.MaxPacket {
+		return fmt.Errorf("shm: send %d bytes to rank %d, max %d: %w", len(hdr)+len(payload), dst, t.caps.MaxPacket, transport.ErrTooLarge)
+	}
+	p := &t.peers[dst]
+	if p.out.Push(hdr, payload) {
+		p.full = 0
+		p.bell.Ring()
+		return nil
+	}
+	if err := p.out.Err(); err != nil {
+		return fmt.Errorf("shm: rank %d's ring from rank %d: %v: %w", dst, t.rank, err, transport.ErrPeer)
+	}
+	if p.dead.Load() {
+		return t.deadErr(dst)
+	}
+	if p.state.Load() == stateClosed {
+		return fmt.Errorf("shm: send to rank %d, which has closed: %w", dst, transport.ErrPeer)
+	}
+	if p.full++; p.full%idleChecks == 0 {
+		t.checkPeers(false)
+		if p.dead.Load() {
+			return t.deadErr(dst)
+		}
+	}
+	return transport.ErrWouldBlock
+}
+
+func (t *Transport) deadErr(r int) error {
+	return fmt.Errorf("shm: rank %d (pid %d) exited without closing: %w", r, t.peers[r].pid, transport.ErrPeer)
+}
+
+// pollBurst is how many records Poll takes from one ring before it moves on.
+const pollBurst = 8
+
+// Poll hands up to max arrived packets to r, in place, visiting the inbound
+// rings round-robin. It does not allocate. Errors: transport.ErrClosed,
+// transport.ErrPeer when a peer corrupted its ring or died without closing
+// (after the packets it left have been delivered).
+func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
+	if t.closed.Load() {
+		return 0, transport.ErrClosed
+	}
+	n := 0
+	for n < max {
+		got := n
+		for k := 0; k < t.size && n < max; k++ {
+			src := t.next
+			if t.next++; t.next == t.size {
+				t.next = 0
+			}
+			c := t.in[src]
+			for b := 0; b < pollBurst && n < max; b++ {
+				rec, ok := c.Peek()
+				if !ok {
+					if err := c.Err(); err != nil {
+						return n, fmt.Errorf("shm: rank %d's ring from rank %d: %v: %w", t.rank, src, err, transport.ErrPeer)
+					}
+					break
+				}
+				r.Deliver(src, rec)
+				c.Advance()
+				n++
+			}
+		}
+		if n == got {
+			break
+		}
+	}
+	if n > 0 {
+		t.idle = 0
+		return n, nil
+	}
+	if t.idle++; t.idle%idleChecks == 0 {
+		t.checkPeers(false)
+	}
+	if t.anyDead.Load() {
+		for src := range t.peers {
+			if t.peers[src].dead.Load() {
+				if _, ok := t.in[src].Peek(); !ok {
+					return 0, t.deadErr(src)
+				}
+			}
+		}
+	}
+	return 0, nil
+}
+
+// arrived reports whether any inbound ring seems to hold a packet (or a peer
+// has died, which Poll reports): Wait's readiness check.
+func (t *Transport) arrived() bool {
+	for _, c := range t.in {
+		if c.Pending() {
+			return true
+		}
+	}
+	return t.anyDead.Load()
+}
+
+// checkPeers looks for peers that exited without closing, at most every
+// peerCheckEvery unless force. Safe to call from any goroutine.
+func (t *Transport) checkPeers(force bool) {
+	now := time.Now().UnixNano()
+	last := t.lastCheck.Load()
+	if !force && now-last < int64(peerCheckEvery) || !t.lastCheck.CompareAndSwap(last, now) {
+		return
+	}
+	for r := range t.peers {
+		p := &t.peers[r]
+		if r == t.rank || p.dead.Load() || p.pid <= 0 {
+			continue
+		}
+		if err := unix.Kill(p.pid, 0); errors.Is(err, unix.ESRCH) && p.state.Load() != stateClosed {
+			p.dead.Store(true)
+			t.anyDead.Store(true)
+		}
+	}
+}
+
+// Wait polls the inbound rings for about the spin time, then sleeps on this
+// rank's doorbell until a peer sends or d passes. When it times out it also
+// looks for dead peers, which the next Poll reports. Errors:
+// transport.ErrClosed, futex failures.
+func (t *Transport) Wait(d time.Duration) error {
+	if t.closed.Load() {
+		return transport.ErrClosed
+	}
+	ok, err := t.bell.Wait(t.pending, t.spin, d)
+	if !ok {
+		t.checkPeers(false)
+	}
+	return err
+}
+
+// Put writes data into rank dst's memory at addr with process_vm_writev (a
+// plain copy for this rank itself) and returns when it is there. addr..addr+
+// len(data) must lie in memory dst registered and keeps alive. Errors: an error
+// wrapping transport.ErrPutUnsupported when dst refuses CMA (EPERM; remembered
+// for later Puts), transport.ErrPeer (dst out of range or gone),
+// transport.ErrClosed, and a plain error for an address range not mapped in dst
+// (EFAULT).
+func (t *Transport) Put(dst int, addr uintptr, data []byte) error {
+	if t.closed.Load() {
+		return transport.ErrClosed
+	}
+	if uint(dst) >= uint(t.size) {
+		return fmt.Errorf("shm: put from rank %d to rank %d of %d: %w", t.rank, dst, t.size, transport.ErrPeer)
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	if dst == t.rank {
+		copy(unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&addr))), len(data)), data)
+		return nil
+	}
+	p := &t.peers[dst]
+	if p.noPut.Load() {
+		return fmt.Errorf("shm: put to rank %d (pid %d): refused earlier: %w", dst, p.pid, transport.ErrPutUnsupported)
+	}
+	for off := 0; off < len(data); {
+		local := [1]unix.Iovec{{Base: &data[off]}}
+		local[0].SetLen(len(data) - off)
+		remote := [1]unix.RemoteIovec{{Base: addr + uintptr(off), Len: len(data) - off}}
+		n, err := unix.ProcessVMWritev(p.pid, local[:], remote[:], 0)
+		switch {
+		case err == nil && n > 0:
+			off += n
+		case errors.Is(err, unix.EINTR):
+		case errors.Is(err, unix.EPERM), errors.Is(err, unix.ENOSYS):
+			p.noPut.Store(true)
+			return fmt.Errorf("shm: put to rank %d (pid %d): process_vm_writev: %v: %w", dst, p.pid, err, transport.ErrPutUnsupported)
+		case errors.Is(err, unix.ESRCH):
+			return fmt.Errorf("shm: put to rank %d (pid %d): process gone: %w", dst, p.pid, transport.ErrPeer)
+		case errors.Is(err, unix.EFAULT):
+			return fmt.Errorf("shm: put to rank %d (pid %d): address range [%#x, %#x) not mapped there (or the local buffer is bad): %w",
+				dst, p.pid, addr+uintptr(off), addr+uintptr(len(data)), err)
+		case err == nil:
+			return fmt.Errorf("shm: put to rank %d (pid %d) at %#x: no progress after %d of %d bytes", dst, p.pid, addr, off, len(data))
+		default:
+			return fmt.Errorf("shm: put to rank %d (pid %d) at %#x, %d bytes: %w", dst, p.pid, addr, len(data), err)
+		}
+	}
+	return nil
+}
+
+// Close marks this rank closed in its file (so that peers do not take its exit
+// for a crash) and unmaps every file. It must not run concurrently with other
+// methods; afterwards they return transport.ErrClosed. Closing twice is a no-op.
+func (t *Transport) Close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	u32(t.own, hdrState).Store(stateClosed)
+	return t.unmap()
+}
+
+func (t *Transport) unmap() error {
+	var first error
+	for r := range t.peers {
+		if m := t.peers[r].mem; m != nil && r != t.rank {
+			if err := unix.Munmap(m); err != nil && first == nil {
+				first = fmt.Errorf("shm: unmap rank %d's file: %w", r, err)
+			}
+			t.peers[r].mem = nil
+		}
+	}
+	if t.own != nil {
+		if err := unix.Munmap(t.own); err != nil && first == nil {
+			first = fmt.Errorf("shm: unmap own file: %w", err)
+		}
+		t.own = nil
+	}
+	return first
+}
+
+var _ transport.Putter = (*Transport)(nil)
