@@ -1,0 +1,279 @@
+package loop
+
+import (
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/amgo-hpc/amgo/am/transport"
+	"github.com/amgo-hpc/amgo/internal/ring"
+)
+
+func init() {
+	transport.Register("loop", func(b transport.Bootstrap, opts map[string]string) (transport.Transport, error) {
+		if b.Size() != 1 {
+			return nil, fmt.Errorf("loop: the factory opens only jobs of size 1 (this one has %d ranks); use loop.NewJob for ranks as goroutines", b.Size())
+		}
+		ts, err := NewJob(1, opts)
+		if err != nil {
+			return nil, err
+		}
+		return ts[0], nil
+	})
+}
+
+// Defaults.
+const (
+	// DefaultRingBytes is the data area of each directed ring, in bytes.
+	DefaultRingBytes = 64 << 10
+	// DefaultSpin is how long Wait polls before it parks.
+	DefaultSpin = 5 * time.Microsecond
+)
+
+// Transport is one rank of an in-process job. It implements
+// transport.Transport and transport.Putter.
+type Transport struct {
+	rank int
+	job  *job
+	in   []*ring.Consumer // from each rank
+	out  []*ring.Producer // to each rank
+	bell bell
+	next int // Poll's round-robin position
+	spin time.Duration
+	ready func() bool
+
+	closed atomic.Bool
+}
+
+type job struct {
+	ranks []*Transport
+	caps  transport.Caps
+}
+
+// NewJob opens the n ranks of a job in this process; element i is rank i.
+// opts: see the package documentation. Errors: n < 1 and bad options.
+func NewJob(n int, opts map[string]string) ([]transport.Transport, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("loop: job of %d ranks", n)
+	}
+	ringBytes := DefaultRingBytes
+	if s := strings.TrimSpace(opts["ring_bytes"]); s != "" {
+		mul := 1
+		switch {
+		case strings.HasSuffix(s, "k"), strings.HasSuffix(s, "K"):
+			mul, s = 1<<10, s[:len(s)-1]
+		case strings.HasSuffix(s, "m"), strings.HasSuffix(s, "M"):
+			mul, s = 1<<20, s[:len(s)-1]
+		}
+		v, err := strconv.Atoi(s)
+		if err != nil || v*mul < ring.MinCapacity || v*mul > 1<<30 {
+			return nil, fmt.Errorf("loop: bad ring_bytes %q: want a byte count in [%d, %d] such as 64k", opts["ring_bytes"], ring.MinCapacity, 1<<30)
+		}
+		ringBytes = v * mul
+	}
+	spin := DefaultSpin
+	if s := opts["spin"]; s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("loop: bad spin %q: want a duration such as 5us", s)
+		}
+		spin = d
+	}
+	j := &job{ranks: make([]*Transport, n)}
+	for r := range j.ranks {
+		t := &Transport{rank: r, job: j, in: make([]*ring.Consumer, n), out: make([]*ring.Producer, n),
+			spin: spin, bell: bell{ch: make(chan struct{}, 1)}}
+		t.ready = t.arrived
+		j.ranks[r] = t
+	}
+	for src := 0; src < n; src++ {
+		for dst := 0; dst < n; dst++ {
+			mem, err := ring.Alloc(ringBytes)
+			if err != nil {
+				return nil, fmt.Errorf("loop: ring %d -> %d: %w", src, dst, err)
+			}
+			if j.ranks[src].out[dst], err = ring.NewProducer(mem); err != nil {
+				return nil, err
+			}
+			if j.ranks[dst].in[src], err = ring.NewConsumer(mem); err != nil {
+				return nil, err
+			}
+		}
+	}
+	j.caps = transport.Caps{Name: "loop", Ordered: true, Reliable: true,
+		MaxPacket: j.ranks[0].out[0].MaxRecord(), Put: true, Wakeup: true}
+	ts := make([]transport.Transport, n)
+	for i, t := range j.ranks {
+		ts[i] = t
+	}
+	return ts, nil
+}
+
+// Rank is this rank, 0..Size-1.
+func (t *Transport) Rank() int { return t.rank }
+
+// Size is the number of ranks in the job.
+func (t *Transport) Size() int { return len(t.job.ranks) }
+
+// Caps: ordered, reliable, with wake-up and Put; MaxPacket is about half of
+// ring_bytes.
+func (t *Transport) Caps() transport.Caps { return t.job.caps }
+
+// Send copies hdr and payload into the ring to dst and wakes dst if it is
+// parked in Wait. It does not allocate. Errors: transport.ErrTooLarge,
+// transport.ErrWouldBlock (ring full: poll and retry), transport.ErrPeer (dst
+// out of range or closed), transport.ErrClosed.
+func (t *Transport) Send(dst int, hdr, payload []byte) error {
+	if t.closed.Load() {
+		return transport.ErrClosed
+	}
+	if uint(dst) >= uint(len(t.out)) {
+		return fmt.Errorf("loop: send from rank %d to rank %d of %d: %w", t.rank, dst, len(t.out), transport.ErrPeer)
+	}
+	if len(hdr)+len(payload) > t.job.caps.MaxPacket {
+		return fmt.Errorf("loop: send %d bytes to rank %d, max %d: %w", len(hdr)+len(payload), dst, t.job.caps.MaxPacket, transport.ErrTooLarge)
+	}
+	d := t.job.ranks[dst]
+	if d.closed.Load() {
+		return fmt.Errorf("loop: send from rank %d to rank %d, which has closed: %w", t.rank, dst, transport.ErrPeer)
+	}
+	if !t.out[dst].Push(hdr, payload) {
+		return transport.ErrWouldBlock
+	}
+	d.bell.ring()
+	return nil
+}
+
+const pollBurst = 8
+
+// Poll hands up to max arrived packets to r, in place, visiting the inbound
+// rings round-robin. It does not allocate. Errors: transport.ErrClosed.
+func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
+	if t.closed.Load() {
+		return 0, transport.ErrClosed
+	}
+	n, size := 0, len(t.in)
+	for n < max {
+		got := n
+		for k := 0; k < size && n < max; k++ {
+			src := t.next
+			if t.next++; t.next == size {
+				t.next = 0
+			}
+			c := t.in[src]
+			for b := 0; b < pollBurst && n < max; b++ {
+				rec, ok := c.Peek()
+				if !ok {
+					break
+				}
+				r.Deliver(src, rec)
+				c.Advance()
+				n++
+			}
+		}
+		if n == got {
+			break
+		}
+	}
+	return n, nil
+}
+
+func (t *Transport) arrived() bool {
+	for _, c := range t.in {
+		if c.Pending() {
+			return true
+		}
+	}
+	return false
+}
+
+// Wait polls the inbound rings for about the spin time, yielding the processor
+// between looks, then parks until a peer sends or d passes. Errors:
+// transport.ErrClosed.
+func (t *Transport) Wait(d time.Duration) error {
+	if t.closed.Load() {
+		return transport.ErrClosed
+	}
+	t.bell.wait(t.ready, t.spin, d)
+	return nil
+}
+
+// Put copies data to addr, which rank dst registered: every rank shares this
+// address space. Errors: transport.ErrPeer (dst out of range), transport.ErrClosed.
+func (t *Transport) Put(dst int, addr uintptr, data []byte) error {
+	if t.closed.Load() {
+		return transport.ErrClosed
+	}
+	if uint(dst) >= uint(len(t.out)) {
+		return fmt.Errorf("loop: put from rank %d to rank %d of %d: %w", t.rank, dst, len(t.out), transport.ErrPeer)
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	// Reinterpret the address as a pointer without a uintptr->Pointer
+	// conversion: addr names live memory that dst registered and keeps alive.
+	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
+	copy(unsafe.Slice((*byte)(p), len(data)), data)
+	return nil
+}
+
+// Close marks the rank closed: its methods return transport.ErrClosed and
+// peers' Sends to it transport.ErrPeer. Closing twice is a no-op.
+func (t *Transport) Close() error {
+	t.closed.Store(true)
+	return nil
+}
+
+// bell parks a waiting rank until a sender signals it.
+type bell struct {
+	waiters atomic.Int32
+	ch      chan struct{} // capacity 1: a pending signal
+}
+
+// ring signals the waiter, if any, without blocking; one load when none waits.
+func (b *bell) ring() {
+	if b.waiters.Load() != 0 {
+		select {
+		case b.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wait returns when ready() does, or after about d. The announce-recheck-park
+// sequence is the one of futex.Doorbell: a sender that publishes after the
+// recheck sees waiters != 0 and signals; a stale signal only causes an early,
+// allowed, return.
+func (b *bell) wait(ready func() bool, spin, d time.Duration) {
+	start := time.Now()
+	for i := 0; ; i++ {
+		if ready() {
+			return
+		}
+		if i&15 == 15 && time.Since(start) >= min(spin, d) {
+			break
+		}
+		runtime.Gosched()
+	}
+	left := d - time.Since(start)
+	if left <= 0 {
+		return
+	}
+	b.waiters.Add(1)
+	defer b.waiters.Add(-1)
+	if ready() {
+		return
+	}
+	tm := time.NewTimer(left)
+	select {
+	case <-b.ch:
+	case <-tm.C:
+	}
+	tm.Stop()
+}
+
+var _ transport.Putter = (*Transport)(nil)

@@ -1,0 +1,41 @@
+package loop
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/amgo-hpc/amgo/am/transport"
+	"github.com/amgo-hpc/amgo/am/transport/transporttest"
+)
+
+func TestConformance(t *testing.T) {
+	transporttest.Run(t, func(t *testing.T, n int) []transport.Transport {
+		ts, err := NewJob(n, map[string]string{"ring_bytes": "16k"})
+		require.NoError(t, err)
+		return ts
+	})
+}
+
+func TestFactory(t *testing.T) {
+	tr, err := transport.Open("loop", transporttest.NewBootstraps(1, "one")[0], nil)
+	require.NoError(t, err)
+	require.Equal(t, 1, tr.Size())
+	require.Equal(t, "loop", tr.Caps().Name)
+	require.NoError(t, tr.Close())
+
+	_, err = transport.Open("loop", transporttest.NewBootstraps(2, "two")[0], nil)
+	require.ErrorContains(t, err, "NewJob")
+}
+
+func TestOptions(t *testing.T) {
+	ts, err := NewJob(1, map[string]string{"ring_bytes": "1m", "spin": "1us"})
+	require.NoError(t, err)
+	require.Greater(t, ts[0].Caps().MaxPacket, 500<<10)
+	for _, o := range []map[string]string{{"ring_bytes": "x"}, {"ring_bytes": "8"}, {"spin": "fast"}} {
+		_, err := NewJob(1, o)
+		require.Error(t, err, "%v", o)
+	}
+	_, err = NewJob(0, nil)
+	require.Error(t, err)
+}
