@@ -37,13 +37,13 @@ const (
 // Transport is one rank of an in-process job. It implements
 // transport.Transport and transport.Putter.
 type Transport struct {
-	rank int
-	job  *job
-	in   []*ring.Consumer // from each rank
-	out  []*ring.Producer // to each rank
-	bell bell
-	next int // Poll's round-robin position
-	spin time.Duration
+	rank  int
+	job   *job
+	in    []*ring.Consumer // from each rank
+	out   []*ring.Producer // to each rank
+	bell  bell
+	next  int // Poll's round-robin position
+	spin  time.Duration
 	ready func() bool
 
 	closed atomic.Bool
