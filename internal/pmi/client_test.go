@@ -290,7 +290,9 @@ func fakeServer(t *testing.T, conn net.Conn, replies ...string) <-chan string {
 }
 
 // startupReplies are what MPICH-4 Hydra, MPICH-3 Hydra and Slurm answer to
-// init, get_maxes, get_my_kvsname and get_appnum.
+// init, get_maxes, get_my_kvsname and get_appnum. The "mpich3" lines (and its
+// put/get/finalize lines below) are exactly what Debian 12's mpich 4.0.2
+// Hydra was seen to send.
 var startupReplies = map[string][]string{
 	"mpich4": {
 		"cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=2\n",
