@@ -196,7 +196,10 @@ func (p *Producer) Push(hdr, payload []byte) bool {
 	d := p.data[start+8 : start+8+n]
 	copy(d, hdr)
 	copy(d[len(hdr):], payload)
-	word(p.data, (start+size)&p.mask).Store(0) // terminator: the next record's header word
+	// The terminator: zero the next record's header word. A plain store is
+	// enough: the consumer loads that word only after it has loaded this
+	// record's header, whose atomic store below is ordered after this one.
+	*(*uint64)(unsafe.Pointer(&p.data[(start+size)&p.mask])) = 0
 	word(p.data, start).Store(validBit | n)
 	if pad > 0 {
 		word(p.data, off).Store(validBit | padBit | pad)

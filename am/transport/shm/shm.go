@@ -329,9 +329,10 @@ func mapPeer(path string, dst, size int) ([]byte, error) {
 	}
 	if u64(mem, hdrMagic).Load() != fileMagic || u32(mem, hdrVersion).Load() != fileVersion ||
 		u32(mem, hdrRank).Load() != uint32(dst) || u32(mem, hdrSize).Load() != uint32(size) {
-		unix.Munmap(mem)
-		return nil, fmt.Errorf("rank %d's file %s: bad header (magic %#x version %d rank %d size %d)", dst, path,
+		err := fmt.Errorf("rank %d's file %s: bad header (magic %#x version %d rank %d size %d)", dst, path,
 			u64(mem, hdrMagic).Load(), u32(mem, hdrVersion).Load(), u32(mem, hdrRank).Load(), u32(mem, hdrSize).Load())
+		unix.Munmap(mem)
+		return nil, err
 	}
 	return mem, nil
 }
@@ -364,6 +365,9 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 		return fmt.Errorf("shm: send %d bytes to rank %d, max %d: %w", len(hdr)+len(payload), dst, t.caps.MaxPacket, transport.ErrTooLarge)
 	}
 	p := &t.peers[dst]
+	if p.dead.Load() {
+		return t.deadErr(dst)
+	}
 	if p.out.Push(hdr, payload) {
 		p.full = 0
 		p.bell.Ring()
@@ -371,9 +375,6 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	}
 	if err := p.out.Err(); err != nil {
 		return fmt.Errorf("shm: rank %d's ring from rank %d: %v: %w", dst, t.rank, err, transport.ErrPeer)
-	}
-	if p.dead.Load() {
-		return t.deadErr(dst)
 	}
 	if p.state.Load() == stateClosed {
 		return fmt.Errorf("shm: send to rank %d, which has closed: %w", dst, transport.ErrPeer)

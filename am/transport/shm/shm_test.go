@@ -4,13 +4,16 @@ package shm
 
 import (
 	"fmt"
+	"os"
 	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/am/transport/transporttest"
+	"github.com/amgo-hpc/amgo/internal/ring"
 )
 
 var jobSeq atomic.Int64
@@ -45,4 +48,81 @@ func TestConformance(t *testing.T) {
 	transporttest.Run(t, func(t *testing.T, n int) []transport.Transport {
 		return openJob(t, n, map[string]string{"ring_bytes": "16k"})
 	})
+}
+
+func TestFilesAndDirectory(t *testing.T) {
+	// Without a job directory, New makes a private one under /dev/shm and the
+	// last rank removes it again.
+	t.Setenv("AMGO_JOB_DIR", "")
+	id := fmt.Sprintf("shmtest-dir-%d-%d", os.Getpid(), jobSeq.Add(1))
+	bs := transporttest.NewBootstraps(2, id)
+	errs := make(chan error, 2)
+	ts := make([]*Transport, 2)
+	for i := range bs {
+		go func() {
+			var err error
+			ts[i], err = New(bs[i], nil)
+			errs <- err
+		}()
+	}
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+	dir := fmt.Sprintf("/dev/shm/amgo-%s-%d", id, os.Getuid())
+	_, err := os.Stat(dir)
+	require.ErrorIs(t, err, os.ErrNotExist, "job directory left behind")
+	require.Equal(t, DefaultRingBytes/2-16, ts[0].Caps().MaxPacket)
+	for _, tr := range ts {
+		require.NoError(t, tr.Close())
+	}
+
+	// Files are private to the user.
+	path := t.TempDir() + "/f"
+	mem, err := createFile(path, 8192)
+	require.NoError(t, err)
+	st, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+	require.NoError(t, unix.Munmap(mem))
+
+	// A peer file with a bad header is refused.
+	require.NoError(t, os.WriteFile(path, make([]byte, 8192), 0o600))
+	_, err = mapPeer(path, 1, 2)
+	require.ErrorContains(t, err, "bad header")
+	_, err = mapPeer(path+"-missing", 1, 2)
+	require.Error(t, err)
+
+	// A directory that someone else could have prepared is refused.
+	pub := fmt.Sprintf("/dev/shm/amgo-%s-%d", "shmtest-open", os.Getuid())
+	require.NoError(t, os.MkdirAll(pub, 0o755))
+	require.NoError(t, os.Chmod(pub, 0o755))
+	defer os.Remove(pub)
+	_, _, err = jobDir(transporttest.NewBootstraps(1, "shmtest-open")[0], nil)
+	require.ErrorContains(t, err, "not a private directory")
+}
+
+func TestOptions(t *testing.T) {
+	for _, o := range []map[string]string{{"ring_bytes": "lots"}, {"ring_bytes": "8"}, {"ring_bytes": "2048m"}, {"spin": "forever"}} {
+		o["dir"] = t.TempDir()
+		_, err := New(transporttest.NewBootstraps(1, "opts")[0], o)
+		require.Error(t, err, "%v", o)
+	}
+	ts := openJob(t, 1, map[string]string{"ring_bytes": "100k", "spin": "1us"}) // rounds up to 128 KiB
+	require.Equal(t, (128<<10)/2-16, ts[0].Caps().MaxPacket)
+	require.NoError(t, ts[0].Close())
+}
+
+// A peer that corrupts a ring makes Poll fail with ErrPeer, not panic.
+func TestCorruptRing(t *testing.T) {
+	ts := openJob(t, 2, map[string]string{"ring_bytes": "4k"})
+	t0 := ts[0].(*Transport)
+	require.NoError(t, t0.Send(1, []byte("hello"), nil))
+	// Overwrite the record header in rank 1's file with an absurd length.
+	stride := int(u64(t0.peers[1].mem, hdrStride).Load())
+	u64(t0.peers[1].mem, ringsOff+0*stride+ring.ControlLen).Store(1<<32 | 1<<30)
+	_, err := ts[1].Poll(&last{}, 10)
+	require.ErrorIs(t, err, transport.ErrPeer)
+	require.ErrorContains(t, err, "rank 0")
+	for _, tr := range ts {
+		tr.Close()
+	}
 }
