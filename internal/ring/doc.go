@@ -11,10 +11,10 @@
 //
 // # Use
 //
-//	mem := ring.Alloc(64 << 10)          // or a region of a shared mapping
-//	if err := ring.Init(mem); err != nil { ... }   // once, by one side, before either attaches
-//	p, _ := ring.NewProducer(mem)        // in the sending process
-//	c, _ := ring.NewConsumer(mem)        // in the receiving process
+//	mem, err := ring.Alloc(64 << 10)     // a heap region, already initialized; or, for
+//	err = ring.Init(region)              // a region of a shared mapping: once, before either side attaches
+//	p, err := ring.NewProducer(mem)      // in the sending process
+//	c, err := ring.NewConsumer(mem)      // in the receiving process
 //
 //	p.Push(hdr, payload)                 // false: full, try again after the consumer advances
 //
@@ -29,7 +29,8 @@
 //	}
 //
 // Exactly one goroutine pushes and exactly one goroutine peeks and advances
-// (they may be the same one). A producer must start on a freshly initialized
+// (they may be the same one); Consumer.Pending, a hint for a goroutine about to
+// sleep, may run anywhere. A producer must start on a freshly initialized
 // ring: its position lives only in the Producer value, not in the region.
 //
 // # Layout
@@ -56,31 +57,42 @@
 //
 // # Why the consumer never sees a stale header
 //
-// Push writes the record's data, then stores a zero word at the position of
-// the next record (the terminator), then publishes the record by storing its
-// header word. The consumer reads the header word at its position only after
-// it has consumed the previous record, whose publication came after that
-// word was zeroed; so the word it reads is either zero (nothing yet) or the
-// header of a new record, never stale data from an earlier lap. The producer
-// keeps 8 bytes of slack so that the terminator never lands on unconsumed data.
+// The consumer polls the word at its position; it must read either zero
+// (nothing yet) or a header published for this lap, never an old header or old
+// payload bytes from an earlier lap. The producer therefore keeps an invariant:
+// every word from its position up to a frontier is zero, and the frontier stays
+// within free space (at most tail+Capacity). Push writes the record's data,
+// then publishes its header with an atomic store; the word right after the
+// record, the next record's header word, is below the frontier and so already
+// zero, and was zeroed before this publication. The consumer reads that word
+// only after it has seen this header, so it reads zero or a newer header.
+//
+// The frontier is pushed ahead after publishing (a few hundred bytes at a
+// time), not before: an atomic store on amd64 waits for every earlier store,
+// and taking the next cache line away from the consumer, which it may have
+// read or prefetched, would otherwise delay the message. Zeroing costs one
+// extra pass of plain stores over the ring per lap. The producer keeps 8 bytes
+// of slack so that the next header word never lands on unconsumed data.
 //
 // # Memory ordering
 //
-// All header words, terminators and the tail are accessed with sync/atomic,
-// which the Go memory model makes sequentially consistent: a store
-// synchronizes with the load that observes it. So:
+// Header words and the tail are accessed with sync/atomic, which the Go
+// memory model makes sequentially consistent: a store synchronizes with the
+// load that observes it. Data and zeroed words are plain stores. So:
 //
-//   - The producer's plain writes of a record's data happen before its atomic
-//     store of the header; the consumer's atomic load that sees that header
-//     happens before its plain reads of the data (publish/acquire).
+//   - The producer's plain writes of a record's data (and of the zeroes after
+//     it) happen before its atomic store of the header; the consumer's atomic
+//     load that sees that header happens before its plain reads of the data and
+//     its load of the next header word (publish/acquire).
 //   - The consumer's reads of a record happen before its atomic store of the
 //     tail past it; the producer's atomic load of that tail happens before it
-//     overwrites the space (release/acquire in the other direction).
+//     writes or zeroes the space again (release/acquire in the other direction).
 //
 // Between processes the same instructions carry the same guarantees on the
 // hardware (on amd64 an atomic store is XCHG, a full fence, and loads are
-// ordered by TSO). The race detector does not track mmap'd memory, so it
-// checks this reasoning only for rings on the heap.
+// ordered by TSO; the Go compiler does not move memory operations across
+// atomic operations). The race detector does not track mmap'd memory, so it
+// checks this reasoning only for rings on the heap, where the tests run it.
 //
 // # Corruption
 //

@@ -150,6 +150,8 @@ type Producer struct {
 	maxData uint64
 	pos     uint64 // position of the next record
 	tail    uint64 // last tail seen
+	zeroed  uint64 // every word in [pos, zeroed) is zero; zeroed <= tail+cap
+	ahead   uint64 // how far past pos Push keeps the area zeroed
 	tailp   *atomic.Uint64
 	err     error
 }
@@ -168,6 +170,8 @@ func NewProducer(mem []byte) (*Producer, error) {
 		cap:     uint64(c),
 		maxData: uint64(MaxRecord(c)),
 		tailp:   word(mem, offTail),
+		zeroed:  uint64(c), // Init zeroed the whole data area
+		ahead:   uint64(min(c/4, 1024)),
 	}, nil
 }
 
@@ -189,23 +193,43 @@ func (p *Producer) Push(hdr, payload []byte) bool {
 	if off+size > p.cap {
 		start, pad = 0, p.cap-off
 	}
-	need := pad + size + 8 // 8: the terminator
+	need := pad + size + 8 // 8: the next record's header word, which must be zero
 	if p.pos+need-p.tail > p.cap && !p.refreshTail(need) {
 		return false
+	}
+	end := p.pos + pad + size // the next record's position
+	if end+8 > p.zeroed {
+		// The zeroed area ahead did not reach the next record's header word:
+		// zero it now, before publishing (only after a full ring or a large record).
+		p.zeroTo(end + 8)
 	}
 	d := p.data[start+8 : start+8+n]
 	copy(d, hdr)
 	copy(d[len(hdr):], payload)
-	// The terminator: zero the next record's header word. A plain store is
-	// enough: the consumer loads that word only after it has loaded this
-	// record's header, whose atomic store below is ordered after this one.
-	*(*uint64)(unsafe.Pointer(&p.data[(start+size)&p.mask])) = 0
 	word(p.data, start).Store(validBit | n)
 	if pad > 0 {
 		word(p.data, off).Store(validBit | padBit | pad)
 	}
-	p.pos += pad + size
+	p.pos = end
+	if p.zeroed-end < p.ahead {
+		// Zero the area for the next records now, after publishing, so that
+		// taking these cache lines away from the consumer is off the critical
+		// path (the publishing store waits for every earlier store).
+		p.zeroTo(min(end+2*p.ahead, p.tail+p.cap))
+	}
 	return true
+}
+
+// zeroTo zeroes the data area from p.zeroed up to position to, which must not
+// pass p.tail+p.cap (free space only). Plain stores suffice: the consumer
+// loads these words only after loading a header published later.
+func (p *Producer) zeroTo(to uint64) {
+	for p.zeroed < to {
+		off := p.zeroed & p.mask
+		n := min(to-p.zeroed, p.cap-off)
+		clear(p.data[off : off+n])
+		p.zeroed += n
+	}
 }
 
 // refreshTail reloads the consumer's tail and reports whether need bytes are

@@ -109,7 +109,7 @@ func TestFullRing(t *testing.T) {
 		require.Less(t, pushed, 100)
 	}
 	require.NoError(t, p.Err())
-	require.Equal(t, 7, pushed, "256 bytes hold 7 records of 32 bytes plus the terminator slack")
+	require.Equal(t, 7, pushed, "256 bytes hold 7 records of 32 bytes plus the 8-byte slack for the next header word")
 	_, ok := c.Peek()
 	require.True(t, ok)
 	c.Advance()
