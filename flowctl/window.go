@@ -99,11 +99,11 @@ func (w *Window) Alloc(n int) (off uint32, ok bool, err error) {
 	if o := pos % w.size; o+uint64(n) > w.size {
 		pos += w.size - o // skip to the ring's start; the pad frees with its predecessor
 	}
+	if w.count == 0 {
+		w.tail = pos // nothing outstanding: the pad is free at once
+	}
 	if pos+uint64(n)-w.tail > w.size {
 		return 0, false, nil
-	}
-	if w.count == 0 {
-		w.tail = pos // nothing outstanding: skip the pad at once
 	}
 	i := (w.first + w.count) % len(w.blocks)
 	w.blocks[i] = block{pos: pos, n: uint32(n)}

@@ -90,6 +90,16 @@ func TestWrapPadding(t *testing.T) {
 	require.False(t, ok)
 }
 
+func TestWholeBufferAfterWrapWhenIdle(t *testing.T) {
+	w, _ := NewWindow(16 * Granule)
+	off, _, _ := w.Alloc(3 * Granule)
+	require.NoError(t, w.Free(off, 3*Granule))
+	off, ok, err := w.Alloc(16 * Granule)
+	require.NoError(t, err)
+	require.True(t, ok, "an idle window hands out the whole buffer")
+	require.Equal(t, uint32(0), off)
+}
+
 // A randomized check against a byte map: no two outstanding reservations ever
 // overlap, and everything freed eventually becomes allocatable again.
 func TestWindowRandomized(t *testing.T) {

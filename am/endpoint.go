@@ -1,0 +1,806 @@
+package am
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/amgo-hpc/amgo/am/transport"
+	"github.com/amgo-hpc/amgo/flowctl"
+	"github.com/amgo-hpc/amgo/handlers"
+	"github.com/amgo-hpc/amgo/internal/wire"
+)
+
+// Errors returned by endpoint operations, usable with errors.Is. Transport
+// errors (transport.ErrPeer, transport.ErrClosed, ...) and handler-table errors
+// (handlers.ErrUnknownHandler, handlers.ErrArgCount, ...) pass through wrapped.
+var (
+	ErrRank      = errors.New("am: invalid rank")
+	ErrTooLarge  = errors.New("am: payload too large")
+	ErrClosed    = errors.New("am: endpoint closed")
+	ErrSegment   = errors.New("am: address not in a registered segment")
+	ErrInHandler = errors.New("am: request from inside a handler would block")
+	ErrConfig    = errors.New("am: invalid configuration")
+)
+
+// Config tunes an endpoint. The zero value gives the defaults.
+type Config struct {
+	// BufferBytes is the receive buffer every endpoint preallocates for every peer
+	// (seed: mpi-over-active-messages, "one buffer (currently 16 Kbytes) for every
+	// other process"), in bytes, a multiple of 64. Default 16 KiB (AMGO_BUFFER_BYTES).
+	BufferBytes int
+	// ReplyReserve is the room, in bytes, that every request reserves for its reply
+	// besides its own size, so that a handler can always reply at once. It must be
+	// at least wire.MaxHeaderLen (184) so that any short reply fits. Default 184.
+	ReplyReserve int
+	// SpinTime is how long a blocking wait polls before it sleeps on the
+	// transport's wake-up. Default 20 us (reference/linux.md: a 10 us spin
+	// captures nearly all shared-memory latency; waking a halted vCPU costs 30-40 us).
+	SpinTime time.Duration
+	// OnDrop, if set, is called on the polling goroutine for every incoming packet
+	// that is dropped (malformed, unknown handler, bad reservation). By default
+	// drops are logged with log/slog at warning level, at most once per second.
+	OnDrop func(error)
+}
+
+func (c *Config) fill() error {
+	if c.BufferBytes == 0 {
+		c.BufferBytes = flowctl.DefaultBufferBytes
+	}
+	if c.ReplyReserve == 0 {
+		c.ReplyReserve = wire.MaxHeaderLen
+	}
+	if c.SpinTime == 0 {
+		c.SpinTime = 20 * time.Microsecond
+	}
+	if c.BufferBytes%flowctl.Granule != 0 || c.BufferBytes < 1024 || c.BufferBytes > 1<<30 {
+		return fmt.Errorf("%w: BufferBytes %d (a multiple of %d from 1 KiB to 1 GiB)", ErrConfig, c.BufferBytes, flowctl.Granule)
+	}
+	if c.ReplyReserve < wire.MaxHeaderLen || c.ReplyReserve > c.BufferBytes/2 {
+		return fmt.Errorf("%w: ReplyReserve %d (from %d to half the buffer)", ErrConfig, c.ReplyReserve, wire.MaxHeaderLen)
+	}
+	return nil
+}
+
+// Stats are an endpoint's counters since it was created.
+type Stats struct {
+	RequestsSent, RepliesSent, AcksSent uint64 // packets sent, by kind
+	RequestsRecv, RepliesRecv, AcksRecv uint64 // packets handled, by kind
+	BytesSent, BytesRecv                uint64 // payload bytes of requests and replies
+	// CreditStalls counts requests that found their peer's buffer full and polled
+	// until replies freed space.
+	CreditStalls uint64
+	// Backlogged counts packets the network refused for the moment and that the
+	// endpoint queued (replies and acks, which never wait for credit).
+	Backlogged uint64
+	// Drops counts incoming packets dropped: malformed, unknown handler, wrong
+	// argument count, bad reservation or store address.
+	Drops uint64
+	// UnknownHandler counts the drops for an unregistered handler index.
+	UnknownHandler uint64
+	// StoresPut and StoresPacketed count stores by path: single-copy Put, or
+	// fragments through the network.
+	StoresPut, StoresPacketed uint64
+	// LastDrop describes the most recent drop ("" if none).
+	LastDrop string
+}
+
+// sendCounters are kept per peer under the peer's lock.
+type sendCounters struct {
+	requests, replies, acks, bytes, stalls, backlogged, storesPut, storesPacketed uint64
+}
+
+// peer is the sender's state toward one rank, guarded by mu.
+type peer struct {
+	mu      sync.Mutex
+	win     *flowctl.Window
+	scratch [wire.MaxHeaderLen]byte
+	backlog [][]byte // packets refused by the transport, in order
+	noPut   bool     // single-copy put refused for this peer
+	c       sendCounters
+	_       [64]byte
+}
+
+// Endpoint is one rank's attachment to the AM network: its handler table, its
+// per-peer receive buffers and send windows, and the transport underneath.
+// All methods are safe for concurrent use; handlers run only inside Poll.
+type Endpoint struct {
+	tr        transport.Transport
+	putter    transport.Putter
+	caps      transport.Caps
+	rank      int
+	size      int
+	cfg       Config
+	table     handlers.Table
+	maxMedium int
+	maxPacket int
+
+	peers    []peer
+	recvBufs []byte // size × BufferBytes: the per-peer receive buffers
+
+	segMu sync.RWMutex
+	segs  []segment
+
+	pollMu sync.Mutex
+	rx     rxState // guarded by pollMu
+
+	backlogged  atomic.Int32 // peers with a non-empty backlog
+	dispatching atomic.Bool
+	closed      atomic.Bool
+
+	dropMu   sync.Mutex
+	lastDrop string
+	lastLog  time.Time
+
+	bar barrierState
+}
+
+// rxState is the receive side, used only by the polling goroutine.
+type rxState struct {
+	hdr     wire.Header
+	args    [wire.MaxArgs]uint64
+	tok     handlers.Token
+	payload []byte
+	kind    wire.Kind
+	pending []freeRange // per source: coalesced frees not yet sent
+	dirty   []int       // sources with a pending free
+	c       struct{ requests, replies, acks, bytes, drops uint64 }
+}
+
+// freeRange is space in a source's buffer at this rank that can be freed.
+type freeRange struct{ off, n uint32 }
+
+// New makes an endpoint over an open transport. Register handlers, then
+// communicate; the table is sealed by the first request or poll.
+func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	caps := tr.Caps()
+	ep := &Endpoint{
+		tr:       tr,
+		caps:     caps,
+		rank:     tr.Rank(),
+		size:     tr.Size(),
+		cfg:      cfg,
+		peers:    make([]peer, tr.Size()),
+		recvBufs: make([]byte, tr.Size()*cfg.BufferBytes),
+	}
+	if p, ok := tr.(transport.Putter); ok && caps.Put {
+		ep.putter = p
+	}
+	ep.maxPacket = caps.MaxPacket
+	// A medium must fit in one packet and, with its header and reply room, in the buffer.
+	ep.maxMedium = min(caps.MaxPacket, cfg.BufferBytes-cfg.ReplyReserve) - wire.MaxHeaderLen
+	ep.maxMedium &^= 7
+	if ep.maxMedium < 512 {
+		return nil, fmt.Errorf("%w: MaxMedium would be %d bytes (network packets %d, buffer %d); GASNet requires at least 512",
+			ErrConfig, ep.maxMedium, caps.MaxPacket, cfg.BufferBytes)
+	}
+	for i := range ep.peers {
+		w, err := flowctl.NewWindow(cfg.BufferBytes)
+		if err != nil {
+			return nil, err
+		}
+		ep.peers[i].win = w
+	}
+	ep.rx.pending = make([]freeRange, ep.size)
+	ep.rx.dirty = make([]int, 0, ep.size)
+	if err := ep.registerInternal(); err != nil {
+		return nil, err
+	}
+	return ep, nil
+}
+
+// Rank is this endpoint's rank, 0..Size-1.
+func (ep *Endpoint) Rank() int { return ep.rank }
+
+// Size is the number of ranks in the job.
+func (ep *Endpoint) Size() int { return ep.size }
+
+// Transport returns the network underneath (for its capabilities and tests).
+func (ep *Endpoint) Transport() transport.Transport { return ep.tr }
+
+// MaxMedium is the largest medium payload, in bytes, with any argument count:
+// what fits the per-peer buffer with a header and the reply room, and one
+// network packet. At least 512 (GASNet's minimum).
+func (ep *Endpoint) MaxMedium() int { return ep.maxMedium }
+
+// MaxStore is the largest Store payload in bytes (4 GiB - 1: the header's Total field).
+const MaxStore = 1<<32 - 1
+
+// BufferBytes is the per-peer receive buffer size in bytes.
+func (ep *Endpoint) BufferBytes() int { return ep.cfg.BufferBytes }
+
+// Register adds a handler to the endpoint's table (see package handlers). It
+// must be called before communication starts, identically on every rank.
+// Errors: handlers.ErrStarted, ErrIndexInUse, ErrIndexReserved, ErrBadEntry.
+func (ep *Endpoint) Register(e handlers.Entry) (handlers.Index, error) {
+	return ep.table.Register(e)
+}
+
+// Handlers gives access to the handler table (counters, lookups).
+func (ep *Endpoint) Handlers() *handlers.Table { return &ep.table }
+
+func (ep *Endpoint) checkDst(dst int) error {
+	if dst < 0 || dst >= ep.size {
+		return fmt.Errorf("%w: %d (job has %d ranks)", ErrRank, dst, ep.size)
+	}
+	if ep.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// RequestShort sends a short request: handler h runs at rank dst with args (at
+// most 16). It returns once the request is handed to the network; it polls while
+// dst's buffer has no room (back-pressure). Errors: ErrRank, ErrClosed,
+// handlers.ErrUnknownHandler, handlers.ErrArgCount, ErrInHandler, transport errors.
+func (ep *Endpoint) RequestShort(dst int, h handlers.Index, args ...uint64) error {
+	if err := ep.checkDst(dst); err != nil {
+		return err
+	}
+	if err := ep.table.CheckSend(h, len(args)); err != nil {
+		return err
+	}
+	hdr := wire.Header{Kind: wire.KindRequestShort, Handler: uint8(h), NArgs: uint8(len(args)), Src: uint32(ep.rank)}
+	return ep.sendRequest(dst, &hdr, args, nil)
+}
+
+// RequestMedium sends a medium request: payload (at most MaxMedium bytes) lands
+// in the space this rank allocated in its receive buffer at dst, and handler h
+// runs there with args and the payload, which stays valid until the handler
+// returns (or until released, if the handler retains it). payload may be reused
+// when RequestMedium returns. Errors as RequestShort, plus ErrTooLarge.
+func (ep *Endpoint) RequestMedium(dst int, h handlers.Index, payload []byte, args ...uint64) error {
+	if err := ep.checkDst(dst); err != nil {
+		return err
+	}
+	if len(payload) > ep.maxMedium {
+		return fmt.Errorf("%w: medium of %d bytes to rank %d (MaxMedium %d)", ErrTooLarge, len(payload), dst, ep.maxMedium)
+	}
+	if err := ep.table.CheckSend(h, len(args)); err != nil {
+		return err
+	}
+	hdr := wire.Header{Kind: wire.KindRequestMedium, Handler: uint8(h), NArgs: uint8(len(args)),
+		Src: uint32(ep.rank), Len: uint32(len(payload))}
+	return ep.sendRequest(dst, &hdr, args, payload)
+}
+
+// Store is am_store (seed: mpi-over-active-messages; GASNet RequestLong): it
+// writes data into rank dst's memory at addr, an address inside a segment that
+// dst registered (Segment.Addr plus an offset) and passed to this rank, and then
+// runs handler h at dst with args and the stored region as payload. Where the
+// network offers a single-copy put (shared memory: Cross Memory Attach), the
+// data moves once, straight from data into the destination; otherwise it travels
+// in fragments of at most MaxMedium bytes through the per-peer buffer. Store
+// returns when data may be reused. Errors as RequestShort, plus ErrTooLarge and
+// transport errors of the put.
+func (ep *Endpoint) Store(dst int, h handlers.Index, addr uint64, data []byte, args ...uint64) error {
+	if err := ep.checkDst(dst); err != nil {
+		return err
+	}
+	if uint64(len(data)) > MaxStore {
+		return fmt.Errorf("%w: store of %d bytes (max %d)", ErrTooLarge, len(data), uint64(MaxStore))
+	}
+	if err := ep.table.CheckSend(h, len(args)); err != nil {
+		return err
+	}
+	total := uint32(len(data))
+	p := &ep.peers[dst]
+	if ep.putter != nil && len(data) > 0 && len(data) >= ep.caps.PutMin {
+		p.mu.Lock()
+		noPut := p.noPut
+		p.mu.Unlock()
+		if !noPut {
+			err := ep.putter.Put(dst, uintptr(addr), data)
+			switch {
+			case err == nil:
+				hdr := wire.Header{Kind: wire.KindStoreDone, Handler: uint8(h), NArgs: uint8(len(args)),
+					Src: uint32(ep.rank), Addr: addr, Total: total}
+				p.mu.Lock()
+				p.c.storesPut++
+				p.mu.Unlock()
+				return ep.sendRequest(dst, &hdr, args, nil)
+			case errors.Is(err, transport.ErrPutUnsupported):
+				p.mu.Lock()
+				p.noPut = true
+				p.mu.Unlock()
+			default:
+				return fmt.Errorf("am: store of %d bytes to rank %d at %#x: %w", len(data), dst, addr, err)
+			}
+		}
+	}
+	p.mu.Lock()
+	p.c.storesPacketed++
+	p.mu.Unlock()
+	chunk := ep.maxMedium
+	for frag := 0; ; frag += chunk {
+		n := min(chunk, len(data)-frag)
+		last := frag+n == len(data)
+		hdr := wire.Header{Kind: wire.KindRequestStore, Handler: uint8(h), Src: uint32(ep.rank),
+			Len: uint32(n), Addr: addr, Frag: uint32(frag), Total: total}
+		var a []uint64
+		if last {
+			hdr.Flags = wire.FlagLast
+			hdr.NArgs = uint8(len(args))
+			a = args
+		}
+		if err := ep.sendRequest(dst, &hdr, a, data[frag:frag+n]); err != nil {
+			return err
+		}
+		if last {
+			return nil
+		}
+	}
+}
+
+// sendRequest takes credit at dst and sends one request, polling while there is
+// no room.
+func (ep *Endpoint) sendRequest(dst int, h *wire.Header, args []uint64, payload []byte) error {
+	res := flowctl.RoundUp(h.EncodedLen() + len(payload) + ep.cfg.ReplyReserve)
+	p := &ep.peers[dst]
+	var b backoff
+	stalled := false
+	for {
+		p.mu.Lock()
+		if len(p.backlog) > 0 {
+			ep.flushBacklogLocked(dst, p)
+		}
+		if len(p.backlog) == 0 {
+			off, ok, err := p.win.Alloc(res)
+			if err != nil {
+				p.mu.Unlock()
+				return err
+			}
+			if ok {
+				h.Off, h.Reserve = off, uint32(res)
+				n := wire.Encode(p.scratch[:], h, args)
+				err := ep.tr.Send(dst, p.scratch[:n], payload)
+				if err == nil {
+					p.c.requests++
+					p.c.bytes += uint64(len(payload))
+					if stalled {
+						p.c.stalls++
+					}
+					p.mu.Unlock()
+					return nil
+				}
+				_ = p.win.Free(off, uint32(res))
+				if !errors.Is(err, transport.ErrWouldBlock) {
+					p.mu.Unlock()
+					return fmt.Errorf("am: request to rank %d: %w", dst, err)
+				}
+			}
+		}
+		p.mu.Unlock()
+		stalled = true
+		if err := ep.progress(&b); err != nil {
+			return err
+		}
+	}
+}
+
+// sendResponse sends a reply or ack to dst. It never waits: when the network
+// cannot take the packet now it is queued (in order) and sent by a later poll.
+func (ep *Endpoint) sendResponse(dst int, h *wire.Header, args []uint64, payload []byte) error {
+	p := &ep.peers[dst]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := wire.Encode(p.scratch[:], h, args)
+	if h.Kind == wire.KindAck {
+		p.c.acks++
+	} else {
+		p.c.replies++
+		p.c.bytes += uint64(len(payload))
+	}
+	if len(p.backlog) > 0 {
+		ep.flushBacklogLocked(dst, p)
+	}
+	if len(p.backlog) == 0 {
+		err := ep.tr.Send(dst, p.scratch[:n], payload)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, transport.ErrWouldBlock) {
+			return fmt.Errorf("am: %s to rank %d: %w", h.Kind, dst, err)
+		}
+		ep.backlogged.Add(1)
+	}
+	pkt := make([]byte, 0, n+len(payload))
+	pkt = append(append(pkt, p.scratch[:n]...), payload...)
+	p.backlog = append(p.backlog, pkt)
+	p.c.backlogged++
+	return nil
+}
+
+// flushBacklogLocked sends queued responses to dst in order; p.mu is held.
+func (ep *Endpoint) flushBacklogLocked(dst int, p *peer) {
+	var h wire.Header
+	var args [wire.MaxArgs]uint64
+	for len(p.backlog) > 0 {
+		pkt := p.backlog[0]
+		payload, _ := wire.Decode(pkt, &h, &args) // encoded by us: cannot fail
+		if err := ep.tr.Send(dst, pkt[:len(pkt)-len(payload)], payload); err != nil {
+			return
+		}
+		p.backlog[0] = nil
+		p.backlog = p.backlog[1:]
+		if len(p.backlog) == 0 {
+			p.backlog = nil
+			ep.backlogged.Add(-1)
+		}
+	}
+}
+
+// Poll is am_poll: it drains arrived packets and runs their handlers on the
+// calling goroutine, and returns how many packets it handled. It never blocks;
+// if another goroutine is polling it returns 0 at once. Errors come from the
+// network (a dead peer, a closed transport); dropped packets are counted in
+// Stats, not returned.
+func (ep *Endpoint) Poll() (int, error) {
+	if !ep.pollMu.TryLock() {
+		return 0, nil
+	}
+	defer ep.pollMu.Unlock()
+	return ep.pollLocked()
+}
+
+const pollBatch = 64
+
+func (ep *Endpoint) pollLocked() (int, error) {
+	if !ep.table.Sealed() {
+		ep.table.Seal()
+	}
+	if ep.backlogged.Load() > 0 {
+		for i := range ep.peers {
+			p := &ep.peers[i]
+			p.mu.Lock()
+			if len(p.backlog) > 0 {
+				ep.flushBacklogLocked(i, p)
+			}
+			p.mu.Unlock()
+		}
+	}
+	n, err := ep.tr.Poll((*receiver)(ep), pollBatch)
+	if len(ep.rx.dirty) > 0 {
+		ep.flushFrees()
+	}
+	return n, err
+}
+
+// receiver adapts the endpoint to transport.Receiver without exporting Deliver.
+type receiver Endpoint
+
+func (r *receiver) Deliver(src int, pkt []byte) { (*Endpoint)(r).deliver(src, pkt) }
+
+func (ep *Endpoint) deliver(src int, pkt []byte) {
+	rx := &ep.rx
+	h := &rx.hdr
+	payload, err := wire.Decode(pkt, h, &rx.args)
+	if err != nil {
+		ep.drop(fmt.Errorf("am: packet from rank %d: %w", src, err))
+		return
+	}
+	if int(h.Src) != src || src < 0 || src >= ep.size {
+		ep.drop(fmt.Errorf("am: packet from rank %d claims source %d", src, h.Src))
+		return
+	}
+	args := rx.args[:h.NArgs]
+	if h.Flags&wire.FlagFree != 0 {
+		if h.Kind.IsRequest() {
+			ep.drop(fmt.Errorf("am: %s from rank %d carries a free", h.Kind, src))
+			return
+		}
+		p := &ep.peers[src]
+		p.mu.Lock()
+		err := p.win.Free(h.Off, h.Reserve)
+		p.mu.Unlock()
+		if err != nil {
+			ep.drop(fmt.Errorf("am: %s from rank %d: %w", h.Kind, src, err))
+			return
+		}
+	}
+	switch h.Kind {
+	case wire.KindAck:
+		rx.c.acks++
+	case wire.KindReplyShort, wire.KindReplyMedium:
+		rx.c.replies++
+		rx.c.bytes += uint64(len(payload))
+		rx.tok.Begin(ep, src, false)
+		ep.dispatch(h.Handler, args, payload)
+	case wire.KindRequestShort, wire.KindRequestMedium, wire.KindRequestStore, wire.KindStoreDone:
+		if uint64(h.Off)+uint64(h.Reserve) > uint64(ep.cfg.BufferBytes) || h.Off%flowctl.Granule != 0 ||
+			h.Reserve%flowctl.Granule != 0 || int(h.Reserve) < len(pkt)+wire.MaxHeaderLen {
+			ep.drop(fmt.Errorf("am: %s from rank %d with bad reservation [%d,+%d) for %d bytes", h.Kind, src, h.Off, h.Reserve, len(pkt)))
+			return
+		}
+		rx.c.requests++
+		rx.c.bytes += uint64(len(payload))
+		if h.Kind == wire.KindRequestStore || h.Kind == wire.KindStoreDone {
+			region, err := ep.storeRegion(h, payload)
+			if err != nil {
+				ep.drop(fmt.Errorf("am: %s from rank %d: %w", h.Kind, src, err))
+				ep.addFree(src, h.Off, h.Reserve)
+				return
+			}
+			if h.Kind == wire.KindRequestStore && h.Flags&wire.FlagLast == 0 {
+				ep.addFree(src, h.Off, h.Reserve)
+				return
+			}
+			payload = region
+		}
+		tok := &rx.tok
+		tok.Begin(ep, src, true)
+		tok.ReqOff, tok.ReqLen = h.Off, h.Reserve
+		tok.MaxReply = int(h.Reserve) - len(pkt)
+		rx.payload = payload
+		rx.kind = h.Kind
+		ep.dispatch(h.Handler, args, payload)
+		rx.payload = nil
+		if !tok.Replied() && !tok.IsRetained() {
+			ep.addFree(src, h.Off, h.Reserve)
+		}
+	}
+}
+
+func (ep *Endpoint) dispatch(idx uint8, args []uint64, payload []byte) {
+	ep.dispatching.Store(true)
+	err := ep.table.Dispatch(&ep.rx.tok, handlers.Index(idx), args, payload)
+	ep.dispatching.Store(false)
+	if err != nil {
+		ep.drop(err)
+	}
+}
+
+// addFree records that space [off,+n) of src's buffer here is consumed; adjacent
+// frees coalesce into one range, sent with the next reply to src or as an ack at
+// the end of the poll.
+func (ep *Endpoint) addFree(src int, off, n uint32) {
+	pr := &ep.rx.pending[src]
+	if pr.n != 0 {
+		if pr.off+pr.n == off {
+			pr.n += n
+			return
+		}
+		ep.sendAck(src, pr.off, pr.n)
+	} else {
+		ep.rx.dirty = append(ep.rx.dirty, src)
+	}
+	*pr = freeRange{off, n}
+}
+
+func (ep *Endpoint) flushFrees() {
+	for _, src := range ep.rx.dirty {
+		pr := &ep.rx.pending[src]
+		if pr.n != 0 {
+			ep.sendAck(src, pr.off, pr.n)
+			*pr = freeRange{}
+		}
+	}
+	ep.rx.dirty = ep.rx.dirty[:0]
+}
+
+func (ep *Endpoint) sendAck(dst int, off, n uint32) {
+	h := wire.Header{Kind: wire.KindAck, Src: uint32(ep.rank), Flags: wire.FlagFree, Off: off, Reserve: n}
+	if err := ep.sendResponse(dst, &h, nil, nil); err != nil {
+		ep.drop(err)
+	}
+}
+
+// Reply implements handlers.Replier; handlers call it through their token.
+func (ep *Endpoint) Reply(tok *handlers.Token, h handlers.Index, payload []byte, medium bool) error {
+	args := tok.ReplyArgs()
+	if err := ep.table.CheckSend(h, len(args)); err != nil {
+		return err
+	}
+	size := wire.HeaderLen + 8*len(args) + len(payload)
+	if size > tok.MaxReply {
+		return fmt.Errorf("%w: reply of %d bytes with %d arguments to rank %d (room for %d)",
+			ErrTooLarge, len(payload), len(args), tok.Source(), tok.MaxReply)
+	}
+	src := tok.Source()
+	hdr := wire.Header{Kind: wire.KindReplyShort, Handler: uint8(h), NArgs: uint8(len(args)), Src: uint32(ep.rank),
+		Flags: wire.FlagFree, Off: tok.ReqOff, Reserve: tok.ReqLen}
+	if medium {
+		hdr.Kind = wire.KindReplyMedium
+		hdr.Len = uint32(len(payload))
+	} else {
+		payload = nil
+	}
+	// Carry the pending free of earlier requests from src too when it is adjacent.
+	if pr := &ep.rx.pending[src]; pr.n != 0 && pr.off+pr.n == tok.ReqOff {
+		hdr.Off, hdr.Reserve = pr.off, pr.n+tok.ReqLen
+		*pr = freeRange{}
+	}
+	return ep.sendResponse(src, &hdr, args, payload)
+}
+
+// Retain implements handlers.Replier: it keeps a medium request's payload in
+// the per-peer receive buffer, in the sender's own space, until Release.
+func (ep *Endpoint) Retain(tok *handlers.Token) ([]byte, handlers.Retained, error) {
+	if ep.rx.kind != wire.KindRequestMedium {
+		return nil, handlers.Retained{}, fmt.Errorf("%w: only a medium request's payload can be retained (this is %s)", ErrConfig, ep.rx.kind)
+	}
+	src := tok.Source()
+	base := src * ep.cfg.BufferBytes
+	buf := ep.recvBufs[base+int(tok.ReqOff) : base+int(tok.ReqOff)+len(ep.rx.payload)]
+	copy(buf, ep.rx.payload)
+	return buf, handlers.Retained{Src: src, Off: tok.ReqOff, Len: tok.ReqLen}, nil
+}
+
+// Release frees a payload that a handler retained: the space returns to its
+// sender, which answers the request. Call it once per Retained, from any
+// goroutine (not from inside a handler of the same endpoint's poll is fine too).
+// The retained bytes must not be used afterwards. Errors: ErrRank for a bogus
+// handle, transport errors.
+func (ep *Endpoint) Release(r handlers.Retained) error {
+	if err := ep.checkDst(r.Src); err != nil {
+		return err
+	}
+	h := wire.Header{Kind: wire.KindAck, Src: uint32(ep.rank), Flags: wire.FlagFree, Off: r.Off, Reserve: r.Len}
+	return ep.sendResponse(r.Src, &h, nil, nil)
+}
+
+var dropLogEvery = time.Second
+
+func (ep *Endpoint) drop(err error) {
+	ep.rx.c.drops++
+	ep.dropMu.Lock()
+	ep.lastDrop = err.Error()
+	log := ep.cfg.OnDrop == nil && time.Since(ep.lastLog) >= dropLogEvery
+	if log {
+		ep.lastLog = time.Now()
+	}
+	ep.dropMu.Unlock()
+	if ep.cfg.OnDrop != nil {
+		ep.cfg.OnDrop(err)
+	} else if log {
+		slog.Warn("amgo: dropped packet", "rank", ep.rank, "err", err)
+	}
+}
+
+// Stats returns the endpoint's counters. Receive-side counters are read under the
+// poll lock, so Stats waits for a running poll to finish.
+func (ep *Endpoint) Stats() Stats {
+	var s Stats
+	for i := range ep.peers {
+		p := &ep.peers[i]
+		p.mu.Lock()
+		s.RequestsSent += p.c.requests
+		s.RepliesSent += p.c.replies
+		s.AcksSent += p.c.acks
+		s.BytesSent += p.c.bytes
+		s.CreditStalls += p.c.stalls
+		s.Backlogged += p.c.backlogged
+		s.StoresPut += p.c.storesPut
+		s.StoresPacketed += p.c.storesPacketed
+		p.mu.Unlock()
+	}
+	ep.pollMu.Lock()
+	s.RequestsRecv = ep.rx.c.requests
+	s.RepliesRecv = ep.rx.c.replies
+	s.AcksRecv = ep.rx.c.acks
+	s.BytesRecv = ep.rx.c.bytes
+	s.Drops = ep.rx.c.drops
+	ep.pollMu.Unlock()
+	s.UnknownHandler = ep.table.Unknown()
+	ep.dropMu.Lock()
+	s.LastDrop = ep.lastDrop
+	ep.dropMu.Unlock()
+	return s
+}
+
+// backoff paces a blocking wait: poll hot for SpinTime, then yield, then sleep
+// on the transport's wake-up so that a waiting rank gives its core away.
+type backoff struct {
+	spins   int
+	start   time.Time
+	stalled time.Time // when the poll lock was last found busy with a handler running
+}
+
+// progress polls once on behalf of a blocked caller and paces the retry.
+func (ep *Endpoint) progress(b *backoff) error {
+	if ep.closed.Load() {
+		return ErrClosed
+	}
+	if ep.pollMu.TryLock() {
+		n, err := ep.pollLocked()
+		ep.pollMu.Unlock()
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			b.spins = 0
+			return nil
+		}
+		b.stalled = time.Time{}
+	} else if ep.dispatching.Load() {
+		// Another goroutine polls, or this goroutine is inside a handler and
+		// asked for something that needs a poll: report the latter rather than hang.
+		if b.stalled.IsZero() {
+			b.stalled = time.Now()
+		} else if b.spins%1024 == 0 && time.Since(b.stalled) > 2*time.Second {
+			return ErrInHandler
+		}
+	}
+	b.spins++
+	if b.spins < 64 {
+		return nil
+	}
+	if b.spins == 64 {
+		b.start = time.Now()
+	}
+	if b.spins%64 != 0 || time.Since(b.start) < ep.cfg.SpinTime {
+		if b.spins%16 == 0 {
+			runtime.Gosched()
+		}
+		return nil
+	}
+	if ep.pollMu.TryLock() {
+		err := ep.tr.Wait(time.Millisecond)
+		ep.pollMu.Unlock()
+		return err
+	}
+	time.Sleep(10 * time.Microsecond)
+	return nil
+}
+
+// PollUntil polls until cond returns true (GASNET_BLOCKUNTIL): hot at first,
+// then sleeping on the network's wake-up. cond is evaluated on the calling
+// goroutine between polls. Errors: ErrClosed, network errors, ErrInHandler.
+func (ep *Endpoint) PollUntil(cond func() bool) error {
+	var b backoff
+	for !cond() {
+		if err := ep.progress(&b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Drain polls until every request this endpoint sent has been answered (its
+// buffer space at every peer is free again) or d passes. It returns the number
+// of peers still holding space.
+func (ep *Endpoint) Drain(d time.Duration) int {
+	deadline := time.Now().Add(d)
+	busy := func() int {
+		n := 0
+		for i := range ep.peers {
+			p := &ep.peers[i]
+			p.mu.Lock()
+			if p.win.InUse() > 0 || len(p.backlog) > 0 {
+				n++
+			}
+			p.mu.Unlock()
+		}
+		return n
+	}
+	var b backoff
+	for time.Now().Before(deadline) {
+		if busy() == 0 {
+			return 0
+		}
+		if err := ep.progress(&b); err != nil {
+			break
+		}
+	}
+	return busy()
+}
+
+// Close drains outstanding requests (for up to a second), then closes the
+// transport. Later calls fail with ErrClosed.
+func (ep *Endpoint) Close() error {
+	if ep.closed.Load() {
+		return ErrClosed
+	}
+	ep.Drain(time.Second)
+	ep.closed.Store(true)
+	ep.pollMu.Lock()
+	defer ep.pollMu.Unlock()
+	return ep.tr.Close()
+}

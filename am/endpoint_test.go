@@ -1,0 +1,374 @@
+package am
+
+import (
+	"bytes"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/amgo-hpc/amgo/flowctl"
+	"github.com/amgo-hpc/amgo/handlers"
+	"github.com/amgo-hpc/amgo/internal/wire"
+	"github.com/stretchr/testify/require"
+)
+
+func newFakeEndpoints(t *testing.T, net *fakeNet, cfg Config) []*Endpoint {
+	t.Helper()
+	var eps []*Endpoint
+	for _, tr := range net.transports() {
+		ep, err := New(tr, cfg)
+		require.NoError(t, err)
+		eps = append(eps, ep)
+	}
+	return eps
+}
+
+// pollAll polls every endpoint until cond holds or the test times out.
+func pollAll(t *testing.T, eps []*Endpoint, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		for _, ep := range eps {
+			_, err := ep.Poll()
+			require.NoError(t, err)
+		}
+		require.True(t, time.Now().Before(deadline), "timed out")
+	}
+}
+
+func TestShortRequestAndReply(t *testing.T) {
+	eps := newFakeEndpoints(t, newFakeNet(2), Config{})
+	var got atomic.Uint64
+	var replySrc atomic.Int64
+	const hReq, hRep handlers.Index = 10, 11
+	for _, ep := range eps {
+		_, err := ep.Register(handlers.Entry{Index: hReq, Name: "req", NArgs: 3, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+			require.Equal(t, 0, tok.Source())
+			require.True(t, tok.IsRequest())
+			require.Empty(t, p)
+			require.NoError(t, tok.ReplyShort(hRep, a[0]+a[1]+a[2]))
+		}})
+		require.NoError(t, err)
+		_, err = ep.Register(handlers.Entry{Index: hRep, Name: "rep", NArgs: 1, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+			replySrc.Store(int64(tok.Source()))
+			got.Store(a[0])
+		}})
+		require.NoError(t, err)
+	}
+	require.NoError(t, eps[0].RequestShort(1, hReq, 1, 2, 3))
+	pollAll(t, eps, func() bool { return got.Load() == 6 })
+	require.EqualValues(t, 1, replySrc.Load())
+	// The reply freed the request's space: nothing is outstanding.
+	require.Zero(t, eps[0].Drain(time.Second))
+	s0, s1 := eps[0].Stats(), eps[1].Stats()
+	require.EqualValues(t, 1, s0.RequestsSent)
+	require.EqualValues(t, 1, s1.RequestsRecv)
+	require.EqualValues(t, 1, s1.RepliesSent)
+	require.EqualValues(t, 1, s0.RepliesRecv)
+	require.Zero(t, s1.AcksSent, "an explicit reply carries the free; no separate ack")
+}
+
+func TestMediumPayloadAndMediumReply(t *testing.T) {
+	eps := newFakeEndpoints(t, newFakeNet(2), Config{})
+	var echoed atomic.Value
+	for _, ep := range eps {
+		_, err := ep.Register(handlers.Entry{Index: 1, Name: "echo", NArgs: 1, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+			require.Len(t, p, int(a[0]))
+			n := min(len(p), tok.MaxReplyMedium(0))
+			require.NoError(t, tok.ReplyMedium(2, p[:n]))
+		}})
+		require.NoError(t, err)
+		_, err = ep.Register(handlers.Entry{Index: 2, Name: "echoed", NArgs: 0, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+			echoed.Store(append([]byte(nil), p...))
+		}})
+		require.NoError(t, err)
+	}
+	for _, size := range []int{0, 1, 100, 1000, eps[0].MaxMedium()} {
+		echoed = atomic.Value{}
+		msg := bytes.Repeat([]byte{byte(size)}, size)
+		require.NoError(t, eps[0].RequestMedium(1, 1, msg, uint64(size)))
+		pollAll(t, eps, func() bool { return echoed.Load() != nil })
+		got := echoed.Load().([]byte)
+		require.GreaterOrEqual(t, len(got), min(size, wire.MaxHeaderLen-wire.HeaderLen), "reply room of at least a short reply")
+		require.True(t, bytes.Equal(msg[:len(got)], got), "size %d", size)
+	}
+	require.Zero(t, eps[0].Drain(time.Second))
+}
+
+func TestBadArgumentsAreErrors(t *testing.T) {
+	eps := newFakeEndpoints(t, newFakeNet(2), Config{})
+	_, err := eps[0].Register(handlers.Entry{Index: 5, Name: "two", NArgs: 2, Fn: func(*handlers.Token, []uint64, []byte) {}})
+	require.NoError(t, err)
+	require.ErrorIs(t, eps[0].RequestShort(2, 5, 1, 2), ErrRank)
+	require.ErrorIs(t, eps[0].RequestShort(-1, 5, 1, 2), ErrRank)
+	require.ErrorIs(t, eps[0].RequestShort(1, 5, 1), handlers.ErrArgCount)
+	require.ErrorIs(t, eps[0].RequestShort(1, 6), handlers.ErrUnknownHandler)
+	require.ErrorIs(t, eps[0].RequestMedium(1, 5, make([]byte, eps[0].MaxMedium()+1), 1, 2), ErrTooLarge)
+	_, err = eps[0].Register(handlers.Entry{Index: 250, Name: "reserved", Fn: func(*handlers.Token, []uint64, []byte) {}})
+	require.ErrorIs(t, err, handlers.ErrIndexReserved)
+	_, err = eps[0].Register(handlers.Entry{Index: 5, Name: "again", Fn: func(*handlers.Token, []uint64, []byte) {}})
+	require.ErrorIs(t, err, handlers.ErrIndexInUse)
+	_, err = eps[0].Register(handlers.Entry{Name: "nofn"})
+	require.ErrorIs(t, err, handlers.ErrBadEntry)
+	_, err = New(newFakeNet(1).transports()[0], Config{BufferBytes: 1000})
+	require.ErrorIs(t, err, ErrConfig)
+}
+
+func TestRegisterAfterStartFails(t *testing.T) {
+	eps := newFakeEndpoints(t, newFakeNet(1), Config{})
+	_, err := eps[0].Poll()
+	require.NoError(t, err)
+	_, err = eps[0].Register(handlers.Entry{Index: 7, Name: "late", Fn: func(*handlers.Token, []uint64, []byte) {}})
+	require.ErrorIs(t, err, handlers.ErrStarted)
+}
+
+func TestReplyRules(t *testing.T) {
+	eps := newFakeEndpoints(t, newFakeNet(2), Config{})
+	var kept *handlers.Token
+	errs := make(chan error, 8)
+	var done atomic.Bool
+	for _, ep := range eps {
+		_, _ = ep.Register(handlers.Entry{Index: 1, Name: "req", NArgs: 0, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+			errs <- tok.ReplyShort(2)
+			errs <- tok.ReplyShort(2) // second reply
+			kept = tok
+		}})
+		_, _ = ep.Register(handlers.Entry{Index: 2, Name: "rep", NArgs: 0, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+			errs <- tok.ReplyShort(2) // reply from a reply handler
+			_, _, err := tok.Retain()
+			errs <- err
+			done.Store(true)
+		}})
+	}
+	require.NoError(t, eps[0].RequestShort(1, 1))
+	pollAll(t, eps, done.Load)
+	require.NoError(t, <-errs)
+	require.ErrorIs(t, <-errs, handlers.ErrReplied)
+	require.ErrorIs(t, <-errs, handlers.ErrReplyFromReply)
+	require.ErrorIs(t, <-errs, handlers.ErrReplyFromReply)
+	require.ErrorIs(t, kept.ReplyShort(2), handlers.ErrNotInHandler, "reply outside the handler")
+}
+
+// A receiver that does not poll makes the sender run out of space in its buffer:
+// the sender then polls (back-pressure) and nothing is lost.
+func TestCreditBackPressure(t *testing.T) {
+	net := newFakeNet(2)
+	eps := newFakeEndpoints(t, net, Config{BufferBytes: 4096})
+	var mu sync.Mutex
+	var got []uint64
+	for _, ep := range eps {
+		_, _ = ep.Register(handlers.Entry{Index: 1, Name: "sink", NArgs: 1, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+			require.Len(t, p, 300)
+			require.Equal(t, byte(a[0]), p[299])
+			mu.Lock()
+			got = append(got, a[0])
+			mu.Unlock()
+		}})
+	}
+	const n = 2000
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !stop.Load() {
+			time.Sleep(100 * time.Microsecond) // a slow receiver
+			_, _ = eps[1].Poll()
+		}
+	}()
+	msg := make([]byte, 300)
+	for i := uint64(0); i < n; i++ {
+		msg[299] = byte(i)
+		require.NoError(t, eps[0].RequestMedium(1, 1, msg, i))
+		require.LessOrEqual(t, eps[0].peers[1].win.InUse(), 4096)
+	}
+	require.Zero(t, eps[0].Drain(10*time.Second))
+	stop.Store(true)
+	wg.Wait()
+	require.Len(t, got, n)
+	for i, v := range got {
+		require.EqualValues(t, i, v, "in order")
+	}
+	require.Positive(t, eps[0].Stats().CreditStalls)
+}
+
+// The seed's unexpected message keeps its space until the receive is posted.
+func TestRetainKeepsSpaceUntilRelease(t *testing.T) {
+	eps := newFakeEndpoints(t, newFakeNet(2), Config{BufferBytes: 2048})
+	var kept []handlers.Retained
+	var payloads [][]byte
+	for _, ep := range eps {
+		_, _ = ep.Register(handlers.Entry{Index: 1, Name: "keep", NArgs: 0, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+			b, r, err := tok.Retain()
+			require.NoError(t, err)
+			require.Equal(t, p, b)
+			require.ErrorIs(t, tok.ReplyShort(1), handlers.ErrRetained)
+			kept = append(kept, r)
+			payloads = append(payloads, b)
+		}})
+	}
+	msg := bytes.Repeat([]byte("x"), 500)
+	// Each takes 768 bytes (500 + header + reply room, rounded to 64): two fit, a third would not.
+	require.NoError(t, eps[0].RequestMedium(1, 1, msg))
+	require.NoError(t, eps[0].RequestMedium(1, 1, msg))
+	pollAll(t, eps, func() bool { return len(kept) == 2 })
+	for i := 0; i < 20; i++ {
+		_, _ = eps[0].Poll()
+	}
+	require.Equal(t, 1536, eps[0].peers[1].win.InUse(), "retained payloads hold their space")
+	require.Equal(t, msg, payloads[0])
+	require.NoError(t, eps[1].Release(kept[1]))
+	require.NoError(t, eps[1].Release(kept[0]))
+	pollAll(t, eps, func() bool { return eps[0].Drain(0) == 0 })
+}
+
+func TestStoreByPutAndByFragments(t *testing.T) {
+	for _, mode := range []string{"put", "fragments", "put-refused"} {
+		t.Run(mode, func(t *testing.T) {
+			net := newFakeNet(2)
+			net.put = mode != "fragments"
+			net.dropPut = mode == "put-refused"
+			eps := newFakeEndpoints(t, net, Config{})
+			dst := make([]byte, 100000)
+			seg, err := eps[1].RegisterSegment(dst)
+			require.NoError(t, err)
+			var landed atomic.Value
+			for _, ep := range eps {
+				_, _ = ep.Register(handlers.Entry{Index: 3, Name: "stored", NArgs: 1, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+					require.EqualValues(t, 42, a[0])
+					landed.Store(append([]byte(nil), p...))
+					require.NoError(t, tok.ReplyShort(4))
+				}})
+				_, _ = ep.Register(handlers.Entry{Index: 4, Name: "ack", NArgs: 0, Fn: func(*handlers.Token, []uint64, []byte) {}})
+			}
+			data := make([]byte, 70000)
+			for i := range data {
+				data[i] = byte(i * 7)
+			}
+			go func() { _ = eps[0].Store(1, 3, seg.Addr+1000, data, 42) }()
+			pollAll(t, eps, func() bool { return landed.Load() != nil })
+			require.Equal(t, data, landed.Load().([]byte))
+			require.Equal(t, data, dst[1000:71000])
+			require.Zero(t, eps[0].Drain(5*time.Second))
+			s := eps[0].Stats()
+			if mode == "put" {
+				require.EqualValues(t, 1, s.StoresPut)
+			} else {
+				require.EqualValues(t, 1, s.StoresPacketed)
+			}
+			require.NoError(t, eps[1].UnregisterSegment(seg))
+			require.ErrorIs(t, eps[1].UnregisterSegment(seg), ErrSegment)
+		})
+	}
+}
+
+func TestStoreOutsideSegmentIsDropped(t *testing.T) {
+	net := newFakeNet(2)
+	eps := newFakeEndpoints(t, net, Config{})
+	var ran atomic.Bool
+	for _, ep := range eps {
+		_, _ = ep.Register(handlers.Entry{Index: 3, Name: "stored", NArgs: 0, Fn: func(*handlers.Token, []uint64, []byte) { ran.Store(true) }})
+	}
+	var dropped atomic.Int32
+	eps[1].cfg.OnDrop = func(err error) { require.ErrorIs(t, err, ErrSegment); dropped.Add(1) }
+	require.NoError(t, eps[0].Store(1, 3, 0x1000, []byte("stray")))
+	pollAll(t, eps, func() bool { return dropped.Load() == 1 })
+	require.False(t, ran.Load())
+	// The space is still freed: the sender is not starved by a bad store.
+	pollAll(t, eps, func() bool { return eps[0].Drain(0) == 0 })
+}
+
+func TestMalformedPacketsAreDroppedAndCounted(t *testing.T) {
+	net := newFakeNet(2)
+	eps := newFakeEndpoints(t, net, Config{})
+	var reasons []error
+	eps[1].cfg.OnDrop = func(err error) { reasons = append(reasons, err) }
+	var ran atomic.Int32
+	for _, ep := range eps {
+		_, _ = ep.Register(handlers.Entry{Index: 1, Name: "h", NArgs: 0, Fn: func(*handlers.Token, []uint64, []byte) { ran.Add(1) }})
+	}
+	enc := func(h wire.Header) []byte {
+		b := make([]byte, wire.MaxHeaderLen)
+		return b[:wire.Encode(b, &h, make([]uint64, h.NArgs))]
+	}
+	net.inject(0, 1, []byte("garbage"))
+	net.inject(0, 1, enc(wire.Header{Kind: wire.KindRequestShort, Handler: 99, Src: 0, Reserve: 256}))                      // unknown handler
+	net.inject(0, 1, enc(wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 1, Reserve: 256}))                       // lies about its source
+	net.inject(0, 1, enc(wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 0, Off: 16384, Reserve: 256}))          // reservation past the buffer
+	net.inject(0, 1, enc(wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 0, Reserve: 64}))                        // no reply room
+	net.inject(0, 1, enc(wire.Header{Kind: wire.KindAck, Src: 0, Flags: wire.FlagFree, Off: 0, Reserve: 64}))               // frees nothing allocated
+	net.inject(0, 1, enc(wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 0, NArgs: 2, Reserve: 256}))             // wrong arg count
+	for i := 0; i < 10; i++ {
+		_, err := eps[1].Poll()
+		require.NoError(t, err)
+	}
+	require.Len(t, reasons, 7)
+	require.ErrorIs(t, reasons[0], wire.ErrShort)
+	require.ErrorIs(t, reasons[1], handlers.ErrUnknownHandler)
+	require.ErrorIs(t, reasons[5], flowctl.ErrNotAllocated)
+	require.ErrorIs(t, reasons[6], handlers.ErrArgCount)
+	require.Zero(t, ran.Load())
+	s := eps[1].Stats()
+	require.EqualValues(t, 7, s.Drops)
+	require.EqualValues(t, 1, s.UnknownHandler)
+	require.NotEmpty(t, s.LastDrop)
+}
+
+// Replies never wait for credit: when the network refuses them they queue and
+// leave with a later poll, in order.
+func TestRepliesBacklogWhenNetworkIsFull(t *testing.T) {
+	net := newFakeNet(2)
+	net.limit = 1
+	eps := newFakeEndpoints(t, net, Config{})
+	var replies atomic.Int32
+	for _, ep := range eps {
+		_, _ = ep.Register(handlers.Entry{Index: 1, Name: "req", NArgs: 0, Fn: func(tok *handlers.Token, _ []uint64, _ []byte) {
+			require.NoError(t, tok.ReplyShort(2))
+		}})
+		_, _ = ep.Register(handlers.Entry{Index: 2, Name: "rep", NArgs: 0, Fn: func(*handlers.Token, []uint64, []byte) { replies.Add(1) }})
+	}
+	var wg sync.WaitGroup
+	for r := 0; r < 2; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				require.NoError(t, eps[r].RequestShort(1-r, 1))
+			}
+		}(r)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	pollAll(t, eps, func() bool {
+		select {
+		case <-done:
+			return replies.Load() == 400
+		default:
+			return false
+		}
+	})
+	require.Positive(t, eps[0].Stats().Backlogged+eps[1].Stats().Backlogged)
+}
+
+func TestBarrier(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 5, 8} {
+		net := newFakeNet(n)
+		eps := newFakeEndpoints(t, net, Config{})
+		var wg sync.WaitGroup
+		var phase atomic.Int32
+		for r := 0; r < n; r++ {
+			wg.Add(1)
+			go func(r int) {
+				defer wg.Done()
+				for round := int32(0); round < 20; round++ {
+					phase.Add(1)
+					require.NoError(t, eps[r].Barrier())
+					require.GreaterOrEqual(t, phase.Load(), int32(n)*(round+1), "nobody leaves before everybody entered")
+					require.NoError(t, eps[r].Barrier())
+				}
+			}(r)
+		}
+		wg.Wait()
+	}
+}
