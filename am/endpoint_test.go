@@ -293,12 +293,12 @@ func TestMalformedPacketsAreDroppedAndCounted(t *testing.T) {
 		return b[:wire.Encode(b, &h, make([]uint64, h.NArgs))]
 	}
 	net.inject(0, 1, []byte("garbage"))
-	net.inject(0, 1, enc(wire.Header{Kind: wire.KindRequestShort, Handler: 99, Src: 0, Reserve: 256}))                      // unknown handler
-	net.inject(0, 1, enc(wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 1, Reserve: 256}))                       // lies about its source
-	net.inject(0, 1, enc(wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 0, Off: 16384, Reserve: 256}))          // reservation past the buffer
-	net.inject(0, 1, enc(wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 0, Reserve: 64}))                        // no reply room
-	net.inject(0, 1, enc(wire.Header{Kind: wire.KindAck, Src: 0, Flags: wire.FlagFree, Off: 0, Reserve: 64}))               // frees nothing allocated
-	net.inject(0, 1, enc(wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 0, NArgs: 2, Reserve: 256}))             // wrong arg count
+	net.inject(0, 1, enc(wire.Header{Kind: wire.KindRequestShort, Handler: 99, Src: 0, Reserve: 256}))            // unknown handler
+	net.inject(0, 1, enc(wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 1, Reserve: 256}))             // lies about its source
+	net.inject(0, 1, enc(wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 0, Off: 16384, Reserve: 256})) // reservation past the buffer
+	net.inject(0, 1, enc(wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 0, Reserve: 64}))              // no reply room
+	net.inject(0, 1, enc(wire.Header{Kind: wire.KindAck, Src: 0, Flags: wire.FlagFree, Off: 0, Reserve: 64}))     // frees nothing allocated
+	net.inject(0, 1, enc(wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 0, NArgs: 2, Reserve: 256}))   // wrong arg count
 	for i := 0; i < 10; i++ {
 		_, err := eps[1].Poll()
 		require.NoError(t, err)

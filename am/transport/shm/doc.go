@@ -48,6 +48,21 @@
 // peer that is gone without having closed makes Send to it and Poll return an
 // error wrapping transport.ErrPeer (Poll first delivers what the peer left).
 //
+// # Concurrency
+//
+// As transport.Transport says: Sends to different destinations, Poll and Wait
+// may run concurrently; Poll runs on one goroutine at a time, and so do Sends to
+// one destination. Wait only reads shared words to decide whether to sleep.
+// Close must not run concurrently with anything else.
+//
+// # Trust
+//
+// Peers are processes of the same user in the same job. A peer that writes
+// nonsense into a ring is detected (bounds checks; Poll and Send return an
+// error wrapping transport.ErrPeer) rather than read out of bounds, but a peer
+// that truncates its file can still make this process fault with SIGBUS: the
+// shared mapping cannot protect against a hostile process of the same user.
+//
 // # Options
 //
 //	ring_bytes  data bytes of each directed ring (env AMGO_SHM_RING_BYTES; default

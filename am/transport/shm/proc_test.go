@@ -50,7 +50,7 @@ func openRank(dir string, rank int, opts map[string]string) (*Transport, error) 
 	for k, v := range opts {
 		o[k] = v
 	}
-	return New(&transporttest.FileBootstrap{Dir: dir, ID: "proc", R: rank, N: 2, Timeout: 20 * time.Second}, o)
+	return open(&transporttest.FileBootstrap{Dir: dir, ID: "proc", R: rank, N: 2, Timeout: 20 * time.Second}, o)
 }
 
 // last keeps a copy of the last packet delivered.

@@ -21,9 +21,7 @@ import (
 )
 
 func init() {
-	transport.Register("shm", func(b transport.Bootstrap, opts map[string]string) (transport.Transport, error) {
-		return New(b, opts)
-	})
+	transport.Register("shm", New)
 }
 
 // Defaults.
@@ -92,11 +90,19 @@ type peer struct {
 }
 
 // New opens rank b.Rank()'s shared-memory transport for a job of b.Size() ranks
-// on this host. It calls b.Fence twice, so every rank must call New
-// concurrently. opts: see the package documentation. Errors: bad options, file
-// system and mmap failures, and peers' files that are missing, foreign or
-// malformed, each naming the rank and path.
-func New(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
+// on this host; the result is a *Transport. It calls b.Fence twice, so every
+// rank must call New concurrently. opts: see the package documentation. Errors:
+// bad options, file system and mmap failures, and peers' files that are
+// missing, foreign or malformed, each naming the rank and path.
+func New(b transport.Bootstrap, opts map[string]string) (transport.Transport, error) {
+	t, err := open(b, opts)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 	rank, size := b.Rank(), b.Size()
 	if size < 1 || rank < 0 || rank >= size {
 		return nil, fmt.Errorf("shm: bad job shape: rank %d of %d", rank, size)

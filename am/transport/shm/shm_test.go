@@ -61,7 +61,7 @@ func TestFilesAndDirectory(t *testing.T) {
 	for i := range bs {
 		go func() {
 			var err error
-			ts[i], err = New(bs[i], nil)
+			ts[i], err = open(bs[i], nil)
 			errs <- err
 		}()
 	}
@@ -106,6 +106,11 @@ func TestOptions(t *testing.T) {
 		_, err := New(transporttest.NewBootstraps(1, "opts")[0], o)
 		require.Error(t, err, "%v", o)
 	}
+	tr, err := transport.Open("shm", transporttest.NewBootstraps(1, "open")[0], map[string]string{"dir": t.TempDir()})
+	require.NoError(t, err, "registered as shm")
+	require.Equal(t, "shm", tr.Caps().Name)
+	require.NoError(t, tr.Close())
+
 	ts := openJob(t, 1, map[string]string{"ring_bytes": "100k", "spin": "1us"}) // rounds up to 128 KiB
 	require.Equal(t, (128<<10)/2-16, ts[0].Caps().MaxPacket)
 	require.NoError(t, ts[0].Close())
