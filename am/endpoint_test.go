@@ -2,6 +2,7 @@ package am
 
 import (
 	"bytes"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,62 +39,64 @@ func pollAll(t *testing.T, eps []*Endpoint, cond func() bool) {
 }
 
 func TestShortRequestAndReply(t *testing.T) {
-	eps := newFakeEndpoints(t, newFakeNet(2), Config{})
-	var got atomic.Uint64
-	var replySrc atomic.Int64
-	const hReq, hRep handlers.Index = 10, 11
-	for _, ep := range eps {
-		_, err := ep.Register(handlers.Entry{Index: hReq, Name: "req", NArgs: 3, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
-			require.Equal(t, 0, tok.Source())
-			require.True(t, tok.IsRequest())
-			require.Empty(t, p)
-			require.NoError(t, tok.ReplyShort(hRep, a[0]+a[1]+a[2]))
-		}})
-		require.NoError(t, err)
-		_, err = ep.Register(handlers.Entry{Index: hRep, Name: "rep", NArgs: 1, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
-			replySrc.Store(int64(tok.Source()))
-			got.Store(a[0])
-		}})
-		require.NoError(t, err)
-	}
-	require.NoError(t, eps[0].RequestShort(1, hReq, 1, 2, 3))
-	pollAll(t, eps, func() bool { return got.Load() == 6 })
-	require.EqualValues(t, 1, replySrc.Load())
-	// The reply freed the request's space: nothing is outstanding.
-	require.Zero(t, eps[0].Drain(time.Second))
-	s0, s1 := eps[0].Stats(), eps[1].Stats()
-	require.EqualValues(t, 1, s0.RequestsSent)
-	require.EqualValues(t, 1, s1.RequestsRecv)
-	require.EqualValues(t, 1, s1.RepliesSent)
-	require.EqualValues(t, 1, s0.RepliesRecv)
-	require.Zero(t, s1.AcksSent, "an explicit reply carries the free; no separate ack")
+	forEachNetwork(t, 2, Config{}, func(t *testing.T, eps []*Endpoint) {
+		var got atomic.Uint64
+		var replySrc atomic.Int64
+		const hReq, hRep handlers.Index = 10, 11
+		for _, ep := range eps {
+			_, err := ep.Register(handlers.Entry{Index: hReq, Name: "req", NArgs: 3, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+				require.Equal(t, 0, tok.Source())
+				require.True(t, tok.IsRequest())
+				require.Empty(t, p)
+				require.NoError(t, tok.ReplyShort(hRep, a[0]+a[1]+a[2]))
+			}})
+			require.NoError(t, err)
+			_, err = ep.Register(handlers.Entry{Index: hRep, Name: "rep", NArgs: 1, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+				replySrc.Store(int64(tok.Source()))
+				got.Store(a[0])
+			}})
+			require.NoError(t, err)
+		}
+		require.NoError(t, eps[0].RequestShort(1, hReq, 1, 2, 3))
+		pollAll(t, eps, func() bool { return got.Load() == 6 })
+		require.EqualValues(t, 1, replySrc.Load())
+		// The reply freed the request's space: nothing is outstanding.
+		require.Zero(t, eps[0].Drain(time.Second))
+		s0, s1 := eps[0].Stats(), eps[1].Stats()
+		require.EqualValues(t, 1, s0.RequestsSent)
+		require.EqualValues(t, 1, s1.RequestsRecv)
+		require.EqualValues(t, 1, s1.RepliesSent)
+		require.EqualValues(t, 1, s0.RepliesRecv)
+		require.Zero(t, s1.AcksSent, "an explicit reply carries the free; no separate ack")
+	})
 }
 
 func TestMediumPayloadAndMediumReply(t *testing.T) {
-	eps := newFakeEndpoints(t, newFakeNet(2), Config{})
-	var echoed atomic.Value
-	for _, ep := range eps {
-		_, err := ep.Register(handlers.Entry{Index: 1, Name: "echo", NArgs: 1, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
-			require.Len(t, p, int(a[0]))
-			n := min(len(p), tok.MaxReplyMedium(0))
-			require.NoError(t, tok.ReplyMedium(2, p[:n]))
-		}})
-		require.NoError(t, err)
-		_, err = ep.Register(handlers.Entry{Index: 2, Name: "echoed", NArgs: 0, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
-			echoed.Store(append([]byte(nil), p...))
-		}})
-		require.NoError(t, err)
-	}
-	for _, size := range []int{0, 1, 100, 1000, eps[0].MaxMedium()} {
-		echoed = atomic.Value{}
-		msg := bytes.Repeat([]byte{byte(size)}, size)
-		require.NoError(t, eps[0].RequestMedium(1, 1, msg, uint64(size)))
-		pollAll(t, eps, func() bool { return echoed.Load() != nil })
-		got := echoed.Load().([]byte)
-		require.GreaterOrEqual(t, len(got), min(size, wire.MaxHeaderLen-wire.HeaderLen), "reply room of at least a short reply")
-		require.True(t, bytes.Equal(msg[:len(got)], got), "size %d", size)
-	}
-	require.Zero(t, eps[0].Drain(time.Second))
+	forEachNetwork(t, 2, Config{}, func(t *testing.T, eps []*Endpoint) {
+		var echoed atomic.Value
+		for _, ep := range eps {
+			_, err := ep.Register(handlers.Entry{Index: 1, Name: "echo", NArgs: 1, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+				require.Len(t, p, int(a[0]))
+				n := min(len(p), tok.MaxReplyMedium(0))
+				require.NoError(t, tok.ReplyMedium(2, p[:n]))
+			}})
+			require.NoError(t, err)
+			_, err = ep.Register(handlers.Entry{Index: 2, Name: "echoed", NArgs: 0, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+				echoed.Store(append([]byte(nil), p...))
+			}})
+			require.NoError(t, err)
+		}
+		for _, size := range []int{0, 1, 100, 1000, eps[0].MaxMedium()} {
+			echoed = atomic.Value{}
+			msg := bytes.Repeat([]byte{byte(size)}, size)
+			require.NoError(t, eps[0].RequestMedium(1, 1, msg, uint64(size)))
+			pollAll(t, eps, func() bool { return echoed.Load() != nil })
+			got := echoed.Load().([]byte)
+			require.GreaterOrEqual(t, len(got), min(size, wire.MaxHeaderLen-wire.HeaderLen), "reply room of at least a short reply")
+			require.True(t, bytes.Equal(msg[:len(got)], got), "size %d", size)
+		}
+		require.Zero(t, eps[0].Drain(time.Second))
+	})
 }
 
 func TestBadArgumentsAreErrors(t *testing.T) {
@@ -124,112 +127,128 @@ func TestRegisterAfterStartFails(t *testing.T) {
 }
 
 func TestReplyRules(t *testing.T) {
-	eps := newFakeEndpoints(t, newFakeNet(2), Config{})
-	var kept *handlers.Token
-	errs := make(chan error, 8)
-	var done atomic.Bool
-	for _, ep := range eps {
-		_, _ = ep.Register(handlers.Entry{Index: 1, Name: "req", NArgs: 0, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
-			errs <- tok.ReplyShort(2)
-			errs <- tok.ReplyShort(2) // second reply
-			kept = tok
-		}})
-		_, _ = ep.Register(handlers.Entry{Index: 2, Name: "rep", NArgs: 0, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
-			errs <- tok.ReplyShort(2) // reply from a reply handler
-			_, _, err := tok.Retain()
-			errs <- err
-			done.Store(true)
-		}})
-	}
-	require.NoError(t, eps[0].RequestShort(1, 1))
-	pollAll(t, eps, done.Load)
-	require.NoError(t, <-errs)
-	require.ErrorIs(t, <-errs, handlers.ErrReplied)
-	require.ErrorIs(t, <-errs, handlers.ErrReplyFromReply)
-	require.ErrorIs(t, <-errs, handlers.ErrReplyFromReply)
-	require.ErrorIs(t, kept.ReplyShort(2), handlers.ErrNotInHandler, "reply outside the handler")
+	forEachNetwork(t, 2, Config{}, func(t *testing.T, eps []*Endpoint) {
+		var kept *handlers.Token
+		errs := make(chan error, 8)
+		var done atomic.Bool
+		for _, ep := range eps {
+			_, _ = ep.Register(handlers.Entry{Index: 1, Name: "req", NArgs: 0, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+				errs <- tok.ReplyShort(2)
+				errs <- tok.ReplyShort(2) // second reply
+				kept = tok
+			}})
+			_, _ = ep.Register(handlers.Entry{Index: 2, Name: "rep", NArgs: 0, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+				errs <- tok.ReplyShort(2) // reply from a reply handler
+				_, _, err := tok.Retain()
+				errs <- err
+				done.Store(true)
+			}})
+		}
+		require.NoError(t, eps[0].RequestShort(1, 1))
+		pollAll(t, eps, done.Load)
+		require.NoError(t, <-errs)
+		require.ErrorIs(t, <-errs, handlers.ErrReplied)
+		require.ErrorIs(t, <-errs, handlers.ErrReplyFromReply)
+		require.ErrorIs(t, <-errs, handlers.ErrReplyFromReply)
+		require.ErrorIs(t, kept.ReplyShort(2), handlers.ErrNotInHandler, "reply outside the handler")
+	})
 }
 
 // A receiver that does not poll makes the sender run out of space in its buffer:
 // the sender then polls (back-pressure) and nothing is lost.
 func TestCreditBackPressure(t *testing.T) {
-	net := newFakeNet(2)
-	eps := newFakeEndpoints(t, net, Config{BufferBytes: 4096})
-	var mu sync.Mutex
-	var got []uint64
-	for _, ep := range eps {
-		_, _ = ep.Register(handlers.Entry{Index: 1, Name: "sink", NArgs: 1, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
-			require.Len(t, p, 300)
-			require.Equal(t, byte(a[0]), p[299])
-			mu.Lock()
-			got = append(got, a[0])
-			mu.Unlock()
-		}})
-	}
-	const n = 2000
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for !stop.Load() {
-			time.Sleep(100 * time.Microsecond) // a slow receiver
-			_, _ = eps[1].Poll()
+	forEachNetwork(t, 2, Config{BufferBytes: 4096}, func(t *testing.T, eps []*Endpoint) {
+		var mu sync.Mutex
+		var got []uint64
+		for _, ep := range eps {
+			_, _ = ep.Register(handlers.Entry{Index: 1, Name: "sink", NArgs: 1, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+				require.Len(t, p, 300)
+				require.Equal(t, byte(a[0]), p[299])
+				mu.Lock()
+				got = append(got, a[0])
+				mu.Unlock()
+			}})
 		}
-	}()
-	msg := make([]byte, 300)
-	for i := uint64(0); i < n; i++ {
-		msg[299] = byte(i)
-		require.NoError(t, eps[0].RequestMedium(1, 1, msg, i))
-		require.LessOrEqual(t, eps[0].peers[1].win.InUse(), 4096)
-	}
-	require.Zero(t, eps[0].Drain(10*time.Second))
-	stop.Store(true)
-	wg.Wait()
-	require.Len(t, got, n)
-	for i, v := range got {
-		require.EqualValues(t, i, v, "in order")
-	}
-	require.Positive(t, eps[0].Stats().CreditStalls)
+		const n = 2000
+		var stop atomic.Bool
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				time.Sleep(100 * time.Microsecond) // a slow receiver
+				_, _ = eps[1].Poll()
+			}
+		}()
+		msg := make([]byte, 300)
+		for i := uint64(0); i < n; i++ {
+			msg[299] = byte(i)
+			require.NoError(t, eps[0].RequestMedium(1, 1, msg, i))
+			require.LessOrEqual(t, eps[0].peers[1].win.InUse(), 4096)
+		}
+		require.Zero(t, eps[0].Drain(10*time.Second))
+		stop.Store(true)
+		wg.Wait()
+		require.Len(t, got, n)
+		for i, v := range got {
+			require.EqualValues(t, i, v, "in order")
+		}
+		require.Positive(t, eps[0].Stats().CreditStalls)
+	})
 }
 
 // The seed's unexpected message keeps its space until the receive is posted.
 func TestRetainKeepsSpaceUntilRelease(t *testing.T) {
-	eps := newFakeEndpoints(t, newFakeNet(2), Config{BufferBytes: 2048})
-	var kept []handlers.Retained
-	var payloads [][]byte
-	for _, ep := range eps {
-		_, _ = ep.Register(handlers.Entry{Index: 1, Name: "keep", NArgs: 0, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
-			b, r, err := tok.Retain()
-			require.NoError(t, err)
-			require.Equal(t, p, b)
-			require.ErrorIs(t, tok.ReplyShort(1), handlers.ErrRetained)
-			kept = append(kept, r)
-			payloads = append(payloads, b)
-		}})
-	}
-	msg := bytes.Repeat([]byte("x"), 500)
-	// Each takes 768 bytes (500 + header + reply room, rounded to 64): two fit, a third would not.
-	require.NoError(t, eps[0].RequestMedium(1, 1, msg))
-	require.NoError(t, eps[0].RequestMedium(1, 1, msg))
-	pollAll(t, eps, func() bool { return len(kept) == 2 })
-	for i := 0; i < 20; i++ {
-		_, _ = eps[0].Poll()
-	}
-	require.Equal(t, 1536, eps[0].peers[1].win.InUse(), "retained payloads hold their space")
-	require.Equal(t, msg, payloads[0])
-	require.NoError(t, eps[1].Release(kept[1]))
-	require.NoError(t, eps[1].Release(kept[0]))
-	pollAll(t, eps, func() bool { return eps[0].Drain(0) == 0 })
+	forEachNetwork(t, 2, Config{BufferBytes: 2048}, func(t *testing.T, eps []*Endpoint) {
+		var kept []handlers.Retained
+		var payloads [][]byte
+		for _, ep := range eps {
+			_, _ = ep.Register(handlers.Entry{Index: 1, Name: "keep", NArgs: 0, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+				b, r, err := tok.Retain()
+				require.NoError(t, err)
+				require.Equal(t, p, b)
+				require.ErrorIs(t, tok.ReplyShort(1), handlers.ErrRetained)
+				kept = append(kept, r)
+				payloads = append(payloads, b)
+			}})
+		}
+		msg := bytes.Repeat([]byte("x"), 500)
+		// Each takes 768 bytes (500 + header + reply room, rounded to 64): two fit, a third would not.
+		require.NoError(t, eps[0].RequestMedium(1, 1, msg))
+		require.NoError(t, eps[0].RequestMedium(1, 1, msg))
+		pollAll(t, eps, func() bool { return len(kept) == 2 })
+		for i := 0; i < 20; i++ {
+			_, _ = eps[0].Poll()
+		}
+		require.Equal(t, 1536, eps[0].peers[1].win.InUse(), "retained payloads hold their space")
+		require.Equal(t, msg, payloads[0])
+		require.NoError(t, eps[1].Release(kept[1]))
+		require.NoError(t, eps[1].Release(kept[0]))
+		pollAll(t, eps, func() bool { return eps[0].Drain(0) == 0 })
+	})
 }
 
 func TestStoreByPutAndByFragments(t *testing.T) {
-	for _, mode := range []string{"put", "fragments", "put-refused"} {
+	for _, mode := range []string{"put", "fragments", "put-refused", "loop", "shm", "shm-small"} {
 		t.Run(mode, func(t *testing.T) {
-			net := newFakeNet(2)
-			net.put = mode != "fragments"
-			net.dropPut = mode == "put-refused"
-			eps := newFakeEndpoints(t, net, Config{})
+			var eps []*Endpoint
+			switch mode {
+			case "loop", "shm", "shm-small":
+				for _, tr := range openJob(t, strings.TrimSuffix(mode, "-small"), 2) {
+					ep, err := New(tr, Config{})
+					require.NoError(t, err)
+					eps = append(eps, ep)
+				}
+			default:
+				net := newFakeNet(2)
+				net.put = mode != "fragments"
+				net.dropPut = mode == "put-refused"
+				eps = newFakeEndpoints(t, net, Config{})
+			}
+			size := 70000
+			if mode == "shm-small" {
+				size = 5000 // below shm's PutMin: fragments through the rings
+			}
 			dst := make([]byte, 100000)
 			seg, err := eps[1].RegisterSegment(dst)
 			require.NoError(t, err)
@@ -242,17 +261,17 @@ func TestStoreByPutAndByFragments(t *testing.T) {
 				}})
 				_, _ = ep.Register(handlers.Entry{Index: 4, Name: "ack", NArgs: 0, Fn: func(*handlers.Token, []uint64, []byte) {}})
 			}
-			data := make([]byte, 70000)
+			data := make([]byte, size)
 			for i := range data {
 				data[i] = byte(i * 7)
 			}
 			go func() { _ = eps[0].Store(1, 3, seg.Addr+1000, data, 42) }()
 			pollAll(t, eps, func() bool { return landed.Load() != nil })
 			require.Equal(t, data, landed.Load().([]byte))
-			require.Equal(t, data, dst[1000:71000])
+			require.Equal(t, data, dst[1000:1000+size])
 			require.Zero(t, eps[0].Drain(5*time.Second))
 			s := eps[0].Stats()
-			if mode == "put" {
+			if mode == "put" || mode == "loop" || mode == "shm" {
 				require.EqualValues(t, 1, s.StoresPut)
 			} else {
 				require.EqualValues(t, 1, s.StoresPacketed)
@@ -352,23 +371,23 @@ func TestRepliesBacklogWhenNetworkIsFull(t *testing.T) {
 }
 
 func TestBarrier(t *testing.T) {
-	for _, n := range []int{1, 2, 3, 5, 8} {
-		net := newFakeNet(n)
-		eps := newFakeEndpoints(t, net, Config{})
-		var wg sync.WaitGroup
-		var phase atomic.Int32
-		for r := 0; r < n; r++ {
-			wg.Add(1)
-			go func(r int) {
-				defer wg.Done()
-				for round := int32(0); round < 20; round++ {
-					phase.Add(1)
-					require.NoError(t, eps[r].Barrier())
-					require.GreaterOrEqual(t, phase.Load(), int32(n)*(round+1), "nobody leaves before everybody entered")
-					require.NoError(t, eps[r].Barrier())
-				}
-			}(r)
-		}
-		wg.Wait()
+	for _, n := range []int{1, 2, 3, 5} {
+		forEachNetwork(t, n, Config{}, func(t *testing.T, eps []*Endpoint) {
+			var wg sync.WaitGroup
+			var phase atomic.Int32
+			for r := 0; r < n; r++ {
+				wg.Add(1)
+				go func(r int) {
+					defer wg.Done()
+					for round := int32(0); round < 20; round++ {
+						phase.Add(1)
+						require.NoError(t, eps[r].Barrier())
+						require.GreaterOrEqual(t, phase.Load(), int32(n)*(round+1), "nobody leaves before everybody entered")
+						require.NoError(t, eps[r].Barrier())
+					}
+				}(r)
+			}
+			wg.Wait()
+		})
 	}
 }
