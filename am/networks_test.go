@@ -20,7 +20,7 @@ var jobSeq sync.Mutex
 var jobN int
 
 // openJob opens n ranks of one job over the named network in this process.
-func openJob(t *testing.T, network string, n int) []transport.Transport {
+func openJob(t testing.TB, network string, n int) []transport.Transport {
 	t.Helper()
 	switch network {
 	case "fake":
