@@ -108,7 +108,7 @@ var (
 	ErrVersion = errors.New("wire: unsupported header version")
 	ErrKind    = errors.New("wire: invalid packet kind")
 	ErrArgs    = errors.New("wire: too many arguments")
-	ErrFlags   = errors.New("wire: unknown flag bits")
+	ErrFlags   = errors.New("wire: unknown flag bits or reserved bytes set")
 	ErrLength  = errors.New("wire: payload length does not match packet")
 )
 
@@ -165,6 +165,9 @@ func Decode(pkt []byte, h *Header, args *[MaxArgs]uint64) (payload []byte, err e
 	flags := binary.LittleEndian.Uint16(pkt[4:])
 	if flags&^flagAll != 0 {
 		return nil, fmt.Errorf("%w: %#x", ErrFlags, flags)
+	}
+	if pkt[6] != 0 || pkt[7] != 0 {
+		return nil, fmt.Errorf("%w: reserved bytes 6-7 are %#x %#x, must be zero", ErrFlags, pkt[6], pkt[7])
 	}
 	h.Kind = k
 	h.Handler = pkt[2]

@@ -1,0 +1,49 @@
+# amgo: Active Messages in pure Go, with MPI on top.
+# Set-up is two commands: `make demo` (an amgo program over real processes)
+# and `make test` (the whole suite, as CI runs it).
+
+GO          ?= go
+BIN         := bin
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# Packages with goroutines or shared memory: run again under the race detector.
+RACE_PKGS   := ./am/... ./handlers/... ./flowctl/... ./internal/... ./mpiam/...
+FUZZTIME    ?= 20s
+
+.PHONY: all build test race demo bench lint fuzz clean
+
+all: build
+
+build:
+	$(GO) build ./...
+	$(GO) build -o $(BIN)/ ./cmd/... ./examples/... ./bench/...
+
+test: build
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 8m ./...
+	$(GO) test -race -count=1 -timeout 8m $(RACE_PKGS)
+
+race:
+	$(GO) test -race -count=1 $(RACE_PKGS)
+
+# The main job: real processes over shared memory, launched by amrun.
+demo: build
+	$(BIN)/amrun -n 4 --tag-output $(BIN)/am-ring -laps 1000
+	$(BIN)/amrun -n 2 $(BIN)/am-pingpong -i 100000
+
+bench: build
+	$(BIN)/amrun -n 2 $(BIN)/ampingpong -k short
+	$(BIN)/amrun -n 2 $(BIN)/ampingpong -k medium
+	$(BIN)/amrun -n 2 $(BIN)/ampingpong -k store -m 4194304 -i 1000 -x 100
+	$(GO) test -run XXX -bench . -benchtime 100000x ./am/
+
+lint:
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+# Each fuzz target for FUZZTIME; the seed corpora also run in `make test`.
+fuzz:
+	$(GO) test -run XXX -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./internal/wire/
+	$(GO) test -run XXX -fuzz FuzzParseLine -fuzztime $(FUZZTIME) ./internal/pmi/
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,107 @@
+package wire
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func encode(h Header, args []uint64, payload []byte) []byte {
+	b := make([]byte, MaxHeaderLen+len(payload))
+	n := Encode(b, &h, args)
+	return append(b[:n], payload...)
+}
+
+func TestRoundTripEveryKind(t *testing.T) {
+	for k := KindRequestShort; k < kindEnd; k++ {
+		var payload []byte
+		if k != KindRequestShort && k != KindReplyShort && k != KindAck {
+			payload = []byte("payload bytes")
+		}
+		args := []uint64{1, 1 << 63, 42}
+		h := Header{Kind: k, Handler: 200, NArgs: 3, Flags: FlagLast | FlagFree | FlagPiggyback, Src: 7,
+			Len: uint32(len(payload)), Seq: 9, Ack: 8, Off: 4096, Reserve: 320, Addr: 0xdeadbeef00,
+			Frag: 1 << 20, Total: 3 << 20, Piggyback: 0x3ff0000000000000}
+		pkt := encode(h, args, payload)
+		require.Len(t, pkt, HeaderLen+24+len(payload))
+		var got Header
+		var gargs [MaxArgs]uint64
+		p, err := Decode(pkt, &got, &gargs)
+		require.NoError(t, err, k.String())
+		require.Equal(t, h, got)
+		require.Equal(t, args, gargs[:3])
+		require.Equal(t, string(payload), string(p))
+	}
+}
+
+func TestDecodeRejectsMalformed(t *testing.T) {
+	good := encode(Header{Kind: KindRequestMedium, NArgs: 1, Len: 4}, []uint64{5}, []byte("abcd"))
+	mut := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
+	cases := map[string]struct {
+		pkt  []byte
+		want error
+	}{
+		"empty":          {nil, ErrShort},
+		"short header":   {good[:HeaderLen-1], ErrShort},
+		"version":        {mut(func(b []byte) []byte { b[0] = 2; return b }), ErrVersion},
+		"kind zero":      {mut(func(b []byte) []byte { b[1] = 0; return b }), ErrKind},
+		"kind too big":   {mut(func(b []byte) []byte { b[1] = byte(kindEnd); return b }), ErrKind},
+		"too many args":  {mut(func(b []byte) []byte { b[3] = MaxArgs + 1; return b }), ErrArgs},
+		"unknown flag":   {mut(func(b []byte) []byte { b[5] = 0x80; return b }), ErrFlags},
+		"reserved bytes": {mut(func(b []byte) []byte { b[7] = 1; return b }), ErrFlags},
+		"args cut":       {good[:HeaderLen+4], ErrShort},
+		"payload short":  {good[:len(good)-1], ErrLength},
+		"payload long":   {append(append([]byte(nil), good...), 'x'), ErrLength},
+		"short with len": {encode(Header{Kind: KindRequestShort, Len: 1}, nil, []byte("x")), ErrLength},
+	}
+	for name, c := range cases {
+		var h Header
+		var a [MaxArgs]uint64
+		_, err := Decode(c.pkt, &h, &a)
+		require.ErrorIs(t, err, c.want, name)
+	}
+}
+
+func TestKindStrings(t *testing.T) {
+	require.Equal(t, "request-medium", KindRequestMedium.String())
+	require.Equal(t, "kind(99)", Kind(99).String())
+	require.True(t, KindStoreDone.IsRequest())
+	require.True(t, KindReplyMedium.IsReply())
+	require.False(t, KindAck.IsRequest() || KindAck.IsReply())
+}
+
+func TestEncodeDecodeAllocateNothing(t *testing.T) {
+	b := make([]byte, MaxHeaderLen+8)
+	args := []uint64{1, 2}
+	h := Header{Kind: KindRequestMedium, NArgs: 2, Len: 8}
+	var out Header
+	var a [MaxArgs]uint64
+	allocs := testing.AllocsPerRun(1000, func() {
+		n := Encode(b, &h, args)
+		_, _ = Decode(b[:n+8], &out, &a)
+	})
+	require.Zero(t, allocs)
+}
+
+// FuzzDecode: every input either decodes to a header that re-encodes to the
+// same bytes, or yields an error; never a panic.
+func FuzzDecode(f *testing.F) {
+	f.Add(encode(Header{Kind: KindRequestShort, NArgs: 2}, []uint64{1, 2}, nil))
+	f.Add(encode(Header{Kind: KindRequestMedium, Len: 3}, nil, []byte("abc")))
+	f.Add(encode(Header{Kind: KindReplyShort, Flags: FlagFree, Off: 64, Reserve: 256}, nil, nil))
+	f.Add(encode(Header{Kind: KindRequestStore, Flags: FlagLast, Addr: 1 << 40, Frag: 10, Total: 13, Len: 3}, nil, []byte("xyz")))
+	f.Add([]byte{})
+	f.Add([]byte{1, 1, 0, 17})
+	f.Fuzz(func(t *testing.T, pkt []byte) {
+		var h Header
+		var a [MaxArgs]uint64
+		payload, err := Decode(pkt, &h, &a)
+		if err != nil {
+			return
+		}
+		again := encode(h, a[:h.NArgs], payload)
+		if string(again) != string(pkt) {
+			t.Fatalf("re-encoding differs:\n got %x\nwant %x", again, pkt)
+		}
+	})
+}
