@@ -144,7 +144,8 @@ func align8(n uint64) uint64 { return (n + 7) &^ 7 }
 // Producer is the sending side of a ring. Its methods must be called by one
 // goroutine at a time.
 type Producer struct {
-	data    []byte // data area, len == capacity
+	_       [64]byte // keep the fields below off the cache lines of neighbouring objects
+	data    []byte   // data area, len == capacity
 	mask    uint64
 	cap     uint64
 	maxData uint64
@@ -154,6 +155,7 @@ type Producer struct {
 	ahead   uint64 // how far past pos Push keeps the area zeroed
 	tailp   *atomic.Uint64
 	err     error
+	_       [64]byte
 }
 
 // NewProducer attaches the sending side to the initialized ring in mem. The
@@ -252,7 +254,8 @@ func (p *Producer) Err() error { return p.err }
 // Consumer is the receiving side of a ring. Its methods must be called by one
 // goroutine at a time.
 type Consumer struct {
-	data    []byte // data area, len == capacity
+	_       [64]byte // see Producer: a consumer and its producer are often allocated together
+	data    []byte   // data area, len == capacity
 	mask    uint64
 	cap     uint64
 	maxData uint64
@@ -260,6 +263,7 @@ type Consumer struct {
 	cur     uint64 // size of the record returned by Peek, 0 if none
 	tailp   *atomic.Uint64
 	err     error
+	_       [64]byte
 }
 
 // NewConsumer attaches the receiving side to the initialized ring in mem.

@@ -37,16 +37,21 @@ const (
 // Transport is one rank of an in-process job. It implements
 // transport.Transport and transport.Putter.
 type Transport struct {
-	rank  int
-	job   *job
-	in    []*ring.Consumer // from each rank
-	out   []*ring.Producer // to each rank
-	bell  bell
-	next  int // Poll's round-robin position
-	spin  time.Duration
-	ready func() bool
-
+	// Read by this rank's senders and its peers' senders; written rarely.
+	rank   int
+	job    *job
+	in     []*ring.Consumer // from each rank
+	out    []*ring.Producer // to each rank
+	spin   time.Duration
+	ready  func() bool
+	bell   bell
 	closed atomic.Bool
+
+	// Written by every Poll: on cache lines of its own, so that peers' Sends
+	// (which read bell and closed) do not pull the line back and forth.
+	_    [128]byte
+	next int // Poll's round-robin position
+	_    [120]byte
 }
 
 type job struct {

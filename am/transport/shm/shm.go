@@ -69,16 +69,24 @@ type Transport struct {
 	bell       futex.Doorbell
 	in         []*ring.Consumer // inbound ring from each rank
 	peers      []peer
-	next       int // Poll's round-robin position
-	idle       int // empty Polls since the last dead-peer check
 	pending    func() bool
 
 	closed    atomic.Bool
 	anyDead   atomic.Bool
 	lastCheck atomic.Int64 // unix nanoseconds of the last dead-peer check
+
+	// Written by every Poll: on cache lines of their own, away from what
+	// concurrent Sends read.
+	_    [128]byte
+	next int // Poll's round-robin position
+	idle int // empty Polls since the last dead-peer check
+	_    [112]byte
 }
 
+// peer is what Send to one rank uses; padded so that Sends to different ranks
+// on different goroutines do not share cache lines.
 type peer struct {
+	_     [64]byte
 	mem   []byte // its file, mapped (this rank's own mapping for itself)
 	out   *ring.Producer
 	bell  futex.Doorbell
