@@ -43,6 +43,7 @@ lint:
 # Each fuzz target for FUZZTIME; the seed corpora also run in `make test`.
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./internal/wire/
+	$(GO) test -run XXX -fuzz FuzzDeliver -fuzztime $(FUZZTIME) ./am/
 	$(GO) test -run XXX -fuzz FuzzParseLine -fuzztime $(FUZZTIME) ./internal/pmi/
 
 clean:

@@ -792,8 +792,8 @@ func (ep *Endpoint) Drain(d time.Duration) int {
 	return busy()
 }
 
-// Close drains outstanding requests (for up to a second), then closes the
-// transport. Later calls fail with ErrClosed.
+// Close drains outstanding requests (for up to a second), unregisters every
+// segment, then closes the transport. Later calls fail with ErrClosed.
 func (ep *Endpoint) Close() error {
 	if ep.closed.Load() {
 		return ErrClosed
@@ -802,5 +802,6 @@ func (ep *Endpoint) Close() error {
 	ep.closed.Store(true)
 	ep.pollMu.Lock()
 	defer ep.pollMu.Unlock()
+	ep.unregisterAll()
 	return ep.tr.Close()
 }

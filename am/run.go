@@ -155,6 +155,7 @@ func RunLocal(n int, cfg Config, fn func(ep *Endpoint) error) error {
 	}
 	for _, ep := range eps {
 		if ep.closed.Load() {
+			ep.unregisterAll()
 			_ = ep.tr.Close()
 		} else {
 			ep.Drain(time.Second)

@@ -97,3 +97,13 @@ func (ep *Endpoint) storeRegion(h *wire.Header, payload []byte) ([]byte, error) 
 	}
 	return region, nil
 }
+
+// unregisterAll unpins every segment; Close calls it.
+func (ep *Endpoint) unregisterAll() {
+	ep.segMu.Lock()
+	defer ep.segMu.Unlock()
+	for _, s := range ep.segs {
+		s.pin.Unpin()
+	}
+	ep.segs = nil
+}
