@@ -63,6 +63,17 @@
 // that truncates its file can still make this process fault with SIGBUS: the
 // shared mapping cannot protect against a hostile process of the same user.
 //
+// # Performance
+//
+// Measured on a 2-vCPU Firecracker VM (go test -bench, both ranks busy):
+// 8-byte ping-pong between two processes 176-186 ns per half round trip, against
+// 163-184 ns for a bare flag ping-pong through the same kind of mapping in the
+// same run (BenchmarkPingPongProc, BenchmarkFlagPingPongProc); with Wait
+// between polls 220-275 ns typically. Put: 4 KiB 0.7 us, 16 KiB 1.1 us
+// (14 GB/s), 1 MiB 12-15.7 GB/s, 4 MiB 8.8-9.8 GB/s into ordinary Go heap
+// buffers and 11.3-12.5 GB/s when both buffers are backed by transparent huge
+// pages (MADV_HUGEPAGE), which registered buffers of a MiB or more should be.
+//
 // # Options
 //
 //	ring_bytes  data bytes of each directed ring (env AMGO_SHM_RING_BYTES; default
