@@ -12,6 +12,7 @@ import (
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/flowctl"
 	"github.com/amgo-hpc/amgo/handlers"
+	"github.com/amgo-hpc/amgo/internal/pmi"
 	"github.com/amgo-hpc/amgo/internal/wire"
 )
 
@@ -137,6 +138,9 @@ type Endpoint struct {
 	lastLog  time.Time
 
 	bar barrierState
+
+	boot     *pmi.Client // set by Open: the launcher connection
+	abortJob func()      // set by RunLocal: ends the in-process job
 }
 
 // rxState is the receive side, used only by the polling goroutine.

@@ -52,12 +52,65 @@ func (c *Config) fromEnv() error {
 // calls return ErrClosed; across processes, the launcher is asked to abort.
 // The error names the failing rank.
 func Run(cfg Config, fn func(ep *Endpoint) error) error {
-	if err := cfg.fromEnv(); err != nil {
+	if n, loop, err := loopSize(); err != nil {
 		return err
+	} else if loop {
+		return RunLocal(n, cfg, fn)
+	}
+	ep, err := Open(cfg)
+	if err != nil {
+		return err
+	}
+	if err := fn(ep); err != nil {
+		err = fmt.Errorf("rank %d: %w", ep.Rank(), err)
+		_ = ep.boot.Abort(1, oneLine(err))
+		ep.closed.Store(true)
+		_ = ep.tr.Close()
+		return err
+	}
+	return ep.Finalize()
+}
+
+// loopSize reports whether this process runs a loop job, and its size.
+func loopSize() (int, bool, error) {
+	name := os.Getenv(EnvTransport)
+	if name != "loop" && name != "" {
+		return 0, false, nil
+	}
+	if name == "" && (os.Getenv("PMI_FD") != "" || os.Getenv("PMI_PORT") != "") {
+		return 0, false, nil
+	}
+	n := 1
+	if v := os.Getenv(EnvLoopSize); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			return 0, false, fmt.Errorf("%w: %s=%q", ErrConfig, EnvLoopSize, v)
+		}
+	}
+	if size := os.Getenv("PMI_SIZE"); size != "" && size != "1" {
+		return 0, false, fmt.Errorf("%w: loop runs ranks as goroutines of one process; this launcher started %s processes", ErrConfig, size)
+	}
+	return n, true, nil
+}
+
+// Open attaches this process to its job as one rank (the process-per-rank
+// form, as MPI_Init): it connects to the launcher over PMI-1 (or runs as a
+// singleton), opens the network named by AMGO_TRANSPORT (default shm under a
+// launcher, loop alone) and returns the endpoint. Finalize ends it. A loop job
+// of more than one rank cannot be opened this way: use Run or RunLocal.
+// Errors: ErrConfig, bootstrap and transport errors.
+func Open(cfg Config) (*Endpoint, error) {
+	if err := cfg.fromEnv(); err != nil {
+		return nil, err
+	}
+	if n, loop, err := loopSize(); err != nil {
+		return nil, err
+	} else if loop && n > 1 {
+		return nil, fmt.Errorf("%w: %s=%d asks for goroutine ranks; use am.Run or am.RunLocal", ErrConfig, EnvLoopSize, n)
 	}
 	boot, err := pmi.FromEnv()
 	if err != nil {
-		return fmt.Errorf("am: bootstrap: %w", err)
+		return nil, fmt.Errorf("am: bootstrap: %w", err)
 	}
 	name := os.Getenv(EnvTransport)
 	if name == "" {
@@ -66,46 +119,54 @@ func Run(cfg Config, fn func(ep *Endpoint) error) error {
 			name = "loop"
 		}
 	}
-	if name == "loop" {
-		n := 1
-		if v := os.Getenv(EnvLoopSize); v != "" {
-			if n, err = strconv.Atoi(v); err != nil || n < 1 {
-				return fmt.Errorf("%w: %s=%q", ErrConfig, EnvLoopSize, v)
-			}
-		}
-		if boot.Size() != 1 {
-			return fmt.Errorf("%w: loop runs ranks as goroutines of one process; this launcher started %d processes", ErrConfig, boot.Size())
-		}
-		err := RunLocal(n, cfg, fn)
-		if ferr := boot.Finalize(); err == nil {
-			err = ferr
-		}
-		return err
-	}
 	tr, err := transport.Open(name, boot, nil)
 	if err != nil {
 		_ = boot.Abort(1, "transport: "+oneLine(err))
-		return fmt.Errorf("am: rank %d: %w", boot.Rank(), err)
+		return nil, fmt.Errorf("am: rank %d: %w", boot.Rank(), err)
 	}
 	ep, err := New(tr, cfg)
 	if err != nil {
 		_ = tr.Close()
 		_ = boot.Abort(1, oneLine(err))
-		return err
+		return nil, err
 	}
-	if err := fn(ep); err != nil {
-		err = fmt.Errorf("rank %d: %w", ep.Rank(), err)
-		_ = boot.Abort(1, oneLine(err))
-		return err
-	}
-	err = ep.Barrier()
+	ep.boot = boot
+	return ep, nil
+}
+
+// Finalize ends an endpoint made by Open: a barrier with every rank, Close, and
+// the launcher's finalize. Errors of each step, the first one returned.
+func (ep *Endpoint) Finalize() error {
+	err := ep.Barrier()
 	if cerr := ep.Close(); err == nil {
 		err = cerr
 	}
-	if ferr := boot.Finalize(); err == nil {
-		err = ferr
+	if ep.boot != nil {
+		if ferr := ep.boot.Finalize(); err == nil {
+			err = ferr
+		}
 	}
 	return err
+}
+
+// ErrAborted is returned by Abort in an in-process job.
+var ErrAborted = errors.New("am: job aborted")
+
+// Abort ends the whole job (MPI_Abort): under a launcher it asks the launcher
+// to kill every rank and exits this process with code; in an in-process job it
+// closes every rank's endpoint, so their blocked calls fail with ErrClosed, and
+// returns ErrAborted for the caller to return from its rank function.
+func (ep *Endpoint) Abort(code int, msg string) error {
+	if ep.boot != nil {
+		_ = ep.boot.Abort(code, msg)
+		os.Exit(code)
+	}
+	if ep.abortJob != nil {
+		ep.abortJob()
+	} else {
+		ep.closed.Store(true)
+	}
+	return fmt.Errorf("%w: rank %d: %s (code %d)", ErrAborted, ep.rank, msg, code)
 }
 
 // RunLocal runs fn on n ranks that are goroutines of this process, over the
@@ -131,6 +192,9 @@ func RunLocal(n int, cfg Config, fn func(ep *Endpoint) error) error {
 			}
 		})
 	}
+	for _, ep := range eps {
+		ep.abortJob = fail
+	}
 	var wg sync.WaitGroup
 	for i := range eps {
 		wg.Add(1)
@@ -141,7 +205,10 @@ func RunLocal(n int, cfg Config, fn func(ep *Endpoint) error) error {
 				err = ep.Barrier()
 			}
 			if err != nil {
-				errs[ep.rank] = fmt.Errorf("rank %d: %w", ep.rank, err)
+				if !errors.Is(err, ErrAborted) {
+					err = fmt.Errorf("rank %d: %w", ep.rank, err)
+				}
+				errs[ep.rank] = err
 				fail()
 			}
 		}(eps[i])

@@ -1,0 +1,164 @@
+package mpiam
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+)
+
+// Comm is a communicator (MPI_Comm): a group of ranks and a context that
+// separates its messages from every other communicator's. Point-to-point
+// traffic uses the context id, collective traffic the next one (context+1), so
+// that a collective never matches a user's message (MPI-4.1 §6.1.2).
+type Comm struct {
+	p     *proc
+	ctx   uint32 // even; ctx+1 carries this communicator's collective traffic
+	rank  int
+	size  int
+	ranks []int // communicator rank -> world rank; nil means identity (world)
+	freed atomic.Bool
+}
+
+// Rank is the calling process's rank in c (MPI_Comm_rank).
+func (c *Comm) Rank() int { return c.rank }
+
+// Size is the number of ranks in c (MPI_Comm_size).
+func (c *Comm) Size() int { return c.size }
+
+// Context is c's context id, for tools and diagnostics.
+func (c *Comm) Context() uint32 { return c.ctx }
+
+func (c *Comm) world(r int) int {
+	if c.ranks == nil {
+		return r
+	}
+	return c.ranks[r]
+}
+
+func (c *Comm) valid() error {
+	if c == nil || c.p == nil {
+		return fmt.Errorf("%w: nil communicator", ErrComm)
+	}
+	if c.freed.Load() {
+		return fmt.Errorf("%w: communicator %d was freed", ErrComm, c.ctx)
+	}
+	if c.p.finalized.Load() {
+		return ErrFinalized
+	}
+	return nil
+}
+
+// collective returns the hidden communicator of c's collective traffic.
+func (c *Comm) collective() *Comm {
+	return &Comm{p: c.p, ctx: c.ctx + 1, rank: c.rank, size: c.size, ranks: c.ranks}
+}
+
+// Internal tags of collective operations on the collective context.
+const (
+	tagDupPropose = 1
+	tagDupAgree   = 2
+	tagBarrier    = 3
+)
+
+// Dup returns a new communicator with the same ranks and a new context
+// (MPI_Comm_dup, MPI-4.1 §7.4.2). Collective over c: every rank must call it.
+// The context id is agreed without a central server: every rank proposes the
+// next id it has free and all take the largest.
+func (c *Comm) Dup() (*Comm, error) {
+	if err := c.valid(); err != nil {
+		return nil, err
+	}
+	p := c.p
+	p.mu.Lock()
+	mine := p.nextCtx
+	p.mu.Unlock()
+	agreed, err := c.allreduceMaxU32(mine)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	if p.nextCtx <= agreed {
+		p.nextCtx = agreed + 2
+	}
+	p.mu.Unlock()
+	return &Comm{p: p, ctx: agreed, rank: c.rank, size: c.size, ranks: c.ranks}, nil
+}
+
+// allreduceMaxU32 returns the largest v over c's ranks: a gather to rank 0
+// and a broadcast back, on c's collective context.
+func (c *Comm) allreduceMaxU32(v uint32) (uint32, error) {
+	cc := c.collective()
+	var b [4]byte
+	if c.rank != 0 {
+		binary.LittleEndian.PutUint32(b[:], v)
+		if err := cc.send(b[:], 0, tagDupPropose, Standard); err != nil {
+			return 0, err
+		}
+		if _, err := cc.recv(b[:], 0, tagDupAgree); err != nil {
+			return 0, err
+		}
+		return binary.LittleEndian.Uint32(b[:]), nil
+	}
+	for i := 1; i < c.size; i++ {
+		if _, err := cc.recv(b[:], AnySource, tagDupPropose); err != nil {
+			return 0, err
+		}
+		v = max(v, binary.LittleEndian.Uint32(b[:]))
+	}
+	binary.LittleEndian.PutUint32(b[:], v)
+	for i := 1; i < c.size; i++ {
+		if err := cc.send(b[:], i, tagDupAgree, Standard); err != nil {
+			return 0, err
+		}
+	}
+	return v, nil
+}
+
+// Barrier blocks until every rank of c has called it (MPI_Barrier): a
+// dissemination barrier, ceil(log2 n) rounds of zero-byte messages on c's
+// collective context.
+func (c *Comm) Barrier() error {
+	if err := c.valid(); err != nil {
+		return err
+	}
+	cc := c.collective()
+	for dist := 1; dist < c.size; dist *= 2 {
+		to := (c.rank + dist) % c.size
+		from := (c.rank - dist + c.size) % c.size
+		rr, err := cc.irecv(nil, from, tagBarrier)
+		if err != nil {
+			return err
+		}
+		if err := cc.send(nil, to, tagBarrier, Standard); err != nil {
+			return err
+		}
+		if _, err := rr.Wait(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Free marks c for deallocation (MPI_Comm_free); later calls on it fail with
+// ErrComm. The world communicator cannot be freed.
+func (c *Comm) Free() error {
+	if err := c.valid(); err != nil {
+		return err
+	}
+	if c == c.p.world {
+		return fmt.Errorf("%w: the world communicator cannot be freed", ErrComm)
+	}
+	c.freed.Store(true)
+	return nil
+}
+
+// Abort ends every process of the job with exit code code (MPI_Abort). Under a
+// launcher the launcher kills the job and Abort does not return; in an
+// in-process job the other ranks' calls fail with ErrOther and Abort returns
+// an error for the caller to return from its rank function.
+func (c *Comm) Abort(code int) error {
+	if c == nil || c.p == nil {
+		return fmt.Errorf("%w: nil communicator", ErrComm)
+	}
+	return c.p.ep.Abort(code, fmt.Sprintf("MPI_Abort(code %d) on rank %d of communicator %d", code, c.rank, c.ctx))
+}

@@ -1,0 +1,506 @@
+package mpiam
+
+import (
+	"fmt"
+
+	"github.com/amgo-hpc/amgo/mpiam/internal/match"
+)
+
+// checkSend validates a send's destination and tag (MPI-4.1 §3.2.3).
+func (c *Comm) checkSend(dest, tag int) error {
+	if err := c.valid(); err != nil {
+		return err
+	}
+	if dest != ProcNull && (dest < 0 || dest >= c.size) {
+		return fmt.Errorf("%w: destination %d (communicator %d has %d ranks)", ErrRank, dest, c.ctx, c.size)
+	}
+	if tag < 0 || tag > TagUB {
+		return fmt.Errorf("%w: %d (0..%d for sends)", ErrTag, tag, TagUB)
+	}
+	return nil
+}
+
+// checkRecv validates a receive's source and tag (wildcards allowed).
+func (c *Comm) checkRecv(src, tag int) error {
+	if err := c.valid(); err != nil {
+		return err
+	}
+	if src != ProcNull && src != AnySource && (src < 0 || src >= c.size) {
+		return fmt.Errorf("%w: source %d (communicator %d has %d ranks)", ErrRank, src, c.ctx, c.size)
+	}
+	if tag != AnyTag && (tag < 0 || tag > TagUB) {
+		return fmt.Errorf("%w: %d (0..%d or AnyTag)", ErrTag, tag, TagUB)
+	}
+	return nil
+}
+
+// startSend starts r (kind send, fields set) on its communicator.
+func (p *proc) startSend(r *Request) error {
+	c := r.comm
+	if r.peer == ProcNull {
+		r.complete(Status{Source: ProcNull, Tag: r.tag})
+		return nil
+	}
+	if r.mode == Buffered {
+		// Copy into the attached buffer and send the copy; the user's request
+		// completes at once (a local operation, MPI-4.1 §3.4).
+		ir, err := p.bsend.take(r)
+		if err != nil {
+			r.complete(Status{Err: err})
+			return err
+		}
+		if err := p.startSend(ir); err != nil {
+			r.complete(Status{Err: err})
+			return err
+		}
+		r.complete(Status{})
+		return nil
+	}
+	world := c.world(r.peer)
+	rndv := r.mode == Synchronous || len(r.buf) > p.eagerLimit
+	var flags uint64
+	switch r.mode {
+	case Synchronous:
+		flags = flagSync
+	case Ready:
+		flags = flagReady
+	}
+	if rndv {
+		p.mu.Lock()
+		id := p.nextID
+		p.nextID++
+		r.id = id
+		p.reqs[id] = r
+		p.mu.Unlock()
+	}
+	mu := &p.sendMu[world]
+	mu.Lock()
+	seq := p.seq.Next(c.ctx, int32(r.peer))
+	a0, a1, a2 := envelope(c.ctx, c.rank, r.tag, seq, flags)
+	var err error
+	if rndv {
+		err = p.ep.RequestShort(world, hRTS, a0, a1, a2, uint64(len(r.buf)), r.id)
+	} else {
+		err = p.ep.RequestMedium(world, hEager, r.buf, a0, a1, a2)
+	}
+	mu.Unlock()
+	if err != nil {
+		if rndv {
+			p.mu.Lock()
+			delete(p.reqs, r.id)
+			p.mu.Unlock()
+		}
+		err = fmt.Errorf("%w: send to rank %d, tag %d: %v", ErrOther, r.peer, r.tag, err)
+		r.complete(Status{Err: err})
+		return err
+	}
+	if !rndv {
+		r.complete(Status{})
+	}
+	return nil
+}
+
+// startRecv posts r (kind recv, fields set).
+func (p *proc) startRecv(r *Request) error {
+	c := r.comm
+	if r.peer == ProcNull {
+		r.complete(Status{Source: ProcNull, Tag: AnyTag})
+		return nil
+	}
+	spec := match.Spec{Context: c.ctx, Source: int32(r.peer), Tag: int32(r.tag)}
+	p.mu.Lock()
+	m, env, h, ok := p.eng.Post(spec, r)
+	if !ok {
+		r.handle = h
+		p.mu.Unlock()
+		return nil
+	}
+	return p.completePostedLocked(r, m, env)
+}
+
+// completePostedLocked completes receive r with message m, which it matched
+// when posted (or through Mrecv). It unlocks p.mu.
+func (p *proc) completePostedLocked(r *Request, m *inMsg, env match.Envelope) error {
+	if !m.rndv {
+		p.finishEagerLocked(r, m, env)
+		p.mu.Unlock()
+		p.releaseMsg(m)
+		return nil
+	}
+	args, _, err := p.prepareCTSLocked(r, m, env)
+	p.mu.Unlock()
+	dst := m.src
+	p.msgPool.Put(m)
+	if err != nil {
+		r.complete(Status{Source: int(env.Source), Tag: int(env.Tag), Err: err})
+		return nil
+	}
+	if err := p.ep.RequestShort(dst, hCTS, args[:]...); err != nil {
+		err = fmt.Errorf("%w: clear-to-send to rank %d: %v", ErrOther, env.Source, err)
+		r.complete(Status{Source: int(env.Source), Tag: int(env.Tag), Err: err})
+	}
+	return nil
+}
+
+func (c *Comm) newSend(buf []byte, dest, tag int, mode Mode, pooled bool) *Request {
+	var r *Request
+	if pooled {
+		r = c.p.reqPool.Get().(*Request)
+		*r = Request{pooled: true}
+	} else {
+		r = new(Request)
+	}
+	r.p, r.kind, r.mode, r.comm, r.peer, r.tag, r.buf = c.p, kindSend, mode, c, dest, tag, buf
+	return r
+}
+
+func (c *Comm) newRecv(buf []byte, src, tag int, pooled bool) *Request {
+	var r *Request
+	if pooled {
+		r = c.p.reqPool.Get().(*Request)
+		*r = Request{pooled: true}
+	} else {
+		r = new(Request)
+	}
+	r.p, r.kind, r.comm, r.peer, r.tag, r.buf = c.p, kindRecv, c, src, tag, buf
+	return r
+}
+
+func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
+	if err := c.checkSend(dest, tag); err != nil {
+		return nil, err
+	}
+	r := c.newSend(buf, dest, tag, mode, false)
+	if err := c.p.startSend(r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (c *Comm) send(buf []byte, dest, tag int, mode Mode) error {
+	if err := c.checkSend(dest, tag); err != nil {
+		return err
+	}
+	r := c.newSend(buf, dest, tag, mode, true)
+	err := c.p.startSend(r)
+	if err == nil {
+		_, err = r.Wait()
+	}
+	c.p.reqPool.Put(r)
+	return err
+}
+
+func (c *Comm) irecv(buf []byte, src, tag int) (*Request, error) {
+	if err := c.checkRecv(src, tag); err != nil {
+		return nil, err
+	}
+	r := c.newRecv(buf, src, tag, false)
+	if err := c.p.startRecv(r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (c *Comm) recv(buf []byte, src, tag int) (Status, error) {
+	if err := c.checkRecv(src, tag); err != nil {
+		return Status{}, err
+	}
+	r := c.newRecv(buf, src, tag, true)
+	if err := c.p.startRecv(r); err != nil {
+		return Status{}, err
+	}
+	st, err := r.Wait()
+	c.p.reqPool.Put(r)
+	return st, err
+}
+
+// Send is a standard-mode blocking send (MPI_Send, MPI-4.1 §3.2.1) of buf to rank
+// dest of c with tag (0..TagUB). Up to the eager limit it returns once the data
+// is on its way (buffered at the receiver); above it, once the data has been
+// stored into the matching receive buffer (rendezvous). Errors: ErrComm,
+// ErrRank, ErrTag, ErrOther (network).
+func Send[T Elem](c *Comm, buf []T, dest, tag int) error {
+	return c.send(bytesOf(buf), dest, tag, Standard)
+}
+
+// Bsend is a buffered-mode send (MPI_Bsend, MPI-4.1 §3.4): the message is copied
+// into the buffer attached with BufferAttach and Bsend returns; ErrBuffer when the
+// attached buffer lacks len(buf)*size + BsendOverhead bytes.
+func Bsend[T Elem](c *Comm, buf []T, dest, tag int) error {
+	return c.send(bytesOf(buf), dest, tag, Buffered)
+}
+
+// Ssend is a synchronous-mode send (MPI_Ssend, MPI-4.1 §3.4): it returns only
+// once the matching receive has started (a rendezvous handshake at every size).
+func Ssend[T Elem](c *Comm, buf []T, dest, tag int) error {
+	return c.send(bytesOf(buf), dest, tag, Synchronous)
+}
+
+// Rsend is a ready-mode send (MPI_Rsend, MPI-4.1 §3.4): the matching receive must
+// already be posted. amgo sends it as a standard send would; if it arrives before
+// its receive is posted, the receive that matches it completes with
+// ErrReadyNotPosted (data intact) so that the erroneous program is reported.
+func Rsend[T Elem](c *Comm, buf []T, dest, tag int) error {
+	return c.send(bytesOf(buf), dest, tag, Ready)
+}
+
+// Isend starts a standard-mode send (MPI_Isend) and returns its request. buf
+// must not be modified until the request completes.
+func Isend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+	return c.isend(bytesOf(buf), dest, tag, Standard)
+}
+
+// Ibsend starts a buffered-mode send (MPI_Ibsend); see Bsend.
+func Ibsend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+	return c.isend(bytesOf(buf), dest, tag, Buffered)
+}
+
+// Issend starts a synchronous-mode send (MPI_Issend); it completes once the
+// matching receive has started.
+func Issend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+	return c.isend(bytesOf(buf), dest, tag, Synchronous)
+}
+
+// Irsend starts a ready-mode send (MPI_Irsend); see Rsend.
+func Irsend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+	return c.isend(bytesOf(buf), dest, tag, Ready)
+}
+
+// Recv receives into buf from rank src (or AnySource, ProcNull) with tag (or
+// AnyTag) on c (MPI_Recv, MPI-4.1 §3.2.4). A message longer than buf fills buf
+// and reports ErrTruncate; nothing is written past buf. Errors: ErrComm,
+// ErrRank, ErrTag, ErrTruncate, ErrReadyNotPosted, ErrOther.
+func Recv[T Elem](c *Comm, buf []T, src, tag int) (Status, error) {
+	return c.recv(bytesOf(buf), src, tag)
+}
+
+// Irecv posts a receive (MPI_Irecv) and returns its request; buf must not be
+// read or modified until it completes.
+func Irecv[T Elem](c *Comm, buf []T, src, tag int) (*Request, error) {
+	return c.irecv(bytesOf(buf), src, tag)
+}
+
+// Sendrecv sends sendbuf to dest and receives into recvbuf from src, without
+// deadlock whatever the peers do first (MPI_Sendrecv, MPI-4.1 §3.10).
+func Sendrecv[S, R Elem](c *Comm, sendbuf []S, dest, sendtag int, recvbuf []R, src, recvtag int) (Status, error) {
+	rr, err := c.irecv(bytesOf(recvbuf), src, recvtag)
+	if err != nil {
+		return Status{}, err
+	}
+	sr, err := c.isend(bytesOf(sendbuf), dest, sendtag, Standard)
+	if err != nil {
+		_ = rr.Cancel()
+		_, _ = rr.Wait()
+		return Status{}, err
+	}
+	st, rerr := rr.Wait()
+	if _, serr := sr.Wait(); serr != nil && rerr == nil {
+		return st, serr
+	}
+	return st, rerr
+}
+
+// SendrecvReplace sends buf to dest and receives a message from src into the
+// same buffer (MPI_Sendrecv_replace): the outgoing data is copied first.
+func SendrecvReplace[T Elem](c *Comm, buf []T, dest, sendtag, src, recvtag int) (Status, error) {
+	out := append([]byte(nil), bytesOf(buf)...)
+	rr, err := c.irecv(bytesOf(buf), src, recvtag)
+	if err != nil {
+		return Status{}, err
+	}
+	sr, err := c.isend(out, dest, sendtag, Standard)
+	if err != nil {
+		_ = rr.Cancel()
+		_, _ = rr.Wait()
+		return Status{}, err
+	}
+	st, rerr := rr.Wait()
+	if _, serr := sr.Wait(); serr != nil && rerr == nil {
+		return st, serr
+	}
+	return st, rerr
+}
+
+// SendInit creates an inactive persistent send request (MPI_Send_init and the
+// mode variants, MPI-4.1 §3.9); Start begins each send.
+func SendInit[T Elem](c *Comm, buf []T, dest, tag int, mode Mode) (*Request, error) {
+	if err := c.checkSend(dest, tag); err != nil {
+		return nil, err
+	}
+	if mode > Ready {
+		return nil, fmt.Errorf("%w: send mode %d", ErrArg, mode)
+	}
+	r := c.newSend(bytesOf(buf), dest, tag, mode, false)
+	r.persistent = true
+	return r, nil
+}
+
+// RecvInit creates an inactive persistent receive request (MPI_Recv_init).
+func RecvInit[T Elem](c *Comm, buf []T, src, tag int) (*Request, error) {
+	if err := c.checkRecv(src, tag); err != nil {
+		return nil, err
+	}
+	r := c.newRecv(bytesOf(buf), src, tag, false)
+	r.persistent = true
+	return r, nil
+}
+
+// Start starts an inactive persistent request (MPI_Start). Errors: ErrRequest
+// for a request that is not persistent or still active.
+func (r *Request) Start() error {
+	if r == nil || !r.persistent {
+		return fmt.Errorf("%w: Start needs a persistent request", ErrRequest)
+	}
+	if r.active {
+		return fmt.Errorf("%w: persistent request is still active", ErrRequest)
+	}
+	r.active = true
+	r.done.Store(false)
+	r.status = Status{}
+	r.handle = match.PostedHandle{}
+	if r.kind == kindSend {
+		return r.p.startSend(r)
+	}
+	return r.p.startRecv(r)
+}
+
+// Startall starts every request (MPI_Startall).
+func Startall(reqs []*Request) error {
+	for i, r := range reqs {
+		if err := r.Start(); err != nil {
+			return fmt.Errorf("request %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// Iprobe reports whether a message matching (src, tag) can be received on c
+// (MPI_Iprobe, MPI-4.1 §3.8.1), polling once, and its status (Bytes is its
+// size). The message stays to be received.
+func (c *Comm) Iprobe(src, tag int) (bool, Status, error) {
+	if err := c.checkRecv(src, tag); err != nil {
+		return false, Status{}, err
+	}
+	if src == ProcNull {
+		return true, Status{Source: ProcNull, Tag: AnyTag}, nil
+	}
+	c.p.progress()
+	return c.probe(src, tag)
+}
+
+func (c *Comm) probe(src, tag int) (bool, Status, error) {
+	spec := match.Spec{Context: c.ctx, Source: int32(src), Tag: int32(tag)}
+	p := c.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m, env, ok := p.eng.Probe(spec)
+	if !ok {
+		return false, Status{}, nil
+	}
+	return true, Status{Source: int(env.Source), Tag: int(env.Tag), Bytes: m.size}, nil
+}
+
+// Probe blocks until a message matching (src, tag) can be received on c
+// (MPI_Probe) and returns its status.
+func (c *Comm) Probe(src, tag int) (Status, error) {
+	var st Status
+	var perr error
+	found := false
+	if err := c.checkRecv(src, tag); err != nil {
+		return Status{}, err
+	}
+	if src == ProcNull {
+		return Status{Source: ProcNull, Tag: AnyTag}, nil
+	}
+	err := c.p.waitFor(func() bool {
+		found, st, perr = c.probe(src, tag)
+		return found || perr != nil
+	})
+	if err == nil {
+		err = perr
+	}
+	return st, err
+}
+
+// Message is a message removed from matching by Mprobe or Improbe
+// (MPI_Message, MPI-4.1 §3.8.2); only Mrecv or Imrecv can receive it.
+type Message struct {
+	comm *Comm
+	msg  *inMsg
+	env  match.Envelope
+	null bool // MPI_MESSAGE_NO_PROC
+}
+
+// Improbe is Iprobe that also removes the message from matching and returns a
+// handle to receive it with Mrecv (MPI_Improbe): no other receive can take it.
+func (c *Comm) Improbe(src, tag int) (bool, *Message, Status, error) {
+	if err := c.checkRecv(src, tag); err != nil {
+		return false, nil, Status{}, err
+	}
+	if src == ProcNull {
+		return true, &Message{comm: c, null: true}, Status{Source: ProcNull, Tag: AnyTag}, nil
+	}
+	c.p.progress()
+	return c.improbe(src, tag)
+}
+
+func (c *Comm) improbe(src, tag int) (bool, *Message, Status, error) {
+	spec := match.Spec{Context: c.ctx, Source: int32(src), Tag: int32(tag)}
+	p := c.p
+	p.mu.Lock()
+	m, env, ok := p.eng.Take(spec)
+	p.mu.Unlock()
+	if !ok {
+		return false, nil, Status{}, nil
+	}
+	return true, &Message{comm: c, msg: m, env: env}, Status{Source: int(env.Source), Tag: int(env.Tag), Bytes: m.size}, nil
+}
+
+// Mprobe blocks until a matching message arrives and removes it from matching
+// (MPI_Mprobe); receive it with Mrecv.
+func (c *Comm) Mprobe(src, tag int) (*Message, Status, error) {
+	if err := c.checkRecv(src, tag); err != nil {
+		return nil, Status{}, err
+	}
+	if src == ProcNull {
+		return &Message{comm: c, null: true}, Status{Source: ProcNull, Tag: AnyTag}, nil
+	}
+	var msg *Message
+	var st Status
+	err := c.p.waitFor(func() bool {
+		var ok bool
+		ok, msg, st, _ = c.improbe(src, tag)
+		return ok
+	})
+	return msg, st, err
+}
+
+// Imrecv starts receiving a message taken by Mprobe or Improbe into buf
+// (MPI_Imrecv). Errors: ErrRequest for a nil or already received message.
+func Imrecv[T Elem](m *Message, buf []T) (*Request, error) {
+	if m == nil || (m.msg == nil && !m.null) {
+		return nil, fmt.Errorf("%w: message already received or nil", ErrRequest)
+	}
+	c := m.comm
+	r := c.newRecv(bytesOf(buf), int(m.env.Source), int(m.env.Tag), false)
+	if m.null {
+		r.complete(Status{Source: ProcNull, Tag: AnyTag})
+		return r, nil
+	}
+	msg := m.msg
+	m.msg = nil
+	c.p.mu.Lock()
+	if err := c.p.completePostedLocked(r, msg, m.env); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Mrecv receives a message taken by Mprobe or Improbe into buf (MPI_Mrecv).
+func Mrecv[T Elem](m *Message, buf []T) (Status, error) {
+	r, err := Imrecv(m, buf)
+	if err != nil {
+		return Status{}, err
+	}
+	return r.Wait()
+}

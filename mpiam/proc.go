@@ -1,0 +1,424 @@
+package mpiam
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/amgo-hpc/amgo/am"
+	"github.com/amgo-hpc/amgo/handlers"
+	"github.com/amgo-hpc/amgo/mpiam/internal/match"
+)
+
+// EnvEagerLimit overrides the eager limit in bytes (default: the largest medium
+// payload that fits the per-peer buffer with its envelope, am.Endpoint.MaxMedium).
+const EnvEagerLimit = "AMGO_EAGER_LIMIT"
+
+// Handler indices mpiam registers on its endpoint.
+const (
+	hEager handlers.Index = 200 + iota // medium request: envelope + data (eager protocol)
+	hRTS                               // short request: envelope + size (rendezvous request-to-send)
+	hCTS                               // short reply or request: receive buffer address (clear-to-send)
+	hData                              // store handler: rendezvous data has landed
+	hFin                               // short request: rendezvous with nothing to store is done
+)
+
+// Message flags, in the envelope's third argument.
+const (
+	flagSync  = 1 << iota // synchronous send: the sender waits for the match
+	flagReady             // ready send: the receive must already be posted
+)
+
+// inMsg is an arrived message waiting in the unexpected list, or just matched.
+type inMsg struct {
+	rndv     bool
+	flags    uint64
+	src      int    // world rank of the sender
+	size     int    // message bytes
+	sendID   uint64 // rendezvous: the sender's request id
+	payload  []byte // eager: data (retained in the per-peer buffer once queued)
+	retained handlers.Retained
+	kept     bool // payload is retained and must be released
+	notReady bool // a ready send that found no posted receive
+}
+
+// deferred is work that handlers must not do themselves (the seed: "the handler
+// for the receive buffer address message is not allowed to do the actual data
+// transfer [...] it places the information in a list"); any polling MPI call runs it.
+type deferred struct {
+	cts   bool     // send a clear-to-send request for recv (else: store send's data)
+	req   *Request // the receive (cts) or the send (store)
+	dst   int      // world rank
+	args  [4]uint64
+	bytes int
+}
+
+// proc is one rank's MPI state: its endpoint, the matching engine, the request
+// tables, and the deferred protocol work.
+type proc struct {
+	ep         *am.Endpoint
+	eagerLimit int
+	world      *Comm
+
+	mu       sync.Mutex // guards eng, reqs, nextID, work, nextCtx
+	eng      *match.Engine[*Request, *inMsg]
+	matchBuf []match.Match[*Request, *inMsg]
+	reqs     map[uint64]*Request // rendezvous requests waiting for a peer, by id
+	nextID   uint64
+	work     []deferred
+	hasWork  atomic.Bool
+	// pendingRelease: retained eager messages consumed by matches made in a
+	// handler for another message, released once p.mu is dropped.
+	pendingRelease []*inMsg
+	nextCtx  uint32
+
+	sendMu []sync.Mutex // by world rank: orders sequence numbers with their sends
+	seq    match.SendSeq
+
+	msgPool sync.Pool
+	reqPool sync.Pool
+
+	bsend bsendBuffer
+
+	finalized atomic.Bool
+	drops     atomic.Uint64 // protocol messages ignored (misbehaving peer)
+}
+
+func newProc(ep *am.Endpoint) (*proc, error) {
+	p := &proc{
+		ep:      ep,
+		eng:     match.New[*Request, *inMsg](),
+		reqs:    map[uint64]*Request{},
+		nextID:  1,
+		sendMu:  make([]sync.Mutex, ep.Size()),
+		nextCtx: 2,
+	}
+	p.msgPool.New = func() any { return new(inMsg) }
+	p.reqPool.New = func() any { return new(Request) }
+	p.eagerLimit = ep.MaxMedium()
+	if v := os.Getenv(EnvEagerLimit); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%w: %s=%q is not a byte count", ErrArg, EnvEagerLimit, v)
+		}
+		p.eagerLimit = min(n, ep.MaxMedium())
+	}
+	entries := []handlers.Entry{
+		{Index: hEager, Name: "mpi.eager", NArgs: 3, Fn: p.onEager},
+		{Index: hRTS, Name: "mpi.rts", NArgs: 5, Fn: p.onRTS},
+		{Index: hCTS, Name: "mpi.cts", NArgs: 4, Fn: p.onCTS},
+		{Index: hData, Name: "mpi.data", NArgs: 1, Fn: p.onData},
+		{Index: hFin, Name: "mpi.fin", NArgs: 1, Fn: p.onData},
+	}
+	for _, e := range entries {
+		if _, err := ep.Register(e); err != nil {
+			return nil, err
+		}
+	}
+	p.world = &Comm{p: p, ctx: 0, rank: ep.Rank(), size: ep.Size()}
+	return p, nil
+}
+
+// envelope packs (context, source, tag, sequence, flags) into three arguments.
+func envelope(ctx uint32, src int, tag int, seq uint32, flags uint64) (a0, a1, a2 uint64) {
+	return uint64(ctx)<<32 | uint64(uint32(src)), uint64(uint32(tag)) | uint64(seq)<<32, flags
+}
+
+func unpackEnvelope(a0, a1 uint64) match.Envelope {
+	return match.Envelope{Context: uint32(a0 >> 32), Source: int32(uint32(a0)), Tag: int32(uint32(a1)), Seq: uint32(a1 >> 32)}
+}
+
+func (p *proc) newMsg() *inMsg {
+	m := p.msgPool.Get().(*inMsg)
+	*m = inMsg{}
+	return m
+}
+
+// onEager handles eager data (seed: "the store transfers the data and invokes a
+// handler at the receiving end [...] If the store handler finds that the
+// receive has been posted it can copy the message and use the reply message to
+// free the buffer space. If a matching receive has not been posted, the
+// message's arrival is simply recorded in an unexpected messages list").
+func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
+	env := unpackEnvelope(a[0], a[1])
+	m := p.newMsg()
+	m.flags = a[2]
+	m.src = tok.Source()
+	m.size = len(payload)
+	m.payload = payload
+	p.mu.Lock()
+	out, err := p.eng.Arrive(env, m, p.matchBuf[:0])
+	if err != nil {
+		p.mu.Unlock()
+		p.msgPool.Put(m)
+		p.dropped(fmt.Errorf("eager message from rank %d: %w", m.src, err))
+		return
+	}
+	mine := false
+	for _, x := range out {
+		if x.Msg == m {
+			mine = true
+		}
+	}
+	if !mine {
+		// Unexpected (or held for order): keep the data in the per-peer buffer,
+		// holding the sender's space until a receive takes it.
+		buf, r, err := tok.Retain()
+		if err == nil {
+			m.payload, m.retained, m.kept = buf, r, true
+		} else {
+			m.payload = append([]byte(nil), payload...) // cannot happen for a medium; stay correct anyway
+		}
+		if m.flags&flagReady != 0 {
+			m.notReady = true
+		}
+	}
+	p.matchBuf = out
+	p.completeMatchesLocked(out, tok, m)
+	p.mu.Unlock()
+	p.afterMatches()
+}
+
+// onRTS handles a rendezvous request-to-send.
+func (p *proc) onRTS(tok *handlers.Token, a []uint64, _ []byte) {
+	env := unpackEnvelope(a[0], a[1])
+	m := p.newMsg()
+	m.rndv = true
+	m.flags = a[2]
+	m.size = int(a[3])
+	m.sendID = a[4]
+	m.src = tok.Source()
+	p.mu.Lock()
+	out, err := p.eng.Arrive(env, m, p.matchBuf[:0])
+	if err != nil {
+		p.mu.Unlock()
+		p.msgPool.Put(m)
+		p.dropped(fmt.Errorf("request-to-send from rank %d: %w", m.src, err))
+		return
+	}
+	mine := false
+	for _, x := range out {
+		if x.Msg == m {
+			mine = true
+		}
+	}
+	if !mine && m.flags&flagReady != 0 {
+		m.notReady = true
+	}
+	p.matchBuf = out
+	p.completeMatchesLocked(out, tok, m)
+	p.mu.Unlock()
+	p.afterMatches()
+}
+
+// completeMatchesLocked acts on matches made by an arrival in a handler: eager
+// data is copied into the receive buffer; a request-to-send is answered with
+// the receive buffer's address, by reply when it is the message being handled,
+// else by a deferred request. p.mu is held.
+func (p *proc) completeMatchesLocked(out []match.Match[*Request, *inMsg], tok *handlers.Token, cur *inMsg) {
+	for i := range out {
+		x := &out[i]
+		r, m := x.Recv, x.Msg
+		r.handle = match.PostedHandle{}
+		if !m.rndv {
+			p.finishEagerLocked(r, m, x.Env)
+			if m != cur {
+				p.pendingRelease = append(p.pendingRelease, m)
+			} else {
+				p.msgPool.Put(m)
+			}
+			continue
+		}
+		args, n, err := p.prepareCTSLocked(r, m, x.Env)
+		if err != nil {
+			r.complete(Status{Source: int(x.Env.Source), Tag: int(x.Env.Tag), Err: err})
+		}
+		if m == cur && err == nil {
+			if rerr := tok.ReplyShort(hCTS, args[:]...); rerr != nil {
+				p.queueLocked(deferred{cts: true, req: r, dst: m.src, args: args, bytes: n})
+			}
+		} else if err == nil {
+			p.queueLocked(deferred{cts: true, req: r, dst: m.src, args: args, bytes: n})
+		}
+		p.msgPool.Put(m)
+	}
+}
+
+// finishEagerLocked copies an eager message into its receive and completes it.
+func (p *proc) finishEagerLocked(r *Request, m *inMsg, env match.Envelope) {
+	n := copy(r.buf, m.payload)
+	st := Status{Source: int(env.Source), Tag: int(env.Tag), Bytes: n}
+	if m.size > len(r.buf) {
+		st.Err = fmt.Errorf("%w: message of %d bytes from rank %d, tag %d, into a buffer of %d", ErrTruncate, m.size, env.Source, env.Tag, len(r.buf))
+	} else if m.notReady {
+		st.Err = fmt.Errorf("%w (from rank %d, tag %d)", ErrReadyNotPosted, env.Source, env.Tag)
+	}
+	r.complete(st)
+}
+
+// prepareCTSLocked registers the receive buffer for a matched rendezvous and
+// returns the clear-to-send arguments: sender's id, address, bytes to store,
+// receiver's id.
+func (p *proc) prepareCTSLocked(r *Request, m *inMsg, env match.Envelope) (args [4]uint64, n int, err error) {
+	n = min(m.size, len(r.buf))
+	r.status = Status{Source: int(env.Source), Tag: int(env.Tag), Bytes: n}
+	if m.size > len(r.buf) {
+		r.status.Err = fmt.Errorf("%w: message of %d bytes from rank %d, tag %d, into a buffer of %d", ErrTruncate, m.size, env.Source, env.Tag, len(r.buf))
+	} else if m.notReady {
+		r.status.Err = fmt.Errorf("%w (from rank %d, tag %d)", ErrReadyNotPosted, env.Source, env.Tag)
+	}
+	var addr uint64
+	if n > 0 {
+		seg, err := p.ep.RegisterSegment(r.buf[:n])
+		if err != nil {
+			return args, 0, fmt.Errorf("%w: receive buffer for rank %d, tag %d: %v", ErrBuffer, env.Source, env.Tag, err)
+		}
+		r.seg = seg
+		addr = seg.Addr
+	}
+	id := p.nextID
+	p.nextID++
+	r.id = id
+	p.reqs[id] = r
+	return [4]uint64{m.sendID, addr, uint64(n), id}, n, nil
+}
+
+func (p *proc) queueLocked(d deferred) {
+	p.work = append(p.work, d)
+	p.hasWork.Store(true)
+}
+
+// onCTS runs at the sender when the receiver has named its buffer. It only
+// records the fact; the data moves in runDeferred (seed: "the store is
+// performed by the blocked MPI_Send or, for nonblocking MPI_Isends by any MPI
+// communication function that explicitly polls the network").
+func (p *proc) onCTS(tok *handlers.Token, a []uint64, _ []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r, ok := p.reqs[a[0]]
+	if !ok {
+		p.dropped(fmt.Errorf("clear-to-send from rank %d for unknown send %d", tok.Source(), a[0]))
+		return
+	}
+	delete(p.reqs, a[0])
+	p.queueLocked(deferred{req: r, dst: tok.Source(), args: [4]uint64{a[0], a[1], a[2], a[3]}, bytes: int(a[2])})
+}
+
+// onData runs at the receiver once rendezvous data has landed (a store's
+// handler) or when there was nothing to store (fin).
+func (p *proc) onData(tok *handlers.Token, a []uint64, _ []byte) {
+	p.mu.Lock()
+	r, ok := p.reqs[a[0]]
+	if ok {
+		delete(p.reqs, a[0])
+	}
+	p.mu.Unlock()
+	if !ok {
+		p.dropped(fmt.Errorf("rendezvous data from rank %d for unknown receive %d", tok.Source(), a[0]))
+		return
+	}
+	if r.seg.Len > 0 {
+		_ = p.ep.UnregisterSegment(r.seg)
+		r.seg = am.Segment{}
+	}
+	r.complete(r.status)
+}
+
+// afterMatches releases retained eager payloads consumed by matches made in a
+// handler (acks need no credit, so a handler may send them).
+func (p *proc) afterMatches() {
+	p.mu.Lock()
+	if len(p.pendingRelease) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	rel := p.pendingRelease
+	p.pendingRelease = nil
+	p.mu.Unlock()
+	for _, m := range rel {
+		p.releaseMsg(m)
+	}
+}
+
+func (p *proc) releaseMsg(m *inMsg) {
+	if m.kept {
+		if err := p.ep.Release(m.retained); err != nil {
+			p.dropped(err)
+		}
+	}
+	p.msgPool.Put(m)
+}
+
+// runDeferred does the protocol work handlers queued: clear-to-send requests
+// for rendezvous receives matched outside the message's own handler, and the
+// stores of rendezvous data whose address has arrived. Any goroutine that waits
+// in MPI runs it; each item runs once.
+func (p *proc) runDeferred() {
+	for p.hasWork.Load() {
+		p.mu.Lock()
+		if len(p.work) == 0 {
+			p.hasWork.Store(false)
+			p.mu.Unlock()
+			return
+		}
+		d := p.work[0]
+		p.work[0] = deferred{}
+		p.work = p.work[1:]
+		if len(p.work) == 0 {
+			p.work = nil
+			p.hasWork.Store(false)
+		}
+		p.mu.Unlock()
+		if d.cts {
+			if err := p.ep.RequestShort(d.dst, hCTS, d.args[:]...); err != nil {
+				d.req.complete(Status{Source: d.req.status.Source, Tag: d.req.status.Tag, Err: p.wrapNet(err)})
+			}
+			continue
+		}
+		// Store the send's data straight into the receive buffer.
+		r := d.req
+		n := d.bytes
+		var err error
+		if n > 0 {
+			err = p.ep.Store(d.dst, hData, d.args[1], r.buf[:n], d.args[3])
+		} else {
+			err = p.ep.RequestShort(d.dst, hFin, d.args[3])
+		}
+		r.complete(Status{Err: p.wrapNet(err)})
+	}
+}
+
+func (p *proc) wrapNet(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %v", ErrOther, err)
+}
+
+func (p *proc) dropped(err error) {
+	p.drops.Add(1)
+	logDrop(p.ep.Rank(), err)
+}
+
+// waitFor polls (and runs deferred protocol work) until cond holds.
+func (p *proc) waitFor(cond func() bool) error {
+	if cond() {
+		return nil
+	}
+	err := p.ep.PollUntil(func() bool {
+		p.runDeferred()
+		return cond()
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrOther, err)
+	}
+	return nil
+}
+
+// progress polls once and runs deferred work (Test, Iprobe).
+func (p *proc) progress() {
+	_, _ = p.ep.Poll()
+	p.runDeferred()
+}

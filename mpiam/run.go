@@ -1,0 +1,83 @@
+package mpiam
+
+import (
+	"fmt"
+
+	"github.com/amgo-hpc/amgo/am"
+)
+
+// Config tunes the MPI layer's endpoint. The zero value gives the defaults.
+type Config struct {
+	// AM configures the Active Messages endpoint underneath (per-peer buffer
+	// size and the like).
+	AM am.Config
+}
+
+// Run runs fn on every rank of the job with its world communicator and
+// returns when all have finished (MPI_Init and MPI_Finalize around a rank's
+// program): one rank per process under amrun, MPICH's mpiexec or Slurm; goroutine
+// ranks for `amrun --transport loop` or a program started alone
+// (AMGO_LOOP_SIZE ranks). An error from fn on any rank ends the job (see
+// am.Run) and is returned naming the rank.
+func Run(cfg Config, fn func(world *Comm) error) error {
+	return am.Run(cfg.AM, func(ep *am.Endpoint) error { return runRank(ep, fn) })
+}
+
+// RunLocal runs fn on n ranks that are goroutines of this process, over the
+// loop network: for tests and for embedding MPI code in a Go program.
+func RunLocal(n int, cfg Config, fn func(world *Comm) error) error {
+	return am.RunLocal(n, cfg.AM, func(ep *am.Endpoint) error { return runRank(ep, fn) })
+}
+
+func runRank(ep *am.Endpoint, fn func(world *Comm) error) error {
+	p, err := newProc(ep)
+	if err != nil {
+		return err
+	}
+	if err := fn(p.world); err != nil {
+		return err
+	}
+	return p.finalize()
+}
+
+// finalize completes what MPI_Finalize must: buffered sends still in flight and
+// deferred rendezvous work, then marks the process finalized.
+func (p *proc) finalize() error {
+	err := p.waitFor(func() bool { return p.bsend.pending() == 0 && !p.hasWork.Load() })
+	p.finalized.Store(true)
+	return err
+}
+
+// Init attaches this process to its job (MPI_Init, the process-per-rank form)
+// and returns the world communicator. Call Finalize before exiting. A job of
+// goroutine ranks (AMGO_LOOP_SIZE > 1) needs Run or RunLocal instead.
+// Errors: bootstrap and network errors, wrapped in ErrOther.
+func Init(cfg Config) (*Comm, error) {
+	ep, err := am.Open(cfg.AM)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Init: %v", ErrOther, err)
+	}
+	p, err := newProc(ep)
+	if err != nil {
+		_ = ep.Finalize()
+		return nil, err
+	}
+	return p.world, nil
+}
+
+// Finalize ends the process's participation in the job (MPI_Finalize): it
+// completes pending buffered sends, waits at a barrier with every rank, and
+// closes the network. world is the communicator Init returned.
+func Finalize(world *Comm) error {
+	if world == nil || world.p == nil || world != world.p.world {
+		return fmt.Errorf("%w: Finalize takes the world communicator from Init", ErrComm)
+	}
+	if world.p.finalized.Load() {
+		return ErrFinalized
+	}
+	err := world.p.finalize()
+	if ferr := world.p.ep.Finalize(); err == nil && ferr != nil {
+		err = fmt.Errorf("%w: Finalize: %v", ErrOther, ferr)
+	}
+	return err
+}
