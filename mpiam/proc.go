@@ -72,7 +72,7 @@ type proc struct {
 	// pendingRelease: retained eager messages consumed by matches made in a
 	// handler for another message, released once p.mu is dropped.
 	pendingRelease []*inMsg
-	nextCtx  uint32
+	nextCtx        uint32
 
 	sendMu []sync.Mutex // by world rank: orders sequence numbers with their sends
 	seq    match.SendSeq

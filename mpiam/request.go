@@ -62,14 +62,14 @@ type Request struct {
 	tag  int
 	buf  []byte
 
-	done    atomic.Bool
-	status  Status
-	handle  match.PostedHandle // a posted receive not matched yet
-	seg     am.Segment         // rendezvous receive: the registered buffer
-	id      uint64             // rendezvous: id in proc.reqs
-	bblock  bsendBlock         // buffered send: space in the attached buffer
-	pooled  bool               // internal request of a blocking call
-	reported bool              // completion reported by Wait/Test: now null
+	done     atomic.Bool
+	status   Status
+	handle   match.PostedHandle // a posted receive not matched yet
+	seg      am.Segment         // rendezvous receive: the registered buffer
+	id       uint64             // rendezvous: id in proc.reqs
+	bblock   bsendBlock         // buffered send: space in the attached buffer
+	pooled   bool               // internal request of a blocking call
+	reported bool               // completion reported by Wait/Test: now null
 
 	persistent bool
 	active     bool // persistent: started and not yet completed
