@@ -195,9 +195,9 @@ func sweep(u, v []float64, b block) float64 {
 
 // halo holds a rank's neighbours and the buffers of the column exchange.
 type halo struct {
-	north, south, west, east int // neighbour ranks or ProcNull
-	sendW, sendE, recvW, recvE   []float64
-	reqs                         []*mpiam.Request
+	north, south, west, east   int // neighbour ranks or ProcNull
+	sendW, sendE, recvW, recvE []float64
+	reqs                       []*mpiam.Request
 }
 
 // exchange fills u's ghost cells from the neighbours' edge points: rows are
