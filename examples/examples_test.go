@@ -59,3 +59,67 @@ func TestFailingRankEndsJob(t *testing.T) {
 	require.Contains(t, string(out), "needs at least 2 ranks")
 	require.Contains(t, string(out), "rank 0")
 }
+
+// The MPI examples (mpiam): ping-pong, ring and the heat solver, as processes
+// over shm and as goroutine ranks over loop.
+func TestMPIExamplesUnderAmrun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and launches programs")
+	}
+	dir := t.TempDir()
+	build(t, dir, "../cmd/amrun", "./pingpong", "./ring", "./heat")
+	amrun := filepath.Join(dir, "amrun")
+	pingpong, ring, heat := filepath.Join(dir, "pingpong"), filepath.Join(dir, "ring"), filepath.Join(dir, "heat")
+	cases := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"pingpong-shm-2", []string{"-n", "2", pingpong, "-i", "200", "-max", "1048576"},
+			[]string{"1048576", "pingpong: OK"}},
+		{"pingpong-shm-4", []string{"-n", "4", pingpong, "-i", "100", "-max", "262144"},
+			[]string{"262144", "pingpong: OK"}},
+		{"pingpong-loop-3", []string{"-n", "3", "--transport", "loop", pingpong, "-i", "100", "-max", "262144"},
+			[]string{"262144", "pingpong: OK"}},
+		{"ring-shm-2", []string{"-n", "2", ring, "-laps", "500"},
+			[]string{"2 ranks, 500 laps: token 1500", "every rank has 3", "ring: OK"}},
+		{"ring-shm-4", []string{"-n", "4", ring, "-laps", "500"},
+			[]string{"4 ranks, 500 laps: token 5000", "every rank has 10", "ring: OK"}},
+		{"ring-loop-3", []string{"-n", "3", "--transport", "loop", ring, "-laps", "500"},
+			[]string{"3 ranks, 500 laps: token 3000", "every rank has 6", "ring: OK"}},
+		{"heat-shm-1", []string{"-n", "1", heat, "-nx", "64", "-ny", "48", "-iters", "400"},
+			[]string{"process grid 1 x 1 (1 ranks)", "max |parallel - serial| = 0.000e+00", "heat: check PASSED"}},
+		{"heat-shm-2", []string{"-n", "2", heat, "-nx", "64", "-ny", "64", "-iters", "400"},
+			[]string{"process grid 2 x 1 (2 ranks)", "heat: check PASSED"}},
+		{"heat-shm-3-uneven", []string{"-n", "3", heat, "-nx", "100", "-ny", "61", "-iters", "400", "-k", "7"},
+			[]string{"process grid 3 x 1 (3 ranks), blocks of 33..34 x 61 points", "400 iterations (max 400, tol 5.0e-05, residual every 7)", "heat: check PASSED"}},
+		{"heat-shm-4", []string{"-n", "4", heat, "-nx", "65", "-ny", "67", "-iters", "400"},
+			[]string{"process grid 2 x 2 (4 ranks), blocks of 32..33 x 33..34 points", "heat: check PASSED"}},
+		{"heat-loop-3", []string{"-n", "3", "--transport", "loop", heat, "-nx", "40", "-ny", "90", "-iters", "400"},
+			[]string{"process grid 1 x 3 (3 ranks)", "heat: check PASSED"}},
+		{"heat-loop-6-converges", []string{"-n", "6", "--transport", "loop", heat, "-nx", "30", "-ny", "20", "-tol", "1e-4"},
+			[]string{"process grid 3 x 2 (6 ranks)", "converged", "heat: check PASSED"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"--timeout", "60s"}, c.args...)
+			out, err := exec.Command(amrun, args...).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			for _, w := range c.want {
+				require.Contains(t, string(out), w)
+			}
+		})
+	}
+}
+
+// A heat run that cannot be decomposed fails the job with a message saying why.
+func TestHeatRejectsTooManyRanks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and launches programs")
+	}
+	dir := t.TempDir()
+	build(t, dir, "../cmd/amrun", "./heat")
+	out, err := exec.Command(filepath.Join(dir, "amrun"), "-n", "3", "--timeout", "30s", filepath.Join(dir, "heat"), "-nx", "2", "-ny", "2").CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "cannot be split over 3 ranks")
+}
