@@ -25,10 +25,13 @@ test: build
 race:
 	$(GO) test -race -count=1 $(RACE_PKGS)
 
-# The main job: real processes over shared memory, launched by amrun.
+# The main job: an MPI program (the heat solver, checked against a serial
+# solve) over real processes sharing memory, launched by amrun; then the MPI
+# ping-pong and the AM-level token ring.
 demo: build
+	$(BIN)/amrun -n 4 $(BIN)/heat
+	$(BIN)/amrun -n 2 $(BIN)/pingpong -max 1048576 -i 1000
 	$(BIN)/amrun -n 4 --tag-output $(BIN)/am-ring -laps 1000
-	$(BIN)/amrun -n 2 $(BIN)/am-pingpong -i 100000
 
 bench: build
 	$(BIN)/amrun -n 2 $(BIN)/ampingpong -k short
