@@ -47,7 +47,7 @@ func (ep *Endpoint) Barrier() error {
 	slot := &b.arrived[epoch&1]
 	for round, dist := 0, 1; dist < ep.size; round, dist = round+1, dist*2 {
 		to := (ep.rank + dist) % ep.size
-		if err := ep.RequestShort(to, barrierHandler, epoch, uint64(round)); err != nil {
+		if err := ep.requestShort(to, barrierHandler, []uint64{epoch, uint64(round)}); err != nil {
 			return err
 		}
 		r := round

@@ -26,6 +26,7 @@ var (
 	ErrSegment   = errors.New("am: address not in a registered segment")
 	ErrInHandler = errors.New("am: request from inside a handler would block")
 	ErrConfig    = errors.New("am: invalid configuration")
+	ErrNotMedium = errors.New("am: only a medium request's payload can be retained")
 )
 
 // Config tunes an endpoint. The zero value gives the defaults.
@@ -72,14 +73,15 @@ type Stats struct {
 	RequestsSent, RepliesSent, AcksSent uint64 // packets sent, by kind
 	RequestsRecv, RepliesRecv, AcksRecv uint64 // packets handled, by kind
 	BytesSent, BytesRecv                uint64 // payload bytes of requests and replies
-	// CreditStalls counts requests that found their peer's buffer full and polled
-	// until replies freed space.
+	// CreditStalls counts requests that found their space in the peer's buffer
+	// taken and polled until replies freed some (back-pressure).
 	CreditStalls uint64
 	// Backlogged counts packets the network refused for the moment and that the
 	// endpoint queued (replies and acks, which never wait for credit).
 	Backlogged uint64
-	// Drops counts incoming packets dropped: malformed, unknown handler, wrong
-	// argument count, bad reservation or store address.
+	// Drops counts incoming packets dropped (malformed, unknown handler, wrong
+	// argument count, bad reservation or store address) and acks that could not
+	// be sent (a closed or dead network).
 	Drops uint64
 	// UnknownHandler counts the drops for an unregistered handler index.
 	UnknownHandler uint64
@@ -130,7 +132,7 @@ type Endpoint struct {
 	rx     rxState // guarded by pollMu
 
 	backlogged  atomic.Int32 // peers with a non-empty backlog
-	dispatching atomic.Bool
+	polls       atomic.Uint64 // completed polls: a waiter that sees none for long is inside a handler
 	closed      atomic.Bool
 
 	dropMu   sync.Mutex
@@ -245,6 +247,14 @@ func (ep *Endpoint) checkDst(dst int) error {
 // dst's buffer has no room (back-pressure). Errors: ErrRank, ErrClosed,
 // handlers.ErrUnknownHandler, handlers.ErrArgCount, ErrInHandler, transport errors.
 func (ep *Endpoint) RequestShort(dst int, h handlers.Index, args ...uint64) error {
+	if h > handlers.MaxClientIndex {
+		return fmt.Errorf("%w: %d", handlers.ErrIndexReserved, h)
+	}
+	return ep.requestShort(dst, h, args)
+}
+
+// requestShort is RequestShort without the client index check (am's own handlers).
+func (ep *Endpoint) requestShort(dst int, h handlers.Index, args []uint64) error {
 	if err := ep.checkDst(dst); err != nil {
 		return err
 	}
@@ -267,6 +277,9 @@ func (ep *Endpoint) RequestMedium(dst int, h handlers.Index, payload []byte, arg
 	if len(payload) > ep.maxMedium {
 		return fmt.Errorf("%w: medium of %d bytes to rank %d (MaxMedium %d)", ErrTooLarge, len(payload), dst, ep.maxMedium)
 	}
+	if h > handlers.MaxClientIndex {
+		return fmt.Errorf("%w: %d", handlers.ErrIndexReserved, h)
+	}
 	if err := ep.table.CheckSend(h, len(args)); err != nil {
 		return err
 	}
@@ -284,12 +297,22 @@ func (ep *Endpoint) RequestMedium(dst int, h handlers.Index, payload []byte, arg
 // in fragments of at most MaxMedium bytes through the per-peer buffer. Store
 // returns when data may be reused. Errors as RequestShort, plus ErrTooLarge and
 // transport errors of the put.
+//
+// As with GASNet's dest_addr and with RDMA, addr must come from dst: on
+// networks with a single-copy put the data is written before dst can check
+// the address (dst then drops the store's handler and counts it); on the
+// others dst checks every fragment against its segments and drops what falls
+// outside. A store into a segment dst has unregistered is undefined on the
+// single-copy path.
 func (ep *Endpoint) Store(dst int, h handlers.Index, addr uint64, data []byte, args ...uint64) error {
 	if err := ep.checkDst(dst); err != nil {
 		return err
 	}
 	if uint64(len(data)) > MaxStore {
 		return fmt.Errorf("%w: store of %d bytes (max %d)", ErrTooLarge, len(data), uint64(MaxStore))
+	}
+	if h > handlers.MaxClientIndex {
+		return fmt.Errorf("%w: %d", handlers.ErrIndexReserved, h)
 	}
 	if err := ep.table.CheckSend(h, len(args)); err != nil {
 		return err
@@ -346,10 +369,13 @@ func (ep *Endpoint) Store(dst int, h handlers.Index, addr uint64, data []byte, a
 // sendRequest takes credit at dst and sends one request, polling while there is
 // no room.
 func (ep *Endpoint) sendRequest(dst int, h *wire.Header, args []uint64, payload []byte) error {
+	if !ep.table.Sealed() {
+		ep.table.Seal() // communication has started
+	}
 	res := flowctl.RoundUp(h.EncodedLen() + len(payload) + ep.cfg.ReplyReserve)
 	p := &ep.peers[dst]
 	var b backoff
-	stalled := false
+	stalled := false // waited for credit (not for the network)
 	for {
 		p.mu.Lock()
 		if len(p.backlog) > 0 {
@@ -379,10 +405,11 @@ func (ep *Endpoint) sendRequest(dst int, h *wire.Header, args []uint64, payload 
 					p.mu.Unlock()
 					return fmt.Errorf("am: request to rank %d: %w", dst, err)
 				}
+			} else {
+				stalled = true
 			}
 		}
 		p.mu.Unlock()
-		stalled = true
 		if err := ep.progress(&b); err != nil {
 			return err
 		}
@@ -474,6 +501,7 @@ func (ep *Endpoint) pollLocked() (int, error) {
 	if len(ep.rx.dirty) > 0 {
 		ep.flushFrees()
 	}
+	ep.polls.Add(1)
 	return n, err
 }
 
@@ -523,8 +551,6 @@ func (ep *Endpoint) deliver(src int, pkt []byte) {
 			ep.drop(fmt.Errorf("am: %s from rank %d with bad reservation [%d,+%d) for %d bytes", h.Kind, src, h.Off, h.Reserve, len(pkt)))
 			return
 		}
-		rx.c.requests++
-		rx.c.bytes += uint64(len(payload))
 		if h.Kind == wire.KindRequestStore || h.Kind == wire.KindStoreDone {
 			region, err := ep.storeRegion(h, payload)
 			if err != nil {
@@ -538,6 +564,8 @@ func (ep *Endpoint) deliver(src int, pkt []byte) {
 			}
 			payload = region
 		}
+		rx.c.requests++
+		rx.c.bytes += uint64(len(payload))
 		tok := &rx.tok
 		tok.Begin(ep, src, true)
 		tok.ReqOff, tok.ReqLen = h.Off, h.Reserve
@@ -553,10 +581,7 @@ func (ep *Endpoint) deliver(src int, pkt []byte) {
 }
 
 func (ep *Endpoint) dispatch(idx uint8, args []uint64, payload []byte) {
-	ep.dispatching.Store(true)
-	err := ep.table.Dispatch(&ep.rx.tok, handlers.Index(idx), args, payload)
-	ep.dispatching.Store(false)
-	if err != nil {
+	if err := ep.table.Dispatch(&ep.rx.tok, handlers.Index(idx), args, payload); err != nil {
 		ep.drop(err)
 	}
 }
@@ -617,18 +642,25 @@ func (ep *Endpoint) Reply(tok *handlers.Token, h handlers.Index, payload []byte,
 		payload = nil
 	}
 	// Carry the pending free of earlier requests from src too when it is adjacent.
-	if pr := &ep.rx.pending[src]; pr.n != 0 && pr.off+pr.n == tok.ReqOff {
+	pr := &ep.rx.pending[src]
+	merged := pr.n != 0 && pr.off+pr.n == tok.ReqOff
+	if merged {
 		hdr.Off, hdr.Reserve = pr.off, pr.n+tok.ReqLen
+	}
+	if err := ep.sendResponse(src, &hdr, args, payload); err != nil {
+		return err
+	}
+	if merged {
 		*pr = freeRange{}
 	}
-	return ep.sendResponse(src, &hdr, args, payload)
+	return nil
 }
 
 // Retain implements handlers.Replier: it keeps a medium request's payload in
 // the per-peer receive buffer, in the sender's own space, until Release.
 func (ep *Endpoint) Retain(tok *handlers.Token) ([]byte, handlers.Retained, error) {
 	if ep.rx.kind != wire.KindRequestMedium {
-		return nil, handlers.Retained{}, fmt.Errorf("%w: only a medium request's payload can be retained (this is %s)", ErrConfig, ep.rx.kind)
+		return nil, handlers.Retained{}, fmt.Errorf("%w (this is a %s)", ErrNotMedium, ep.rx.kind)
 	}
 	src := tok.Source()
 	base := src * ep.cfg.BufferBytes
@@ -639,12 +671,15 @@ func (ep *Endpoint) Retain(tok *handlers.Token) ([]byte, handlers.Retained, erro
 
 // Release frees a payload that a handler retained: the space returns to its
 // sender, which answers the request. Call it once per Retained, from any
-// goroutine (not from inside a handler of the same endpoint's poll is fine too).
-// The retained bytes must not be used afterwards. Errors: ErrRank for a bogus
-// handle, transport errors.
+// goroutine, inside a handler or outside. The retained bytes must not be used
+// afterwards. Errors: ErrRank or ErrConfig for a handle Retain did not make,
+// transport errors.
 func (ep *Endpoint) Release(r handlers.Retained) error {
 	if err := ep.checkDst(r.Src); err != nil {
 		return err
+	}
+	if r.Len == 0 || r.Off%flowctl.Granule != 0 || r.Len%flowctl.Granule != 0 || uint64(r.Off)+uint64(r.Len) > uint64(ep.cfg.BufferBytes) {
+		return fmt.Errorf("%w: not a retained payload: [%d,+%d) from rank %d", ErrConfig, r.Off, r.Len, r.Src)
 	}
 	h := wire.Header{Kind: wire.KindAck, Src: uint32(ep.rank), Flags: wire.FlagFree, Off: r.Off, Reserve: r.Len}
 	return ep.sendResponse(r.Src, &h, nil, nil)
@@ -702,9 +737,10 @@ func (ep *Endpoint) Stats() Stats {
 // backoff paces a blocking wait: poll hot for SpinTime, then yield, then sleep
 // on the transport's wake-up so that a waiting rank gives its core away.
 type backoff struct {
-	spins   int
-	start   time.Time
-	stalled time.Time // when the poll lock was last found busy with a handler running
+	spins     int
+	start     time.Time
+	stalled   time.Time // when the poll lock was first found busy with no poll finishing since
+	lastPolls uint64
 }
 
 // progress polls once on behalf of a blocked caller and paces the retry.
@@ -723,14 +759,14 @@ func (ep *Endpoint) progress(b *backoff) error {
 			return nil
 		}
 		b.stalled = time.Time{}
-	} else if ep.dispatching.Load() {
-		// Another goroutine polls, or this goroutine is inside a handler and
-		// asked for something that needs a poll: report the latter rather than hang.
-		if b.stalled.IsZero() {
-			b.stalled = time.Now()
-		} else if b.spins%1024 == 0 && time.Since(b.stalled) > 2*time.Second {
-			return ErrInHandler
-		}
+	} else if polls := ep.polls.Load(); polls != b.lastPolls || b.stalled.IsZero() {
+		b.lastPolls = polls
+		b.stalled = time.Now()
+	} else if b.spins%1024 == 0 && time.Since(b.stalled) > 2*time.Second {
+		// The poll lock has been held for seconds by a poll that delivers
+		// nothing more: this goroutine is inside a handler and asked for
+		// something that needs a poll. Report it rather than hang.
+		return ErrInHandler
 	}
 	b.spins++
 	if b.spins < 64 {

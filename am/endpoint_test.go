@@ -391,3 +391,13 @@ func TestBarrier(t *testing.T) {
 		})
 	}
 }
+
+func TestReservedIndicesAndBogusRelease(t *testing.T) {
+	eps := newFakeEndpoints(t, newFakeNet(2), Config{})
+	require.ErrorIs(t, eps[0].RequestShort(1, 255, 0, 0), handlers.ErrIndexReserved)
+	require.ErrorIs(t, eps[0].RequestMedium(1, 250, nil), handlers.ErrIndexReserved)
+	require.ErrorIs(t, eps[0].Store(1, 240, 0, nil), handlers.ErrIndexReserved)
+	require.ErrorIs(t, eps[0].Release(handlers.Retained{Src: 1, Off: 3, Len: 64}), ErrConfig)
+	require.ErrorIs(t, eps[0].Release(handlers.Retained{Src: 1, Off: 0, Len: 0}), ErrConfig)
+	require.ErrorIs(t, eps[0].Release(handlers.Retained{Src: 7, Off: 0, Len: 64}), ErrRank)
+}

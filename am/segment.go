@@ -53,7 +53,8 @@ func (ep *Endpoint) RegisterSegment(buf []byte) (Segment, error) {
 }
 
 // UnregisterSegment removes a segment registered by RegisterSegment. Stores into
-// it that arrive later are dropped. Errors: ErrSegment if it is not registered.
+// it that arrive later through the network are dropped; a peer must not
+// single-copy store into it any more (see Store). Errors: ErrSegment if it is not registered.
 func (ep *Endpoint) UnregisterSegment(s Segment) error {
 	ep.segMu.Lock()
 	defer ep.segMu.Unlock()

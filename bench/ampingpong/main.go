@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"sync/atomic"
 	"time"
 
@@ -34,10 +35,18 @@ func main() {
 	kind := flag.String("k", "medium", "message kind: short, medium or store")
 	opts := osu.Options{MinSize: 0, MaxSize: 0, Iters: 10000, Warmup: 1000}
 	osu.Register(flag.CommandLine, &opts)
+	cpuprofile := flag.String("cpuprofile", "", "write rank 0's CPU profile to this file")
 	flag.Parse()
+	if *cpuprofile != "" && os.Getenv("PMI_RANK") == "0" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer pprof.StopCPUProfile()
+		}
+	}
 	err := am.Run(am.Config{}, func(ep *am.Endpoint) error { return run(ep, *kind, opts) })
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ampingpong:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
