@@ -131,9 +131,9 @@ type Endpoint struct {
 	pollMu sync.Mutex
 	rx     rxState // guarded by pollMu
 
-	backlogged  atomic.Int32 // peers with a non-empty backlog
-	polls       atomic.Uint64 // completed polls: a waiter that sees none for long is inside a handler
-	closed      atomic.Bool
+	backlogged atomic.Int32  // peers with a non-empty backlog
+	polls      atomic.Uint64 // completed polls: a waiter that sees none for long is inside a handler
+	closed     atomic.Bool
 
 	dropMu   sync.Mutex
 	lastDrop string
