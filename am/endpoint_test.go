@@ -401,3 +401,35 @@ func TestReservedIndicesAndBogusRelease(t *testing.T) {
 	require.ErrorIs(t, eps[0].Release(handlers.Retained{Src: 1, Off: 0, Len: 0}), ErrConfig)
 	require.ErrorIs(t, eps[0].Release(handlers.Retained{Src: 7, Off: 0, Len: 64}), ErrRank)
 }
+
+// Zero heap allocations per message on the short and medium paths in steady
+// state (request, handler, reply, credit return), on every network.
+func TestSteadyStateAllocatesNothing(t *testing.T) {
+	for _, network := range []string{"loop", "shm"} {
+		t.Run(network, func(t *testing.T) {
+			eps, pongs := pingPongPair(t, network)
+			payload := make([]byte, 1024)
+			var want int64
+			roundTrip := func(medium bool) {
+				want++
+				if medium {
+					_ = eps[0].RequestMedium(1, 3, payload)
+				} else {
+					_ = eps[0].RequestShort(1, 1, 42)
+				}
+				for pongs.Load() != want {
+					_, _ = eps[1].Poll()
+					_, _ = eps[0].Poll()
+				}
+			}
+			for i := 0; i < 1000; i++ { // warm up: buffers, pools
+				roundTrip(i%2 == 0)
+			}
+			require.Zero(t, testing.AllocsPerRun(1000, func() { roundTrip(false) }), "short")
+			require.Zero(t, testing.AllocsPerRun(1000, func() { roundTrip(true) }), "medium")
+			for _, ep := range eps {
+				_ = ep.tr.Close()
+			}
+		})
+	}
+}
