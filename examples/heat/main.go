@@ -1,5 +1,5 @@
 // Command heat solves the steady 2-D heat equation (Laplace's equation) on a
-// square plate by Jacobi iteration, distributed over the ranks of an MPI job
+// rectangular plate by Jacobi iteration, distributed over the ranks of an MPI job
 // with mpiam, and checks the distributed result against a serial solve.
 //
 // The plate is a grid of NX x NY unknowns (-nx, -ny) with fixed boundary
@@ -22,7 +22,7 @@
 // Then rank 0 gathers the blocks with Send/Recv, runs the same number of
 // iterations serially on the whole grid with the same update code (so the
 // floating-point operations happen in the same order and the results agree
-// exactly), and compares. It prints the grid, the process grid, the iteration
+// exactly), and compares the solutions and the final residuals. It prints the grid, the process grid, the iteration
 // count, the final residual, the times, the largest difference from the serial
 // solution, and "heat: check PASSED" (difference at most 1e-12) or
 // "heat: check FAILED" (and the program exits with status 1).
