@@ -22,10 +22,11 @@
 // Then rank 0 gathers the blocks with Send/Recv, runs the same number of
 // iterations serially on the whole grid with the same update code (so the
 // floating-point operations happen in the same order and the results agree
-// exactly), and compares the solutions and the final residuals. It prints the grid, the process grid, the iteration
-// count, the final residual, the times, the largest difference from the serial
-// solution, and "heat: check PASSED" (difference at most 1e-12) or
-// "heat: check FAILED" (and the program exits with status 1).
+// exactly), and compares the solutions and the final residuals. It prints
+// the grid, the process grid, the iteration count, the final residual, the
+// times, the largest difference from the serial solution, and
+// "heat: check PASSED" (difference at most 1e-12) or "heat: check FAILED"
+// (and the program exits with status 1).
 //
 //	amrun -n 4 ./heat                 # 256 x 256 on a 2 x 2 process grid
 //	amrun -n 4 ./heat -nx 512         # a wider plate
