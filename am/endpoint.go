@@ -153,7 +153,8 @@ type rxState struct {
 	payload []byte
 	kind    wire.Kind
 	pending []freeRange // per source: coalesced frees not yet sent
-	dirty   []int       // sources with a pending free
+	dirty   []int       // sources with a pending free (possibly sent since)
+	idle    int         // polls in a row that found nothing
 	c       struct{ requests, replies, acks, bytes, drops uint64 }
 }
 
@@ -498,12 +499,24 @@ func (ep *Endpoint) pollLocked() (int, error) {
 		}
 	}
 	n, err := ep.tr.Poll((*receiver)(ep), pollBatch)
-	if len(ep.rx.dirty) > 0 {
+	// Credit returns for requests answered without a reply wait, coalesced,
+	// for a reply to carry them, until they reach a quarter of the buffer, or
+	// until the endpoint has found nothing to do for idleFlushPolls polls in a
+	// row: an ack per message would put a second packet on every one-way
+	// message's path (SP AM likewise acks "when one-quarter of the window
+	// remains unacknowledged").
+	if n > 0 {
+		ep.rx.idle = 0
+	} else if ep.rx.idle++; ep.rx.idle >= idleFlushPolls && len(ep.rx.dirty) > 0 {
 		ep.flushFrees()
 	}
 	ep.polls.Add(1)
 	return n, err
 }
+
+// idleFlushPolls is the number of empty polls in a row after which pending
+// credit returns are sent (about a microsecond of idling).
+const idleFlushPolls = 32
 
 // receiver adapts the endpoint to transport.Receiver without exporting Deliver.
 type receiver Endpoint
@@ -594,6 +607,10 @@ func (ep *Endpoint) addFree(src int, off, n uint32) {
 	if pr.n != 0 {
 		if pr.off+pr.n == off {
 			pr.n += n
+			if int(pr.n) >= ep.cfg.BufferBytes/4 {
+				ep.sendAck(src, pr.off, pr.n)
+				*pr = freeRange{}
+			}
 			return
 		}
 		ep.sendAck(src, pr.off, pr.n)
@@ -601,6 +618,10 @@ func (ep *Endpoint) addFree(src int, off, n uint32) {
 		ep.rx.dirty = append(ep.rx.dirty, src)
 	}
 	*pr = freeRange{off, n}
+	if int(n) >= ep.cfg.BufferBytes/4 {
+		ep.sendAck(src, off, n)
+		*pr = freeRange{}
+	}
 }
 
 func (ep *Endpoint) flushFrees() {
