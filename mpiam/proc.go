@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/amgo-hpc/amgo/am"
 	"github.com/amgo-hpc/amgo/handlers"
@@ -74,6 +75,17 @@ type proc struct {
 	pendingRelease []*inMsg
 	nextCtx        uint32
 
+	// retainedBytes counts, by world rank, the sender's space in this rank's
+	// per-peer buffer that retained unexpected eager messages hold; at most
+	// retainBudget.
+	retainedBytes []atomic.Int64
+	retainBudget  int
+	// storeChunk is the largest rendezvous store that goes through packets
+	// (below the network's single-copy put size) in one piece: it fits the
+	// sender's space at the receiver beside retainBudget.
+	storeChunk int
+	putMin     int // smallest store that goes by single-copy put; 0: never
+
 	sendMu []sync.Mutex // by world rank: orders sequence numbers with their sends
 	seq    match.SendSeq
 
@@ -96,6 +108,14 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		nextCtx: 2,
 	}
 	p.msgPool.New = func() any { return new(inMsg) }
+	p.retainedBytes = make([]atomic.Int64, ep.Size())
+	p.retainBudget = ep.BufferBytes() / 2
+	// A fragment needs its header and the reply reserve beside the data:
+	// leave a generous 1 KiB for them and keep to multiples of 64.
+	p.storeChunk = max((ep.BufferBytes()-p.retainBudget-1024)&^63, 64)
+	if caps := ep.Transport().Caps(); caps.Put {
+		p.putMin = max(caps.PutMin, 1)
+	}
 	p.reqPool.New = func() any { return new(Request) }
 	p.eagerLimit = ep.MaxMedium()
 	if v := os.Getenv(EnvEagerLimit); v != "" {
@@ -164,12 +184,23 @@ func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 	}
 	if !mine {
 		// Unexpected (or held for order): keep the data in the per-peer buffer,
-		// holding the sender's space until a receive takes it.
-		buf, r, err := tok.Retain()
-		if err == nil {
-			m.payload, m.retained, m.kept = buf, r, true
-		} else {
-			m.payload = append([]byte(nil), payload...) // cannot happen for a medium; stay correct anyway
+		// holding the sender's space until a receive takes it, as long as the
+		// sender's unexpected messages hold at most half of that buffer. Past
+		// that, copy the data out and free the space at once: otherwise a
+		// sender whose space is all held by unexpected messages could neither
+		// start another send (an Isend must return whatever the receiver
+		// does, MPI-4.1 §3.7) nor store rendezvous data the receiver is
+		// waiting for, and both ranks would wait for ever.
+		m.payload = nil
+		if int(p.retainedBytes[m.src].Load())+int(tok.ReqLen) <= p.retainBudget {
+			buf, r, err := tok.Retain()
+			if err == nil {
+				m.payload, m.retained, m.kept = buf, r, true
+				p.retainedBytes[m.src].Add(int64(r.Len))
+			}
+		}
+		if m.payload == nil {
+			m.payload = append([]byte(nil), payload...)
 		}
 		if m.flags&flagReady != 0 {
 			m.notReady = true
@@ -277,10 +308,14 @@ func (p *proc) prepareCTSLocked(r *Request, m *inMsg, env match.Envelope) (args 
 		}
 		r.seg = seg
 		addr = seg.Addr
+		// The data will land within about n / (4 GB/s) plus a round trip:
+		// keep polling rather than sleep through it.
+		p.ep.Expect(time.Duration(n/4)*time.Nanosecond + 50*time.Microsecond)
 	}
 	id := p.nextID
 	p.nextID++
 	r.id = id
+	r.got = 0
 	p.reqs[id] = r
 	return [4]uint64{m.sendID, addr, uint64(n), id}, n, nil
 }
@@ -306,12 +341,18 @@ func (p *proc) onCTS(tok *handlers.Token, a []uint64, _ []byte) {
 	p.queueLocked(deferred{req: r, dst: tok.Source(), args: [4]uint64{a[0], a[1], a[2], a[3]}, bytes: int(a[2])})
 }
 
-// onData runs at the receiver once rendezvous data has landed (a store's
-// handler) or when there was nothing to store (fin).
-func (p *proc) onData(tok *handlers.Token, a []uint64, _ []byte) {
+// onData runs at the receiver once a piece of rendezvous data has landed (a
+// store's handler; payload is the piece) or when there was nothing to store
+// (fin). The receive completes with its last byte.
+func (p *proc) onData(tok *handlers.Token, a []uint64, payload []byte) {
 	p.mu.Lock()
 	r, ok := p.reqs[a[0]]
 	if ok {
+		r.got += len(payload)
+		if r.got < r.status.Bytes {
+			p.mu.Unlock()
+			return
+		}
 		delete(p.reqs, a[0])
 	}
 	p.mu.Unlock()
@@ -344,6 +385,7 @@ func (p *proc) afterMatches() {
 
 func (p *proc) releaseMsg(m *inMsg) {
 	if m.kept {
+		p.retainedBytes[m.src].Add(-int64(m.retained.Len))
 		if err := p.ep.Release(m.retained); err != nil {
 			p.dropped(err)
 		}
@@ -377,14 +419,22 @@ func (p *proc) runDeferred() {
 			}
 			continue
 		}
-		// Store the send's data straight into the receive buffer.
+		// Store the send's data straight into the receive buffer: in one
+		// piece when the network puts it in place, else in pieces that fit
+		// the space this rank has at the receiver (see retainBudget); the
+		// receiver completes when all bytes have landed.
 		r := d.req
 		n := d.bytes
 		var err error
-		if n > 0 {
+		if n == 0 {
+			err = p.ep.RequestShort(d.dst, hFin, d.args[3])
+		} else if p.putMin > 0 && n >= p.putMin {
 			err = p.ep.Store(d.dst, hData, d.args[1], r.buf[:n], d.args[3])
 		} else {
-			err = p.ep.RequestShort(d.dst, hFin, d.args[3])
+			for off := 0; off < n && err == nil; off += p.storeChunk {
+				end := min(off+p.storeChunk, n)
+				err = p.ep.Store(d.dst, hData, d.args[1]+uint64(off), r.buf[off:end], d.args[3])
+			}
 		}
 		r.complete(Status{Err: p.wrapNet(err)})
 	}
