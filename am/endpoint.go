@@ -181,6 +181,9 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 	if p, ok := tr.(transport.Putter); ok && caps.Put {
 		ep.putter = p
 	}
+	if pt, ok := tr.(transport.PutTargeter); ok {
+		pt.SetPutResolver(func(addr uint64, n int) ([]byte, error) { return ep.lookupRegion(addr, uint64(n)) })
+	}
 	ep.maxPacket = caps.MaxPacket
 	// A medium must fit in one packet and, with its header and reply room, in the buffer.
 	ep.maxMedium = min(caps.MaxPacket, cfg.BufferBytes-cfg.ReplyReserve) - wire.MaxHeaderLen

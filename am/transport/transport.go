@@ -91,6 +91,19 @@ type Putter interface {
 	Put(dst int, addr uintptr, data []byte) error
 }
 
+// PutResolver maps a destination named by a peer's Put (an address inside a
+// segment this rank registered, and a length in bytes) to the local memory to
+// write, or an error when the range is not registered.
+type PutResolver func(addr uint64, n int) ([]byte, error)
+
+// PutTargeter is implemented by transports whose single-copy put is completed
+// by the receiving side (tcp reads the data off the socket straight into the
+// destination): package am gives them the resolver of its segment table, so
+// that every put is checked before a byte is written.
+type PutTargeter interface {
+	SetPutResolver(r PutResolver)
+}
+
 // Errors shared by every transport; wrap them with detail.
 var (
 	ErrWouldBlock     = errors.New("transport: send would block")
