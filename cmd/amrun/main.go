@@ -1,7 +1,7 @@
 // Command amrun launches an amgo job: N processes of one program that find each
 // other over PMI-1, served by amrun on an inherited socket per rank.
 //
-//	amrun -n N [--transport loop|shm] [--tag-output] [--timeout D] [--jobdir DIR] prog args...
+//	amrun -n N [--transport loop|shm|tcp] [--iface NAME] [--tag-output] [--timeout D] [--jobdir DIR] prog args...
 //
 // See docs/launch.md and package internal/launch.
 package main
@@ -30,12 +30,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("amrun", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	n := fs.Int("n", 1, "number of ranks")
-	transport := fs.String("transport", "shm", "network the ranks use (AMGO_TRANSPORT): shm, or loop for N goroutine ranks in one process")
+	transport := fs.String("transport", "shm", "network the ranks use (AMGO_TRANSPORT): shm, tcp, or loop for N goroutine ranks in one process")
+	iface := fs.String("iface", "", "network interface (name or IP address) that tcp listens on (AMGO_IFACE); default: the host name's address")
 	tag := fs.Bool("tag-output", false, "prefix each output line with [rank]")
 	timeout := fs.Duration("timeout", 0, "end the job when it runs longer than this (e.g. 30s); 0 means no limit")
 	jobdir := fs.String("jobdir", "", "parent directory for the per-job directory (default /dev/shm, else the temp dir)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: amrun -n N [--transport loop|shm] [--tag-output] [--timeout D] [--jobdir DIR] prog args...")
+		fmt.Fprintln(stderr, "usage: amrun -n N [--transport loop|shm|tcp] [--iface NAME] [--tag-output] [--timeout D] [--jobdir DIR] prog args...")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -55,7 +56,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	err := launch.Run(context.Background(), launch.Spec{
 		N: *n, Prog: fs.Arg(0), Args: fs.Args()[1:],
-		Transport: *transport, TagOutput: *tag, Timeout: *timeout, JobDirParent: *jobdir,
+		Transport: *transport, Iface: *iface, TagOutput: *tag, Timeout: *timeout, JobDirParent: *jobdir,
 		Stdout: stdout, Stderr: stderr, Signals: sigs,
 	})
 	if err != nil {

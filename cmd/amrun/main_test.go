@@ -14,6 +14,12 @@ func TestRun(t *testing.T) {
 	require.Contains(t, out.String(), "[0] 0/2 shm\n")
 	require.Contains(t, out.String(), "[1] 1/2 shm\n")
 
+	out.Reset()
+	code = run([]string{"-n", "2", "--transport", "tcp", "--iface", "lo", "sh", "-c",
+		`echo "$AMGO_TRANSPORT $AMGO_IFACE ${#AMGO_JOB_SECRET}"`}, &out, &errb)
+	require.Equal(t, 0, code, errb.String())
+	require.Equal(t, "tcp lo 32\ntcp lo 32\n", out.String())
+
 	errb.Reset()
 	code = run([]string{"-n", "3", "--jobdir", t.TempDir(), "sh", "-c", `[ "$PMI_RANK" = 1 ] && exit 3; exec sleep 30`}, &out, &errb)
 	require.Equal(t, 3, code)

@@ -55,6 +55,10 @@ type Spec struct {
 	// "loop" one process is started (PMI_SIZE=1) with AMGO_LOOP_SIZE=N and
 	// runs the N ranks as goroutines.
 	Transport string
+	// Iface, if set, is given to ranks as AMGO_IFACE: the network interface
+	// (a name such as "eth0", or an IP address) that network transports
+	// (tcp) listen on. "" leaves AMGO_IFACE to the base environment.
+	Iface string
 	// TagOutput prefixes every line a rank writes with "[rank] ", stdout and
 	// stderr separately, whole lines at a time.
 	TagOutput bool
@@ -206,7 +210,15 @@ func Run(ctx context.Context, spec Spec) error {
 
 	j := &job{spec: spec, srv: srv, exits: make(chan exitEvent, nproc)}
 	defer j.cleanup()
+	secret, err := jobSecret()
+	if err != nil {
+		return &JobError{Kind: ErrStart, Rank: -1, Code: 1, Detail: err.Error()}
+	}
 	env := rankEnv(spec.Env, spec.Transport, jobDir, spec.N)
+	env = append(env, "AMGO_JOB_SECRET="+secret)
+	if spec.Iface != "" {
+		env = append(env, "AMGO_IFACE="+spec.Iface)
+	}
 	outMu, errMu := new(sync.Mutex), new(sync.Mutex)
 	if spec.Stdout == spec.Stderr {
 		errMu = outMu
@@ -269,10 +281,21 @@ func makeJobDir(parent string) (string, error) {
 	return "", fmt.Errorf("create job directory: %w", lastErr)
 }
 
+// jobSecret returns a fresh per-job secret, 16 random bytes in hex, given to
+// every rank as AMGO_JOB_SECRET: network transports (tcp) make each new
+// connection prove it before they accept its traffic.
+func jobSecret() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("job secret: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
 // rankEnv is base without variables amrun owns, plus the shared ones.
 func rankEnv(base []string, transport, jobDir string, n int) []string {
 	drop := map[string]bool{"PMI_FD": true, "PMI_PORT": true, "PMI_ID": true, "PMI_RANK": true, "PMI_SIZE": true,
-		"PMI_SPAWNED": true, "AMGO_TRANSPORT": true, "AMGO_JOB_DIR": true, "AMGO_LOOP_SIZE": true}
+		"PMI_SPAWNED": true, "AMGO_TRANSPORT": true, "AMGO_JOB_DIR": true, "AMGO_LOOP_SIZE": true, "AMGO_JOB_SECRET": true}
 	var env []string
 	for _, kv := range base {
 		k, _, _ := strings.Cut(kv, "=")

@@ -108,6 +108,9 @@ func helper(mode string) int {
 		}
 		fmt.Print("no newline at end")
 		return 0
+	case "secret":
+		fmt.Printf("%s %s %s\n", os.Getenv("PMI_RANK"), os.Getenv("AMGO_JOB_SECRET"), os.Getenv("AMGO_IFACE"))
+		return 0
 	case "env":
 		for _, k := range []string{"PMI_RANK", "PMI_SIZE", "AMGO_TRANSPORT", "AMGO_LOOP_SIZE"} {
 			fmt.Printf("%s=%s\n", k, os.Getenv(k))
@@ -261,6 +264,33 @@ func TestLoopTransport(t *testing.T) {
 	require.NoError(t, Run(context.Background(), s))
 	require.Contains(t, out.String(), "AMGO_TRANSPORT=shm\n")
 	require.Contains(t, out.String(), "AMGO_LOOP_SIZE=\n")
+}
+
+// Every rank of a job gets the same fresh AMGO_JOB_SECRET (16 bytes, hex),
+// replacing one in the base environment, and Iface becomes AMGO_IFACE.
+func TestJobSecretAndIface(t *testing.T) {
+	secrets := map[string]bool{}
+	for job := 0; job < 2; job++ {
+		s, out, errb := spec(t, "secret", 3)
+		s.Env = append(s.Env, "AMGO_JOB_SECRET=stale")
+		s.Iface = "lo"
+		require.NoError(t, Run(context.Background(), s), errb.String())
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		require.Len(t, lines, 3)
+		var secret string
+		for _, l := range lines {
+			f := strings.Fields(l)
+			require.Len(t, f, 3, l)
+			require.Regexp(t, `^[0-9a-f]{32}$`, f[1])
+			require.Equal(t, "lo", f[2])
+			if secret == "" {
+				secret = f[1]
+			}
+			require.Equal(t, secret, f[1], "ranks of one job got different secrets")
+		}
+		require.False(t, secrets[secret], "two jobs got the same secret")
+		secrets[secret] = true
+	}
 }
 
 func TestSpecErrors(t *testing.T) {
