@@ -17,6 +17,9 @@ type Comm struct {
 	size  int
 	ranks []int // communicator rank -> world rank; nil means identity (world)
 	freed atomic.Bool
+
+	collSeq atomic.Uint32 // collective calls started on c: tags of their messages
+	coll    *Comm         // c's collective context (ctx+1), nil for that one itself
 }
 
 // Rank is the calling process's rank in c (MPI_Comm_rank).
@@ -50,10 +53,31 @@ func (c *Comm) valid() error {
 
 // collective returns the hidden communicator of c's collective traffic.
 func (c *Comm) collective() *Comm {
+	if c.coll != nil {
+		return c.coll
+	}
 	return &Comm{p: c.p, ctx: c.ctx + 1, rank: c.rank, size: c.size, ranks: c.ranks}
 }
 
-// Internal tags of collective operations on the collective context.
+// newComm makes a communicator over the given world ranks (nil: identity) with
+// context ctx, and its collective context.
+func (p *proc) newComm(ctx uint32, rank, size int, ranks []int) *Comm {
+	c := &Comm{p: p, ctx: ctx, rank: rank, size: size, ranks: ranks}
+	c.coll = &Comm{p: p, ctx: ctx + 1, rank: rank, size: size, ranks: ranks}
+	return c
+}
+
+// collTag returns the tag base of the next collective call on c: every rank
+// calls collectives on c in the same order (MPI-4.1 §6.12), so the k-th call
+// has the same base everywhere, and calls in flight at once (nonblocking
+// collectives) never match each other's messages. The low 8 bits number the
+// steps of one call.
+func (c *Comm) collTag() int {
+	k := c.collSeq.Add(1)
+	return int(k%(1<<21)) << 8
+}
+
+// Steps of collective calls, added to collTag's base.
 const (
 	tagDupPropose = 1
 	tagDupAgree   = 2
@@ -81,33 +105,34 @@ func (c *Comm) Dup() (*Comm, error) {
 		p.nextCtx = agreed + 2
 	}
 	p.mu.Unlock()
-	return &Comm{p: p, ctx: agreed, rank: c.rank, size: c.size, ranks: c.ranks}, nil
+	return p.newComm(agreed, c.rank, c.size, c.ranks), nil
 }
 
 // allreduceMaxU32 returns the largest v over c's ranks: a gather to rank 0
 // and a broadcast back, on c's collective context.
 func (c *Comm) allreduceMaxU32(v uint32) (uint32, error) {
 	cc := c.collective()
+	base := c.collTag()
 	var b [4]byte
 	if c.rank != 0 {
 		binary.LittleEndian.PutUint32(b[:], v)
-		if err := cc.send(b[:], 0, tagDupPropose, Standard); err != nil {
+		if err := cc.send(b[:], 0, base+tagDupPropose, Standard); err != nil {
 			return 0, err
 		}
-		if _, err := cc.recv(b[:], 0, tagDupAgree); err != nil {
+		if _, err := cc.recv(b[:], 0, base+tagDupAgree); err != nil {
 			return 0, err
 		}
 		return binary.LittleEndian.Uint32(b[:]), nil
 	}
 	for i := 1; i < c.size; i++ {
-		if _, err := cc.recv(b[:], AnySource, tagDupPropose); err != nil {
+		if _, err := cc.recv(b[:], AnySource, base+tagDupPropose); err != nil {
 			return 0, err
 		}
 		v = max(v, binary.LittleEndian.Uint32(b[:]))
 	}
 	binary.LittleEndian.PutUint32(b[:], v)
 	for i := 1; i < c.size; i++ {
-		if err := cc.send(b[:], i, tagDupAgree, Standard); err != nil {
+		if err := cc.send(b[:], i, base+tagDupAgree, Standard); err != nil {
 			return 0, err
 		}
 	}
@@ -121,15 +146,20 @@ func (c *Comm) Barrier() error {
 	if err := c.valid(); err != nil {
 		return err
 	}
+	return c.barrier(c.collTag())
+}
+
+// barrier is the dissemination barrier with tag base tag.
+func (c *Comm) barrier(tag int) error {
 	cc := c.collective()
 	for dist := 1; dist < c.size; dist *= 2 {
 		to := (c.rank + dist) % c.size
 		from := (c.rank - dist + c.size) % c.size
-		rr, err := cc.irecv(nil, from, tagBarrier)
+		rr, err := cc.irecv(nil, from, tag+tagBarrier)
 		if err != nil {
 			return err
 		}
-		if err := cc.send(nil, to, tagBarrier, Standard); err != nil {
+		if err := cc.send(nil, to, tag+tagBarrier, Standard); err != nil {
 			return err
 		}
 		if _, err := rr.Wait(); err != nil {
