@@ -39,10 +39,9 @@ type inMsg struct {
 	src      int    // world rank of the sender
 	size     int    // message bytes
 	sendID   uint64 // rendezvous: the sender's request id
-	payload  []byte // eager: data (retained in the per-peer buffer once queued)
-	retained handlers.Retained
-	kept     bool // payload is retained and must be released
-	notReady bool // a ready send that found no posted receive
+	payload  []byte  // eager: data (valid during the handler; a copy in heap once queued)
+	heap     *[]byte // the pooled copy payload lives in, if any
+	notReady bool    // a ready send that found no posted receive
 }
 
 // deferred is work that handlers must not do themselves (the seed: "the handler
@@ -70,26 +69,16 @@ type proc struct {
 	nextID   uint64
 	work     []deferred
 	hasWork  atomic.Bool
-	// pendingRelease: retained eager messages consumed by matches made in a
-	// handler for another message, released once p.mu is dropped.
+	// pendingRelease: queued eager messages consumed by matches made in a
+	// handler for another message, recycled once p.mu is dropped.
 	pendingRelease []*inMsg
 	nextCtx        uint32
-
-	// retainedBytes counts, by world rank, the sender's space in this rank's
-	// per-peer buffer that retained unexpected eager messages hold; at most
-	// retainBudget.
-	retainedBytes []atomic.Int64
-	retainBudget  int
-	// storeChunk is the largest rendezvous store that goes through packets
-	// (below the network's single-copy put size) in one piece: it fits the
-	// sender's space at the receiver beside retainBudget.
-	storeChunk int
-	putMin     int // smallest store that goes by single-copy put; 0: never
 
 	sendMu []sync.Mutex // by world rank: orders sequence numbers with their sends
 	seq    match.SendSeq
 
-	msgPool sync.Pool
+	msgPool  sync.Pool
+	payloads payloadPool
 	reqPool sync.Pool
 
 	bsend bsendBuffer
@@ -108,14 +97,6 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		nextCtx: 2,
 	}
 	p.msgPool.New = func() any { return new(inMsg) }
-	p.retainedBytes = make([]atomic.Int64, ep.Size())
-	p.retainBudget = ep.BufferBytes() / 2
-	// A fragment needs its header and the reply reserve beside the data:
-	// leave a generous 1 KiB for them and keep to multiples of 64.
-	p.storeChunk = max((ep.BufferBytes()-p.retainBudget-1024)&^63, 64)
-	if caps := ep.Transport().Caps(); caps.Put {
-		p.putMin = max(caps.PutMin, 1)
-	}
 	p.reqPool.New = func() any { return new(Request) }
 	p.eagerLimit = ep.MaxMedium()
 	if v := os.Getenv(EnvEagerLimit); v != "" {
@@ -137,7 +118,7 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 			return nil, err
 		}
 	}
-	p.world = &Comm{p: p, ctx: 0, rank: ep.Rank(), size: ep.Size()}
+	p.world = p.newComm(0, ep.Rank(), ep.Size(), nil)
 	return p, nil
 }
 
@@ -183,25 +164,19 @@ func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 		}
 	}
 	if !mine {
-		// Unexpected (or held for order): keep the data in the per-peer buffer,
-		// holding the sender's space until a receive takes it, as long as the
-		// sender's unexpected messages hold at most half of that buffer. Past
-		// that, copy the data out and free the space at once: otherwise a
-		// sender whose space is all held by unexpected messages could neither
-		// start another send (an Isend must return whatever the receiver
-		// does, MPI-4.1 §3.7) nor store rendezvous data the receiver is
-		// waiting for, and both ranks would wait for ever.
-		m.payload = nil
-		if int(p.retainedBytes[m.src].Load())+int(tok.ReqLen) <= p.retainBudget {
-			buf, r, err := tok.Retain()
-			if err == nil {
-				m.payload, m.retained, m.kept = buf, r, true
-				p.retainedBytes[m.src].Add(int64(r.Len))
-			}
-		}
-		if m.payload == nil {
-			m.payload = append([]byte(nil), payload...)
-		}
+		// Unexpected (or held for order): copy the data out of the per-peer
+		// buffer and let the handler's return free the sender's space. The
+		// seed keeps the space until a receive takes the message, but the
+		// sender allocates that space in ring order (flowctl): one message
+		// kept there stops the ring from advancing, and once the sender has
+		// sent a buffer's worth after it, the sender can neither start another
+		// send (an Isend must return whatever the receiver does, MPI-4.1 §3.7)
+		// nor store rendezvous data that the receiver waits for: both ranks
+		// would wait for ever. Unexpected messages cost receiver memory
+		// instead, as in Open MPI ob1 and MPICH.
+		m.heap = p.payloads.get(len(payload))
+		m.payload = (*m.heap)[:len(payload)]
+		copy(m.payload, payload)
 		if m.flags&flagReady != 0 {
 			m.notReady = true
 		}
@@ -315,7 +290,6 @@ func (p *proc) prepareCTSLocked(r *Request, m *inMsg, env match.Envelope) (args 
 	id := p.nextID
 	p.nextID++
 	r.id = id
-	r.got = 0
 	p.reqs[id] = r
 	return [4]uint64{m.sendID, addr, uint64(n), id}, n, nil
 }
@@ -341,18 +315,12 @@ func (p *proc) onCTS(tok *handlers.Token, a []uint64, _ []byte) {
 	p.queueLocked(deferred{req: r, dst: tok.Source(), args: [4]uint64{a[0], a[1], a[2], a[3]}, bytes: int(a[2])})
 }
 
-// onData runs at the receiver once a piece of rendezvous data has landed (a
-// store's handler; payload is the piece) or when there was nothing to store
-// (fin). The receive completes with its last byte.
-func (p *proc) onData(tok *handlers.Token, a []uint64, payload []byte) {
+// onData runs at the receiver once rendezvous data has landed (a store's
+// handler) or when there was nothing to store (fin).
+func (p *proc) onData(tok *handlers.Token, a []uint64, _ []byte) {
 	p.mu.Lock()
 	r, ok := p.reqs[a[0]]
 	if ok {
-		r.got += len(payload)
-		if r.got < r.status.Bytes {
-			p.mu.Unlock()
-			return
-		}
 		delete(p.reqs, a[0])
 	}
 	p.mu.Unlock()
@@ -367,8 +335,8 @@ func (p *proc) onData(tok *handlers.Token, a []uint64, payload []byte) {
 	r.complete(r.status)
 }
 
-// afterMatches releases retained eager payloads consumed by matches made in a
-// handler (acks need no credit, so a handler may send them).
+// afterMatches recycles queued eager messages consumed by matches made in a
+// handler for another message.
 func (p *proc) afterMatches() {
 	p.mu.Lock()
 	if len(p.pendingRelease) == 0 {
@@ -384,13 +352,36 @@ func (p *proc) afterMatches() {
 }
 
 func (p *proc) releaseMsg(m *inMsg) {
-	if m.kept {
-		p.retainedBytes[m.src].Add(-int64(m.retained.Len))
-		if err := p.ep.Release(m.retained); err != nil {
-			p.dropped(err)
-		}
+	if m.heap != nil {
+		p.payloads.put(m.heap)
+		m.heap = nil
 	}
 	p.msgPool.Put(m)
+}
+
+// payloadPool keeps the buffers of unexpected eager messages by size class
+// (powers of two from 64 bytes), so that steady traffic allocates nothing.
+type payloadPool [26]sync.Pool
+
+func payloadClass(n int) int {
+	c := 0
+	for 64<<c < n {
+		c++
+	}
+	return c
+}
+
+func (pp *payloadPool) get(n int) *[]byte {
+	c := payloadClass(n)
+	if b, ok := pp[c].Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, 64<<c)
+	return &b
+}
+
+func (pp *payloadPool) put(b *[]byte) {
+	pp[payloadClass(cap(*b))].Put(b)
 }
 
 // runDeferred does the protocol work handlers queued: clear-to-send requests
@@ -419,22 +410,14 @@ func (p *proc) runDeferred() {
 			}
 			continue
 		}
-		// Store the send's data straight into the receive buffer: in one
-		// piece when the network puts it in place, else in pieces that fit
-		// the space this rank has at the receiver (see retainBudget); the
-		// receiver completes when all bytes have landed.
+		// Store the send's data straight into the receive buffer.
 		r := d.req
 		n := d.bytes
 		var err error
-		if n == 0 {
-			err = p.ep.RequestShort(d.dst, hFin, d.args[3])
-		} else if p.putMin > 0 && n >= p.putMin {
+		if n > 0 {
 			err = p.ep.Store(d.dst, hData, d.args[1], r.buf[:n], d.args[3])
 		} else {
-			for off := 0; off < n && err == nil; off += p.storeChunk {
-				end := min(off+p.storeChunk, n)
-				err = p.ep.Store(d.dst, hData, d.args[1]+uint64(off), r.buf[off:end], d.args[3])
-			}
+			err = p.ep.RequestShort(d.dst, hFin, d.args[3])
 		}
 		r.complete(Status{Err: p.wrapNet(err)})
 	}
