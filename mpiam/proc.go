@@ -36,9 +36,9 @@ const (
 type inMsg struct {
 	rndv     bool
 	flags    uint64
-	src      int    // world rank of the sender
-	size     int    // message bytes
-	sendID   uint64 // rendezvous: the sender's request id
+	src      int     // world rank of the sender
+	size     int     // message bytes
+	sendID   uint64  // rendezvous: the sender's request id
 	payload  []byte  // eager: data (valid during the handler; a copy in heap once queued)
 	heap     *[]byte // the pooled copy payload lives in, if any
 	notReady bool    // a ready send that found no posted receive
@@ -79,7 +79,7 @@ type proc struct {
 
 	msgPool  sync.Pool
 	payloads payloadPool
-	reqPool sync.Pool
+	reqPool  sync.Pool
 
 	bsend bsendBuffer
 
