@@ -349,5 +349,3 @@ func TestCancelPersistentRecv_MPI41_3_9(t *testing.T) {
 		}
 	})
 }
-
-
