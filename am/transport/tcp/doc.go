@@ -1,0 +1,2 @@
+// Package tcp is amgo's transport between processes on many hosts.
+package tcp

@@ -1,0 +1,166 @@
+//go:build linux
+
+package tcp
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/amgo-hpc/amgo/am/transport"
+)
+
+// putSpin is how long Put retries a full socket, reading input in between,
+// before it sleeps until the socket drains.
+const putSpin = 50 * time.Microsecond
+
+// Put writes a put frame (addr, len(data)) followed by data to rank dst's
+// connection, straight from data (no copy into the queue), and returns once
+// the kernel has taken every byte: data may then be reused. Packets sent to
+// dst before Put arrive before the data; packets sent after it (am's
+// store-done) arrive after the data has landed. dst reads the data straight
+// into the slice its PutResolver gives for (addr, len(data)); if the resolver
+// refuses, dst reads and drops it (counted in Stats.PutsDropped), so the
+// sender learns of a bad address only through the protocol above.
+//
+// Put blocks until the data is written, dialing dst first if needed; while the
+// socket is full it reads input (without delivering packets) so that two
+// ranks putting to each other cannot deadlock. Puts to one peer are
+// serialized; Sends to it meanwhile are queued. A Put to this rank itself
+// resolves addr locally and copies. Errors: transport.ErrPutUnsupported when
+// no PutResolver was installed here (package am installs one on every rank;
+// a bare transport has no way to name memory), transport.ErrPeer (dst out of
+// range, unreachable, failed or closed), transport.ErrClosed, and the
+// resolver's error for a self-put.
+func (t *Transport) Put(dst int, addr uintptr, data []byte) error {
+	if t.closed.Load() {
+		return transport.ErrClosed
+	}
+	if uint(dst) >= uint(t.size) {
+		return fmt.Errorf("tcp: put from rank %d to rank %d of %d: %w", t.rank, dst, t.size, transport.ErrPeer)
+	}
+	rp := t.resolver.Load()
+	if rp == nil {
+		return fmt.Errorf("tcp: put to rank %d: no PutResolver installed: %w", dst, transport.ErrPutUnsupported)
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	if dst == t.rank {
+		region, err := (*rp)(uint64(addr), len(data))
+		if err != nil {
+			return fmt.Errorf("tcp: put to rank %d itself: %w", dst, err)
+		}
+		copy(region, data)
+		return nil
+	}
+	p := &t.peers[dst]
+	p.putMu.Lock()
+	defer p.putMu.Unlock()
+
+	// Wait until the connection is open and what was queued before is written.
+	var c *conn
+	for c == nil {
+		p.mu.Lock()
+		if p.err == nil && p.gone {
+			p.err = fmt.Errorf("tcp: put to rank %d, which has closed: %w", dst, transport.ErrPeer)
+		}
+		if p.err == nil && p.c == nil && p.dialing == nil {
+			t.dial(p, dst)
+		}
+		if p.err != nil {
+			err := p.err
+			p.mu.Unlock()
+			return err
+		}
+		fd := -1
+		if p.c != nil {
+			t.flushLocked(p, dst)
+			fd = p.c.fd
+			if p.err == nil && p.head == len(p.out) {
+				c = p.c
+				p.putting = true
+			}
+		}
+		p.mu.Unlock()
+		if c == nil {
+			t.progress(fd, true)
+		}
+	}
+	defer func() {
+		p.mu.Lock()
+		p.putting = false
+		t.flushLocked(p, dst)
+		p.mu.Unlock()
+	}()
+
+	var hdr [putHdr]byte
+	binary.LittleEndian.PutUint32(hdr[0:], wordPut)
+	binary.LittleEndian.PutUint64(hdr[4:], uint64(addr))
+	binary.LittleEndian.PutUint64(hdr[12:], uint64(len(data)))
+	total := putHdr + len(data)
+	var idle time.Time
+	for off := 0; off < total; {
+		p.mu.Lock()
+		if p.c != c || p.err != nil {
+			err := p.err
+			p.mu.Unlock()
+			if err == nil {
+				err = fmt.Errorf("tcp: put to rank %d: connection closed: %w", dst, transport.ErrPeer)
+			}
+			return err
+		}
+		var k int
+		var err error
+		if off < putHdr {
+			k, err = sendv(c.fd, hdr[off:], data, nil)
+		} else {
+			k, err = sendv(c.fd, data[off-putHdr:], nil, nil)
+		}
+		if err != nil {
+			err = t.failLocked(p, dst, err)
+			p.mu.Unlock()
+			return err
+		}
+		fd := c.fd
+		p.mu.Unlock()
+		off += k
+		t.st.bytesOut.Add(uint64(k))
+		if k > 0 {
+			idle = time.Time{}
+			continue
+		}
+		// The socket is full: read input meanwhile, spin a little, then sleep
+		// until it drains.
+		if idle.IsZero() {
+			idle = time.Now()
+		}
+		t.progress(fd, time.Since(idle) < putSpin)
+	}
+	t.st.putsOut.Add(1)
+	return nil
+}
+
+// progress reads input without delivering it (when no other goroutine
+// polls), then, unless spin, sleeps up to a millisecond until fd is writable
+// or input arrives.
+func (t *Transport) progress(fd int, spin bool) {
+	if t.pollMu.TryLock() {
+		t.flushAll()
+		t.pump()
+		t.setAvail()
+		t.pollMu.Unlock()
+	}
+	if spin {
+		return
+	}
+	fds := [2]unix.PollFd{{Fd: int32(t.epfd), Events: unix.POLLIN}, {Fd: int32(fd), Events: unix.POLLOUT}}
+	n := 2
+	if fd < 0 {
+		n = 1
+	}
+	ts := unix.NsecToTimespec(int64(time.Millisecond))
+	unix.Ppoll(fds[:n], &ts, nil)
+}

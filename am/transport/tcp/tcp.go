@@ -1,0 +1,908 @@
+//go:build linux
+
+package tcp
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/amgo-hpc/amgo/am/transport"
+)
+
+func init() {
+	transport.Register("tcp", New)
+}
+
+// Limits and defaults.
+const (
+	// MaxPacket is the largest packet (header, arguments and payload) one Send
+	// takes, in bytes.
+	MaxPacket = 1 << 20
+	// PutMin is the smallest store, in bytes, for which Put beats packets: below
+	// it the extra frame and the receiver's lookup cost more than copying the
+	// data through the per-peer buffer.
+	PutMin = 64 << 10
+	// DefaultSendQueue is the default bound of each peer's user-space send
+	// queue, in bytes (option "sendq_bytes").
+	DefaultSendQueue = 4 << 20
+	// DefaultSpin is how long Wait polls before it sleeps in the kernel
+	// (option "spin"): waking a sleeping thread costs 30-40 us on small VMs.
+	DefaultSpin = 20 * time.Microsecond
+	// HandshakeTimeout is how long an accepted connection may take to prove
+	// membership of the job before it is refused.
+	HandshakeTimeout = 10 * time.Second
+)
+
+// Frame length words (little-endian uint32 before every frame).
+const (
+	wordPut = 0x8000_0000 // put: addr uint64, n uint64, then n bytes of data
+	wordBye = 0xffff_ffff // goodbye: the sender closes cleanly
+	putHdr  = 20          // word, addr, n
+)
+
+// readLimit bounds the undelivered packets one connection's read buffer holds
+// while Put reads input without delivering it, in bytes.
+const readLimit = 8 << 20
+
+// initialRead is the initial size of a connection's read buffer.
+const initialRead = 128 << 10
+
+// directMax is the number of open connections up to which Poll reads each of
+// them directly instead of asking epoll which are readable.
+const directMax = 4
+
+// Stats are a transport's counters since New. Bytes count frame bytes on
+// open connections (length words included); handshakes are not counted.
+type Stats struct {
+	// Refused counts incoming connections closed without a valid proof of job
+	// membership: garbage, a wrong magic or version, a wrong HMAC, a
+	// handshake that timed out.
+	Refused uint64
+	// Malformed counts open connections closed because their peer sent an
+	// invalid frame (a length above MaxPacket, an unknown frame word).
+	Malformed uint64
+	// Duplicates counts connections closed by the simultaneous-dial tie-break.
+	Duplicates uint64
+	// Accepted and Dialed count connections that completed the handshake.
+	Accepted, Dialed uint64
+	// BytesSent and BytesReceived count frame bytes written and read.
+	BytesSent, BytesReceived uint64
+	// PacketsSent and PacketsReceived count packets (self-sends included).
+	PacketsSent, PacketsReceived uint64
+	// WouldBlocks counts Sends refused with transport.ErrWouldBlock.
+	WouldBlocks uint64
+	// PutsSent and PutsReceived count single-copy puts; PutsDropped counts
+	// received puts whose range the PutResolver refused (their data was
+	// read and discarded).
+	PutsSent, PutsReceived, PutsDropped uint64
+}
+
+type counters struct {
+	refused, malformed, duplicates, accepted, dialed atomic.Uint64
+	bytesOut, bytesIn, pktsOut, pktsIn, wouldBlock   atomic.Uint64
+	putsOut, putsIn, putsDropped                     atomic.Uint64
+}
+
+// Transport is one rank's TCP attachment. It implements transport.Transport,
+// transport.Putter and transport.PutTargeter.
+type Transport struct {
+	rank, size int
+	caps       transport.Caps
+	secret     []byte
+	spin       time.Duration
+	sendq      int
+	addrs      []unix.Sockaddr // peers' listening addresses
+	family     int
+	lfd        int // listening socket
+	epfd       int
+	efd        int // eventfd: wakes Wait for self-sends and queued output
+	laddr      string
+
+	resolver atomic.Pointer[transport.PutResolver]
+	closed   atomic.Bool
+	sleepers atomic.Int32
+	anyDead  atomic.Bool
+	avail    atomic.Bool // complete packets wait in read buffers (set under pollMu)
+	st       counters
+
+	peers []peer
+
+	// Dials in the handshake, driven by the connector goroutine, and dials
+	// that opened, handed to the poller.
+	dialMu     sync.Mutex
+	dials      []*conn
+	connecting bool
+	connWG     sync.WaitGroup
+	newOpen    []*conn
+	nNew       atomic.Int32
+
+	self selfQueue
+
+	// Owned by the poller (pollMu): Poll, Wait's spin, Put's progress.
+	pollMu sync.Mutex
+	open   []*conn // open connections, and dead ones still holding packets
+	hs     []*conn // connections in the handshake
+	byFd   map[int]*conn
+	evs    [64]unix.EpollEvent
+	tick   uint
+	next   int
+	drop   []byte // scratch for refused puts
+}
+
+// peer is the sending side towards one rank; padded against false sharing
+// between Sends to different ranks.
+type peer struct {
+	_       [64]byte
+	mu      sync.Mutex
+	c       *conn // open connection
+	dialing *conn // our dial, in the handshake
+	out     []byte
+	head    int
+	putting bool  // a Put streams on c: others only queue
+	err     error // the peer failed: every later Send and Put returns it
+	gone    bool  // the peer closed cleanly
+	pending atomic.Bool
+	putMu   sync.Mutex // serializes Puts to this peer
+	_       [64]byte
+}
+
+// selfQueue holds packets a rank sends to itself: senders append to in, the
+// poller swaps it with cur and delivers from cur without the lock.
+type selfQueue struct {
+	mu   sync.Mutex
+	in   []byte
+	cur  []byte
+	head int
+	n    atomic.Int64 // bytes queued in in
+}
+
+// New opens rank b.Rank()'s TCP transport for a job of b.Size() ranks; the
+// result is a *Transport. It listens on one port of the interface the job
+// uses, publishes host:port under "amgo.tcp.<rank>" and calls b.Fence once, so
+// every rank must call New concurrently. Without AMGO_JOB_SECRET, rank 0 draws
+// the job secret and publishes it as "amgo.secret". opts (each also read from
+// the environment variable in brackets when absent):
+//
+//	iface        interface name or IP address to listen on [AMGO_IFACE]
+//	port         TCP port to listen on, default 0 (any) [AMGO_TCP_PORT]
+//	sendq_bytes  bound of each peer's send queue, default 4 MiB [AMGO_TCP_SENDQ_BYTES]
+//	spin         how long Wait polls before sleeping, default 20us [AMGO_TCP_SPIN]
+//	secret       the job secret in hex [AMGO_JOB_SECRET]
+//
+// Errors: bad options or secret, no usable interface, socket failures, and
+// bootstrap failures, each naming the rank.
+func New(b transport.Bootstrap, opts map[string]string) (transport.Transport, error) {
+	t, err := open(b, opts)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func opt(opts map[string]string, key, env string) string {
+	if v, ok := opts[key]; ok {
+		return v
+	}
+	return os.Getenv(env)
+}
+
+func sizeOpt(opts map[string]string, key, env string, def int) (int, error) {
+	s := strings.TrimSpace(opt(opts, key, env))
+	if s == "" {
+		return def, nil
+	}
+	mul := 1
+	switch {
+	case strings.HasSuffix(s, "k"), strings.HasSuffix(s, "K"):
+		mul, s = 1<<10, s[:len(s)-1]
+	case strings.HasSuffix(s, "m"), strings.HasSuffix(s, "M"):
+		mul, s = 1<<20, s[:len(s)-1]
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 || n > 1<<30 {
+		return 0, fmt.Errorf("tcp: bad %s %q: want a byte count such as 4194304 or 4m", key, opt(opts, key, env))
+	}
+	return n * mul, nil
+}
+
+func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
+	rank, size := b.Rank(), b.Size()
+	if size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("tcp: bad job shape: rank %d of %d", rank, size)
+	}
+	sendq, err := sizeOpt(opts, "sendq_bytes", "AMGO_TCP_SENDQ_BYTES", DefaultSendQueue)
+	if err != nil {
+		return nil, err
+	}
+	spin := DefaultSpin
+	if s := opt(opts, "spin", "AMGO_TCP_SPIN"); s != "" {
+		if spin, err = time.ParseDuration(s); err != nil || spin < 0 {
+			return nil, fmt.Errorf("tcp: bad spin %q: want a duration such as 20us", s)
+		}
+	}
+	port := 0
+	if s := opt(opts, "port", "AMGO_TCP_PORT"); s != "" {
+		if port, err = strconv.Atoi(s); err != nil || port < 0 || port > 65535 {
+			return nil, fmt.Errorf("tcp: bad port %q", s)
+		}
+	}
+	var secret []byte
+	if s := opt(opts, "secret", "AMGO_JOB_SECRET"); s != "" {
+		if secret, err = hex.DecodeString(s); err != nil || len(secret) < 16 {
+			return nil, fmt.Errorf("tcp: rank %d: AMGO_JOB_SECRET must be at least 16 bytes in hex", rank)
+		}
+	} else if rank == 0 {
+		secret = make([]byte, 16)
+		if _, err := rand.Read(secret); err != nil {
+			return nil, fmt.Errorf("tcp: rank 0: draw job secret: %w", err)
+		}
+		if err := b.Put("amgo.secret", hex.EncodeToString(secret)); err != nil {
+			return nil, fmt.Errorf("tcp: rank 0: publish job secret: %w", err)
+		}
+	}
+	ip, err := listenAddr(opts)
+	if err != nil {
+		return nil, fmt.Errorf("tcp: rank %d: %w", rank, err)
+	}
+	t := &Transport{rank: rank, size: size, secret: secret, spin: spin, sendq: sendq,
+		lfd: -1, epfd: -1, efd: -1, peers: make([]peer, size), byFd: map[int]*conn{},
+		addrs: make([]unix.Sockaddr, size)}
+	fail := func(err error) (*Transport, error) {
+		t.closeFds()
+		return nil, fmt.Errorf("tcp: rank %d: %w", rank, err)
+	}
+	if err := t.listen(ip, port); err != nil {
+		return fail(err)
+	}
+	key := "amgo.tcp." + strconv.Itoa(rank)
+	if err := b.Put(key, t.laddr); err != nil {
+		return fail(fmt.Errorf("publish %s: %w", key, err))
+	}
+	if err := b.Fence(); err != nil {
+		return fail(fmt.Errorf("fence after publishing: %w", err))
+	}
+	if t.secret == nil {
+		s, err := b.Get("amgo.secret")
+		if err != nil {
+			return fail(fmt.Errorf("look up the job secret: %w", err))
+		}
+		if t.secret, err = hex.DecodeString(s); err != nil || len(t.secret) < 16 {
+			return fail(fmt.Errorf("job secret from rank 0 is not hex of 16 bytes or more"))
+		}
+	}
+	for r := 0; r < size; r++ {
+		if r == rank {
+			continue
+		}
+		k := "amgo.tcp." + strconv.Itoa(r)
+		v, err := b.Get(k)
+		if err != nil {
+			return fail(fmt.Errorf("look up %s: %w", k, err))
+		}
+		ap, err := netip.ParseAddrPort(v)
+		if err != nil {
+			return fail(fmt.Errorf("rank %d's address %q: %w", r, v, err))
+		}
+		t.addrs[r] = sockaddr(ap)
+	}
+	t.caps = transport.Caps{Name: "tcp", Ordered: true, Reliable: true, MaxPacket: MaxPacket,
+		Put: true, PutMin: PutMin, Wakeup: true}
+	return t, nil
+}
+
+func sockaddr(ap netip.AddrPort) unix.Sockaddr {
+	a := ap.Addr().Unmap()
+	if a.Is4() {
+		return &unix.SockaddrInet4{Port: int(ap.Port()), Addr: a.As4()}
+	}
+	return &unix.SockaddrInet6{Port: int(ap.Port()), Addr: a.As16()}
+}
+
+// listen opens the listening socket, the epoll instance and the eventfd.
+func (t *Transport) listen(ip netip.Addr, port int) error {
+	var err error
+	t.family = unix.AF_INET
+	if ip.Is6() {
+		t.family = unix.AF_INET6
+	}
+	if t.lfd, err = unix.Socket(t.family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0); err != nil {
+		return fmt.Errorf("socket: %w", err)
+	}
+	_ = unix.SetsockoptInt(t.lfd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	if err := unix.Bind(t.lfd, sockaddr(netip.AddrPortFrom(ip, uint16(port)))); err != nil {
+		return fmt.Errorf("bind %s: %w", netip.AddrPortFrom(ip, uint16(port)), err)
+	}
+	if err := unix.Listen(t.lfd, 1024); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	sa, err := unix.Getsockname(t.lfd)
+	if err != nil {
+		return fmt.Errorf("getsockname: %w", err)
+	}
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		t.laddr = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)).String()
+	case *unix.SockaddrInet6:
+		t.laddr = netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(sa.Port)).String()
+	}
+	if t.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
+		return fmt.Errorf("epoll_create1: %w", err)
+	}
+	if t.efd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+		return fmt.Errorf("eventfd: %w", err)
+	}
+	for _, fd := range []int{t.lfd, t.efd} {
+		if err := unix.EpollCtl(t.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+			return fmt.Errorf("epoll_ctl: %w", err)
+		}
+	}
+	return nil
+}
+
+// Addr is the host:port this rank listens on.
+func (t *Transport) Addr() string { return t.laddr }
+
+// Rank is this rank, 0..Size-1.
+func (t *Transport) Rank() int { return t.rank }
+
+// Size is the number of ranks in the job.
+func (t *Transport) Size() int { return t.size }
+
+// Caps: ordered, reliable, with wake-up and Put; MaxPacket is 1 MiB.
+func (t *Transport) Caps() transport.Caps { return t.caps }
+
+// SetPutResolver installs the function that maps the destination of a peer's
+// Put to local memory (package am installs its segment table's). Puts that
+// arrive without a resolver, or that it refuses, are read and dropped.
+func (t *Transport) SetPutResolver(r transport.PutResolver) {
+	if r == nil {
+		t.resolver.Store(nil)
+		return
+	}
+	t.resolver.Store(&r)
+}
+
+// Stats returns a snapshot of the counters.
+func (t *Transport) Stats() Stats {
+	s := &t.st
+	return Stats{Refused: s.refused.Load(), Malformed: s.malformed.Load(), Duplicates: s.duplicates.Load(),
+		Accepted: s.accepted.Load(), Dialed: s.dialed.Load(),
+		BytesSent: s.bytesOut.Load(), BytesReceived: s.bytesIn.Load(),
+		PacketsSent: s.pktsOut.Load(), PacketsReceived: s.pktsIn.Load(), WouldBlocks: s.wouldBlock.Load(),
+		PutsSent: s.putsOut.Load(), PutsReceived: s.putsIn.Load(), PutsDropped: s.putsDropped.Load()}
+}
+
+// wake interrupts a Wait that sleeps in the kernel.
+func (t *Transport) wake() {
+	if t.sleepers.Load() > 0 {
+		var one = [8]byte{1}
+		unix.Write(t.efd, one[:])
+	}
+}
+
+// Send queues one packet for dst and writes it to the socket at once when the
+// connection is open and nothing is queued before it (no copy then). The first
+// Send to a peer dials it; the packet waits in the queue until the handshake
+// is done. It does not allocate on success. Errors: transport.ErrTooLarge,
+// transport.ErrWouldBlock (sendq_bytes queued: poll and retry),
+// transport.ErrPeer (dst out of range, unreachable, failed or closed),
+// transport.ErrClosed.
+func (t *Transport) Send(dst int, hdr, payload []byte) error {
+	if t.closed.Load() {
+		return transport.ErrClosed
+	}
+	if uint(dst) >= uint(t.size) {
+		return fmt.Errorf("tcp: send from rank %d to rank %d of %d: %w", t.rank, dst, t.size, transport.ErrPeer)
+	}
+	n := len(hdr) + len(payload)
+	if n > MaxPacket {
+		return fmt.Errorf("tcp: send %d bytes to rank %d, max %d: %w", n, dst, MaxPacket, transport.ErrTooLarge)
+	}
+	if dst == t.rank {
+		return t.sendSelf(hdr, payload)
+	}
+	p := &t.peers[dst]
+	p.mu.Lock()
+	err := t.sendLocked(p, dst, hdr, payload)
+	p.mu.Unlock()
+	return err
+}
+
+func (t *Transport) sendLocked(p *peer, dst int, hdr, payload []byte) error {
+	if p.err != nil {
+		return p.err
+	}
+	if p.gone {
+		return fmt.Errorf("tcp: send to rank %d, which has closed: %w", dst, transport.ErrPeer)
+	}
+	if p.c == nil && p.dialing == nil {
+		if err := t.dial(p, dst); err != nil {
+			return err
+		}
+	}
+	n := len(hdr) + len(payload)
+	var lw [4]byte
+	binary.LittleEndian.PutUint32(lw[:], uint32(n))
+	queued := len(p.out) - p.head
+	if p.c != nil && !p.putting {
+		if queued > 0 {
+			if err := t.flushLocked(p, dst); err != nil {
+				return err
+			}
+			queued = len(p.out) - p.head
+		}
+		if queued == 0 {
+			k, err := sendv(p.c.fd, lw[:], hdr, payload)
+			if err != nil {
+				return t.failLocked(p, dst, err)
+			}
+			t.st.bytesOut.Add(uint64(k))
+			t.st.pktsOut.Add(1)
+			if k == 4+n {
+				return nil
+			}
+			// The kernel took part of it: queue the rest.
+			p.out = appendTail(p.out, k, lw[:], hdr, payload)
+			p.pending.Store(true)
+			t.wake()
+			return nil
+		}
+	}
+	if queued > 0 && queued+4+n > t.sendq {
+		t.st.wouldBlock.Add(1)
+		return transport.ErrWouldBlock
+	}
+	if p.head > 0 && p.head >= cap(p.out)/2 {
+		m := copy(p.out, p.out[p.head:])
+		p.out, p.head = p.out[:m], 0
+	}
+	p.out = append(append(append(p.out, lw[:]...), hdr...), payload...)
+	t.st.pktsOut.Add(1)
+	p.pending.Store(true)
+	t.wake()
+	return nil
+}
+
+// appendTail appends the bytes of the concatenation of bufs after the first
+// skip to out.
+func appendTail(out []byte, skip int, bufs ...[]byte) []byte {
+	for _, b := range bufs {
+		if skip >= len(b) {
+			skip -= len(b)
+			continue
+		}
+		out = append(out, b[skip:]...)
+		skip = 0
+	}
+	return out
+}
+
+// sendv writes up to three buffers with one sendmsg(MSG_DONTWAIT|MSG_NOSIGNAL)
+// and returns the bytes written; EAGAIN counts as 0 bytes and no error.
+func sendv(fd int, a, b, c []byte) (int, error) {
+	var iov [3]unix.Iovec
+	k := 0
+	for _, s := range [3][]byte{a, b, c} {
+		if len(s) > 0 {
+			iov[k].Base = &s[0]
+			iov[k].SetLen(len(s))
+			k++
+		}
+	}
+	if k == 0 {
+		return 0, nil
+	}
+	msg := unix.Msghdr{Iov: &iov[0], Iovlen: uint64(k)}
+	for {
+		n, _, e := unix.Syscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)),
+			unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		runtime.KeepAlive(a)
+		runtime.KeepAlive(b)
+		runtime.KeepAlive(c)
+		switch e {
+		case 0:
+			return int(n), nil
+		case unix.EAGAIN:
+			return 0, nil
+		case unix.EINTR:
+			continue
+		}
+		return 0, e
+	}
+}
+
+// flushLocked writes queued output to p's open connection until the kernel
+// pushes back. p.mu is held.
+func (t *Transport) flushLocked(p *peer, dst int) error {
+	if p.err != nil {
+		return p.err
+	}
+	if p.c == nil || p.putting {
+		return nil
+	}
+	for p.head < len(p.out) {
+		k, err := sendv(p.c.fd, p.out[p.head:], nil, nil)
+		if err != nil {
+			return t.failLocked(p, dst, err)
+		}
+		if k == 0 {
+			return nil
+		}
+		t.st.bytesOut.Add(uint64(k))
+		p.head += k
+	}
+	p.out, p.head = p.out[:0], 0
+	p.pending.Store(false)
+	return nil
+}
+
+// failLocked records that the connection to dst broke and returns the error
+// that Send, Put and Poll report from now on. The poller closes the socket.
+func (t *Transport) failLocked(p *peer, dst int, cause error) error {
+	if p.err == nil {
+		if p.gone {
+			p.err = fmt.Errorf("tcp: rank %d has closed: %w", dst, transport.ErrPeer)
+		} else {
+			p.err = fmt.Errorf("tcp: connection from rank %d to rank %d lost (%v): the peer exited or failed: %w",
+				t.rank, dst, cause, transport.ErrPeer)
+			t.anyDead.Store(true)
+		}
+		p.out, p.head = p.out[:0], 0
+		p.pending.Store(false)
+	}
+	return p.err
+}
+
+func (t *Transport) sendSelf(hdr, payload []byte) error {
+	q := &t.self
+	n := len(hdr) + len(payload)
+	q.mu.Lock()
+	if len(q.in) > 0 && len(q.in)+4+n > t.sendq {
+		q.mu.Unlock()
+		t.st.wouldBlock.Add(1)
+		return transport.ErrWouldBlock
+	}
+	q.in = binary.LittleEndian.AppendUint32(q.in, uint32(n))
+	q.in = append(append(q.in, hdr...), payload...)
+	q.n.Store(int64(len(q.in)))
+	q.mu.Unlock()
+	t.st.pktsOut.Add(1)
+	t.wake()
+	return nil
+}
+
+// Poll writes queued output, accepts connections, advances handshakes, reads
+// every connection with non-blocking system calls and hands up to max packets
+// to r, straight from the read buffers (no copy). It does not allocate once
+// connections are open. Errors: transport.ErrClosed; an error wrapping
+// transport.ErrPeer naming the rank when a connection broke without a clean
+// close (after the packets that arrived on it were delivered).
+func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
+	if t.closed.Load() {
+		return 0, transport.ErrClosed
+	}
+	t.pollMu.Lock()
+	defer t.pollMu.Unlock()
+	t.flushAll()
+	n := t.deliver(r, max)
+	if n < max {
+		t.pump()
+		n += t.deliver(r, max-n)
+	}
+	t.setAvail()
+	if n == 0 && t.anyDead.Load() {
+		return 0, t.deadErr()
+	}
+	return n, nil
+}
+
+// flushAll writes queued output to every peer that has some.
+func (t *Transport) flushAll() {
+	for dst := range t.peers {
+		p := &t.peers[dst]
+		if p.pending.Load() {
+			p.mu.Lock()
+			t.flushLocked(p, dst)
+			p.mu.Unlock()
+		}
+	}
+}
+
+// deadErr returns the error of a failed peer none of whose packets remain.
+func (t *Transport) deadErr() error {
+	for dst := range t.peers {
+		p := &t.peers[dst]
+		p.mu.Lock()
+		err := p.err
+		gone := p.gone
+		p.mu.Unlock()
+		if err == nil || gone {
+			continue
+		}
+		held := false
+		for _, c := range t.open {
+			if c.rank == dst && c.r < c.scan {
+				held = true
+			}
+		}
+		if !held {
+			return err
+		}
+	}
+	return nil
+}
+
+// deliver hands up to max packets to r: self-sends first, then the open
+// connections round-robin, a burst from each.
+func (t *Transport) deliver(r transport.Receiver, max int) int {
+	n := 0
+	q := &t.self
+	if q.head == len(q.cur) && q.n.Load() > 0 {
+		q.mu.Lock()
+		q.cur, q.in = q.in, q.cur[:0]
+		q.head = 0
+		q.n.Store(0)
+		q.mu.Unlock()
+	}
+	for n < max && q.head < len(q.cur) {
+		l := int(binary.LittleEndian.Uint32(q.cur[q.head:]))
+		pkt := q.cur[q.head+4 : q.head+4+l]
+		q.head += 4 + l
+		t.st.pktsIn.Add(1)
+		r.Deliver(t.rank, pkt)
+		n++
+	}
+	if q.head == len(q.cur) {
+		q.cur, q.head = q.cur[:0], 0
+	}
+	for round := 0; n < max && len(t.open) > 0; round++ {
+		got := n
+		for k := 0; k < len(t.open) && n < max; k++ {
+			if t.next >= len(t.open) {
+				t.next = 0
+			}
+			c := t.open[t.next]
+			t.next++
+			n += c.deliver(r, min(max-n, 16))
+		}
+		if n == got {
+			break
+		}
+	}
+	// Forget dead connections whose packets are all delivered.
+	for i := 0; i < len(t.open); i++ {
+		if c := t.open[i]; c.fd < 0 && c.r >= c.scan {
+			t.open = append(t.open[:i], t.open[i+1:]...)
+			i--
+		}
+	}
+	return n
+}
+
+// setAvail records whether packets wait in read buffers, for Wait.
+func (t *Transport) setAvail() {
+	avail := false
+	for _, c := range t.open {
+		if c.r < c.scan {
+			avail = true
+			break
+		}
+	}
+	t.avail.Store(avail)
+}
+
+// pump moves bytes without delivering packets: new dials, accepts, handshakes
+// and reads. pollMu is held.
+func (t *Transport) pump() {
+	if t.nNew.Load() > 0 {
+		t.dialMu.Lock()
+		for _, c := range t.newOpen {
+			t.open = append(t.open, c)
+			t.byFd[c.fd] = c
+		}
+		t.newOpen = t.newOpen[:0]
+		t.nNew.Store(0)
+		t.dialMu.Unlock()
+	}
+	t.tick++
+	direct := len(t.open) <= directMax
+	if !direct || len(t.hs) > 0 || len(t.open) == 0 || t.tick%16 == 0 {
+		t.events()
+	}
+	if direct {
+		for i := 0; i < len(t.open); i++ {
+			if c := t.open[i]; c.fd >= 0 {
+				c.read()
+			}
+		}
+	}
+	if len(t.hs) > 0 && t.tick%64 == 0 {
+		t.expireHandshakes()
+	}
+}
+
+// events handles what epoll reports ready now.
+func (t *Transport) events() {
+	n, err := unix.EpollWait(t.epfd, t.evs[:], 0)
+	if err != nil {
+		return
+	}
+	for i := 0; i < n; i++ {
+		fd := int(t.evs[i].Fd)
+		switch fd {
+		case t.lfd:
+			t.accept()
+		case t.efd:
+			var b [8]byte
+			unix.Read(t.efd, b[:])
+		default:
+			if c := t.byFd[fd]; c != nil {
+				if c.state == stOpen {
+					c.read()
+				} else {
+					c.handshake()
+				}
+			}
+		}
+	}
+}
+
+// Wait returns at once when packets are waiting; otherwise it polls the
+// sockets for up to the spin time (when no other goroutine is polling), then
+// sleeps in ppoll on the epoll descriptor (every connection, the listening
+// socket and the eventfd that self-sends ring) and on the sockets with queued
+// output until something happens or d passes. Errors: transport.ErrClosed.
+func (t *Transport) Wait(d time.Duration) error {
+	if t.closed.Load() {
+		return transport.ErrClosed
+	}
+	if t.ready() {
+		return nil
+	}
+	start := time.Now()
+	if spin := min(t.spin, d); spin > 0 {
+		for time.Since(start) < spin {
+			if !t.pollMu.TryLock() {
+				return nil // another goroutine polls: let the caller poll again
+			}
+			t.flushAll()
+			t.pump()
+			t.setAvail()
+			t.pollMu.Unlock()
+			if t.ready() {
+				return nil
+			}
+		}
+	}
+	left := d - time.Since(start)
+	if left <= 0 {
+		return nil
+	}
+	fds := []unix.PollFd{{Fd: int32(t.epfd), Events: unix.POLLIN}}
+	for dst := range t.peers {
+		p := &t.peers[dst]
+		if p.pending.Load() {
+			p.mu.Lock()
+			if p.c != nil && !p.putting && len(p.out) > p.head {
+				fds = append(fds, unix.PollFd{Fd: int32(p.c.fd), Events: unix.POLLOUT})
+			}
+			p.mu.Unlock()
+		}
+	}
+	t.sleepers.Add(1)
+	if !t.ready() {
+		ts := unix.NsecToTimespec(left.Nanoseconds())
+		_, err := unix.Ppoll(fds, &ts, nil)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			t.sleepers.Add(-1)
+			return fmt.Errorf("tcp: ppoll: %w", err)
+		}
+	}
+	t.sleepers.Add(-1)
+	var b [8]byte
+	unix.Read(t.efd, b[:])
+	return nil
+}
+
+// ready reports whether Poll has something to deliver or report.
+func (t *Transport) ready() bool {
+	return t.self.n.Load() > 0 || t.avail.Load() || t.anyDead.Load()
+}
+
+// Close flushes what it can (for up to a second), sends every open
+// connection a goodbye frame so that peers do not take the close for a
+// failure, waits briefly for the peers to close in turn, and closes every
+// socket. It must not run concurrently with other methods; afterwards they
+// return transport.ErrClosed. Closing twice is a no-op.
+func (t *Transport) Close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	t.connWG.Wait() // the connector closes the dials still in the handshake
+	t.pollMu.Lock()
+	defer t.pollMu.Unlock()
+	t.pump() // take over the dials that opened
+	deadline := time.Now().Add(time.Second)
+	var bye [4]byte
+	binary.LittleEndian.PutUint32(bye[:], wordBye)
+	for dst := range t.peers {
+		p := &t.peers[dst]
+		p.mu.Lock()
+		if c := p.c; c != nil && p.err == nil {
+			out := append(p.out[p.head:], bye[:]...)
+			for len(out) > 0 && time.Now().Before(deadline) {
+				k, err := sendv(c.fd, out, nil, nil)
+				if err != nil {
+					break
+				}
+				out = out[k:]
+				if len(out) > 0 {
+					waitFd(c.fd, unix.POLLOUT, time.Millisecond)
+				}
+			}
+			unix.Shutdown(c.fd, unix.SHUT_WR)
+		}
+		p.out, p.head = nil, 0
+		p.mu.Unlock()
+	}
+	// Read until every peer has closed too (it answers our goodbye when it
+	// polls), so that our close does not reset a connection with unread data.
+	linger := time.Now().Add(200 * time.Millisecond)
+	for time.Now().Before(linger) {
+		live := 0
+		for _, c := range t.open {
+			if c.fd >= 0 && !c.eof {
+				live++
+				c.discard()
+			}
+		}
+		if live == 0 {
+			break
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	t.closeFds()
+	return nil
+}
+
+// closeFds closes every descriptor.
+func (t *Transport) closeFds() {
+	for _, c := range append(append(t.open, t.hs...), t.newOpen...) {
+		if c.fd >= 0 {
+			unix.Close(c.fd)
+			c.fd = -1
+		}
+	}
+	for _, fd := range []int{t.lfd, t.epfd, t.efd} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	t.lfd, t.epfd, t.efd = -1, -1, -1
+}
+
+// waitFd waits up to d for events on fd.
+func waitFd(fd int, events int16, d time.Duration) {
+	fds := [1]unix.PollFd{{Fd: int32(fd), Events: events}}
+	ts := unix.NsecToTimespec(d.Nanoseconds())
+	unix.Ppoll(fds[:], &ts, nil)
+}
+
+var (
+	_ transport.Putter      = (*Transport)(nil)
+	_ transport.PutTargeter = (*Transport)(nil)
+)
