@@ -534,25 +534,43 @@ func (e *Engine) onSack(now time.Time, p *peer, ackN uint64, sack []uint64) {
 	if sampled {
 		e.sampleRTT(p, sample)
 	}
-	// A hole with DupThresh selectively acknowledged packets above it is lost,
-	// unless it was (re)transmitted less than a round trip ago.
-	guard := p.srtt
-	if !p.hasRTT {
-		guard = p.rto
-	}
+	// A hole is lost (RFC 6675's DupThresh, with RACK's use of time, RFC 8985)
+	// when DupThresh packets transmitted no earlier than its own last
+	// transmission have been selectively acknowledged, so that a retransmission
+	// is not repeated on evidence older than itself, and it has been out for
+	// longer than the reordering the network shows (reorderWindow).
+	reo := e.reorderWindow(p)
+	var latest [DupThresh]time.Time // the DupThresh latest transmissions selectively acknowledged above n
 	above := 0
 	for n := p.sndNext; n > p.sndUna; {
 		n--
 		s := e.sslot(p, n)
 		if s.sacked {
 			above++
+			t := s.lastTx
+			for i := range latest {
+				if t.After(latest[i]) {
+					latest[i], t = t, latest[i]
+				}
+			}
 			continue
 		}
-		if above >= DupThresh && now.Sub(s.lastTx) >= guard {
+		if above >= DupThresh && !latest[DupThresh-1].Before(s.lastTx) && now.Sub(s.lastTx) >= reo {
 			e.queueRetransmit(now, p, n, s)
 			e.stats.FastRetransmits++
 		}
 	}
+}
+
+// reorderWindow is how long a hole may stay unfilled behind later packets
+// before it counts as lost: a quarter of the smoothed round trip (RACK's
+// default) plus the round-trip deviation, which grows with the reordering the
+// network shows.
+func (e *Engine) reorderWindow(p *peer) time.Duration {
+	if !p.hasRTT {
+		return 0
+	}
+	return p.srtt/4 + p.rttvar
 }
 
 func (e *Engine) queueRetransmit(now time.Time, p *peer, n uint64, s *sendSlot) {
