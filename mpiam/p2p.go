@@ -75,7 +75,7 @@ func (p *proc) startSend(r *Request) error {
 	}
 	mu := &p.sendMu[world]
 	mu.Lock()
-	seq := p.seq.Next(c.ctx, int32(r.peer))
+	seq := p.seq[world].Next(c.ctx, int32(r.peer))
 	a0, a1, a2 := envelope(c.ctx, c.rank, r.tag, seq, flags)
 	var err error
 	if rndv {

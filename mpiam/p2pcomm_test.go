@@ -52,7 +52,7 @@ func TestTypedBuffers_MPI41_3_2_5(t *testing.T) {
 			r.NoError(Send(w, []int32{-7, 1 << 30, 0, 5}, 1, 2))
 			r.NoError(Send(w, []complex128{complex(1, -1), complex(0, 2.5)}, 1, 3))
 			r.NoError(Send(w, []byte{1, 2, 3, 4, 5, 6}, 1, 4)) // 6 bytes: 1.5 int32s
-			big := make([]complex128, 5000)                     // rendezvous
+			big := make([]complex128, 5000)                    // rendezvous
 			for i := range big {
 				big[i] = complex(float64(i), float64(-i))
 			}

@@ -1,0 +1,5 @@
+//go:build race
+
+package mpiam
+
+const raceEnabled = true
