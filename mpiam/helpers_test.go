@@ -36,7 +36,7 @@ var jobTimeout = 20 * time.Second
 // runtime.Goexit on a goroutine that is not the test's.
 type rk struct {
 	*require.Assertions
-	t    *testing.T
+	t    testing.TB
 	net  string
 	rank int
 }
@@ -44,7 +44,7 @@ type rk struct {
 // rankT is the require.TestingT of one rank: FailNow unwinds the rank's
 // goroutine with a panic that the job runner turns into an error.
 type rankT struct {
-	t    *testing.T
+	t    testing.TB
 	rank int
 }
 
@@ -78,7 +78,7 @@ func runJob(t *testing.T, nw string, n int, cfg Config, body rankBody) {
 
 // runRankBody runs body on one rank: a newProc over ep, body, then what
 // MPI_Finalize completes. Assertion failures and panics become errors.
-func runRankBody(t *testing.T, nw string, ep *am.Endpoint, body rankBody) (err error) {
+func runRankBody(t testing.TB, nw string, ep *am.Endpoint, body rankBody) (err error) {
 	p, err := newProc(ep)
 	if err != nil {
 		return err
@@ -103,7 +103,7 @@ func runRankBody(t *testing.T, nw string, ep *am.Endpoint, body rankBody) (err e
 }
 
 // runJobErr is runJob returning the job's error.
-func runJobErr(t *testing.T, nw string, n int, cfg Config, body rankBody) error {
+func runJobErr(t testing.TB, nw string, n int, cfg Config, body rankBody) error {
 	t.Helper()
 	var eps []*am.Endpoint
 	var epsMu sync.Mutex
@@ -175,7 +175,7 @@ func openShm(t testing.TB, n int) []transport.Transport {
 // each with its own endpoint and MPI process state, a barrier at the end, and
 // then every rank closes its endpoint at the same time, as processes would; a
 // failing rank aborts every endpoint so that the others' blocked calls return.
-func runRanks(t *testing.T, nw string, trs []transport.Transport, cfg Config, epsOut *[]*am.Endpoint, epsMu *sync.Mutex, body rankBody) error {
+func runRanks(t testing.TB, nw string, trs []transport.Transport, cfg Config, epsOut *[]*am.Endpoint, epsMu *sync.Mutex, body rankBody) error {
 	n := len(trs)
 	eps := make([]*am.Endpoint, n)
 	for i, tr := range trs {
