@@ -283,8 +283,8 @@ func Testany(reqs []*Request) (int, bool, Status, error) {
 
 // Waitsome waits until at least one request has completed (MPI_Waitsome) and
 // returns the indices of all completed ones with their statuses; those are set
-// to nil unless persistent. With no active request it returns nil indices and
-// Undefined as the count (MPI's outcount).
+// to nil unless persistent. With no active request it returns nil indices at
+// once: MPI's outcount of MPI_UNDEFINED.
 func Waitsome(reqs []*Request) (indices []int, statuses []Status, err error) {
 	p := activeProc(reqs)
 	if p == nil {
@@ -297,8 +297,9 @@ func Waitsome(reqs []*Request) (indices []int, statuses []Status, err error) {
 }
 
 // Testsome polls once and returns the indices and statuses of the requests that
-// have completed (MPI_Testsome), possibly none. With no active request it
-// returns nil.
+// have completed (MPI_Testsome). With active requests of which none has
+// completed, indices is empty but not nil (MPI's outcount 0); with no active
+// request it is nil (outcount MPI_UNDEFINED).
 func Testsome(reqs []*Request) (indices []int, statuses []Status, err error) {
 	p := activeProc(reqs)
 	if p == nil {
@@ -327,6 +328,7 @@ func anyDone(reqs []*Request) bool {
 }
 
 func collectDone(reqs []*Request) (indices []int, statuses []Status, err error) {
+	indices, statuses = []int{}, []Status{} // active requests: not nil even if none completed
 	failed := 0
 	for i, r := range reqs {
 		if r.null() || !r.done.Load() {

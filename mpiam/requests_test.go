@@ -285,6 +285,38 @@ func TestCompletionFamilies_MPI41_3_7_5(t *testing.T) {
 	})
 }
 
+// Testsome distinguishes "active requests, none completed" (outcount 0: an
+// empty, non-nil list) from "no active request" (outcount MPI_UNDEFINED: nil),
+// and Testany likewise reports false versus Undefined and true (MPI-4.1
+// §3.7.5).
+func TestTestsomeOutcountZeroVersusUndefined_MPI41_3_7_5(t *testing.T) {
+	eachNetwork(t, 1, func(r *rk, w *Comm) {
+		req, err := Irecv(w, make([]byte, 1), 0, 1)
+		r.NoError(err)
+		reqs := []*Request{nil, req}
+		idx, sts, err := Testsome(reqs)
+		r.NoError(err)
+		r.NotNil(idx, "an active request: outcount 0, not MPI_UNDEFINED")
+		r.Empty(idx)
+		r.Empty(sts)
+		k, ok, _, err := Testany(reqs)
+		r.NoError(err)
+		r.False(ok)
+		r.Equal(Undefined, k)
+		ok, err = Testall(reqs, nil)
+		r.NoError(err)
+		r.False(ok)
+		r.NotNil(reqs[1], "Testall changes nothing when not all completed")
+		r.NoError(req.Cancel())
+		idx, _, err = Waitsome(reqs)
+		r.NoError(err)
+		r.Equal([]int{1}, idx)
+		idx, _, err = Testsome(reqs)
+		r.NoError(err)
+		r.Nil(idx)
+	})
+}
+
 // Probe, Iprobe, Mprobe and Improbe report the message that the receive will
 // get, at eager and rendezvous sizes; a matched probe removes the message so
 // that only Mrecv/Imrecv receives it, once (MPI-4.1 §3.8.1-3.8.3; MPICH
