@@ -92,3 +92,24 @@ func TestRunLocalReturnsPromptly(t *testing.T) {
 		t.Skipf("am bug: Close does not send pending coalesced credit returns, so the peer's Close waits for them (RunLocal took %v)", d)
 	}
 }
+
+// A send freed while active still completes, and MPI_Finalize completes it
+// (MPI-4.1 §3.7.3 MPI_Request_free, §11.2.2: "MPI_FINALIZE [...] will
+// complete the send"): a rank that starts a rendezvous send, frees it and
+// returns must not leave its receiver waiting (MPICH rqfree).
+func TestFinalizeCompletesFreedSend_MPI41_11_2_2(t *testing.T) {
+	eachNetwork(t, 2, func(r *rk, w *Comm) {
+		n := 3 * r.eagerLimit(w)
+		if w.Rank() == 0 {
+			req, err := Isend(w, patterned(n, 4), 1, 1)
+			r.NoError(err)
+			r.NoError(req.Free())
+			return // finalize follows
+		}
+		time.Sleep(20 * time.Millisecond) // rank 0 is in finalize by now
+		buf := make([]byte, n)
+		_, err := Recv(w, buf, 0, 1)
+		r.NoError(err)
+		r.NoError(checkPattern(buf, 4))
+	})
+}

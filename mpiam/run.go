@@ -40,10 +40,17 @@ func runRank(ep *am.Endpoint, fn func(world *Comm) error) error {
 	return p.finalize()
 }
 
-// finalize completes what MPI_Finalize must: buffered sends still in flight and
-// deferred rendezvous work, then marks the process finalized.
+// finalize completes what MPI_Finalize must: buffered sends still in flight,
+// rendezvous transfers under way (a send freed while active included: MPI-4.1
+// §11.2.2, the finalize "will complete the send") and deferred protocol work,
+// then marks the process finalized.
 func (p *proc) finalize() error {
-	err := p.waitFor(func() bool { return p.bsend.pending() == 0 && !p.hasWork.Load() })
+	err := p.waitFor(func() bool {
+		p.mu.Lock()
+		rndv := len(p.reqs)
+		p.mu.Unlock()
+		return rndv == 0 && p.bsend.pending() == 0 && !p.hasWork.Load()
+	})
 	p.finalized.Store(true)
 	return err
 }
