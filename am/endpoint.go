@@ -874,12 +874,22 @@ func (ep *Endpoint) Drain(d time.Duration) int {
 	return busy()
 }
 
+// flushPending sends the credit returns this endpoint still owes its peers.
+func (ep *Endpoint) flushPending() {
+	ep.pollMu.Lock()
+	defer ep.pollMu.Unlock()
+	if len(ep.rx.dirty) > 0 {
+		ep.flushFrees()
+	}
+}
+
 // Close drains outstanding requests (for up to a second), unregisters every
 // segment, then closes the transport. Later calls fail with ErrClosed.
 func (ep *Endpoint) Close() error {
 	if ep.closed.Load() {
 		return ErrClosed
 	}
+	ep.flushPending()
 	ep.Drain(time.Second)
 	ep.closed.Store(true)
 	ep.pollMu.Lock()

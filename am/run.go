@@ -220,6 +220,13 @@ func RunLocal(n int, cfg Config, fn func(ep *Endpoint) error) error {
 			first = append(first, err)
 		}
 	}
+	// Send every credit return still owed before anyone drains: the ranks no
+	// longer poll, so a rank waiting for its peers' acks would wait in vain.
+	for _, ep := range eps {
+		if !ep.closed.Load() {
+			ep.flushPending()
+		}
+	}
 	for _, ep := range eps {
 		if ep.closed.Load() {
 			ep.unregisterAll()

@@ -73,6 +73,7 @@ var (
 	ErrRank        error = &classError{ClassRank, "invalid rank"}
 	ErrRequest     error = &classError{ClassRequest, "invalid request"}
 	ErrRoot        error = &classError{ClassRoot, "invalid root"}
+	ErrGroup       error = &classError{ClassGroup, "invalid group"}
 	ErrArg         error = &classError{ClassArg, "invalid argument"}
 	ErrTruncate    error = &classError{ClassTruncate, "message truncated: receive buffer too small"}
 	ErrOther       error = &classError{ClassOther, "error"}

@@ -16,6 +16,7 @@ type reqKind uint8
 const (
 	kindSend reqKind = iota + 1
 	kindRecv
+	kindColl // a nonblocking collective
 )
 
 // Mode is a send mode (MPI-4.1 §3.4).

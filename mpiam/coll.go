@@ -1,0 +1,963 @@
+package mpiam
+
+import (
+	"fmt"
+	"math/bits"
+	"os"
+	"strconv"
+)
+
+// Collective operations (MPI-4.1 Chapter 6) over point-to-point messages on
+// the communicator's collective context. Every rank of the communicator must
+// call the same collectives in the same order. Buffers are slices of any
+// fixed-size type without pointers (numbers, arrays and structs of them);
+// counts are in elements. A nil send buffer means MPI_IN_PLACE where the
+// standard allows it (documented per function). docs/collectives.md gives each
+// algorithm and its cost.
+
+// Tunable thresholds, in bytes, read once from the environment.
+var (
+	// bcastLarge: Bcast uses scatter + ring allgather from this many bytes (AMGO_BCAST_LARGE).
+	bcastLarge = envBytes("AMGO_BCAST_LARGE", 64<<10)
+	// allreduceRabenseifner: Allreduce uses reduce-scatter + allgather
+	// (Rabenseifner) from this many bytes (AMGO_ALLREDUCE_RABENSEIFNER).
+	allreduceRabenseifner = envBytes("AMGO_ALLREDUCE_RABENSEIFNER", 8<<10)
+	// allreduceRing: Allreduce uses the ring algorithm from this many bytes (AMGO_ALLREDUCE_RING).
+	allreduceRing = envBytes("AMGO_ALLREDUCE_RING", 1<<20)
+	// alltoallBruck: Alltoall uses Bruck's algorithm up to this many bytes per block (AMGO_ALLTOALL_BRUCK).
+	alltoallBruck = envBytes("AMGO_ALLTOALL_BRUCK", 256)
+	// allgatherRD: Allgather uses recursive doubling (power-of-two sizes) up to
+	// this many bytes in total (AMGO_ALLGATHER_RD); the ring above.
+	allgatherRD = envBytes("AMGO_ALLGATHER_RD", 64<<10)
+)
+
+func envBytes(name string, def int) int {
+	if v := os.Getenv(name); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+			return n
+		}
+	}
+	return def
+}
+
+// coll is one collective call in progress: its communicator, its collective
+// context and its tag base.
+type coll struct {
+	c   *Comm
+	cc  *Comm
+	tag int
+}
+
+func (c *Comm) startColl() (coll, error) {
+	if err := c.valid(); err != nil {
+		return coll{}, err
+	}
+	return coll{c: c, cc: c.collective(), tag: c.collTag()}, nil
+}
+
+func (x coll) send(b []byte, dest, step int) error {
+	return x.cc.send(b, dest, x.tag+step, Standard)
+}
+
+func (x coll) recv(b []byte, src, step int) error {
+	st, err := x.cc.recv(b, src, x.tag+step)
+	if err == nil && st.Bytes != len(b) {
+		err = fmt.Errorf("%w: collective step expected %d bytes from rank %d, got %d (arguments differ across ranks?)", ErrTruncate, len(b), src, st.Bytes)
+	}
+	return err
+}
+
+// sendrecv exchanges with two peers without deadlock: the receive is posted
+// first.
+func (x coll) sendrecv(sb []byte, dest int, rb []byte, src int, step int) error {
+	rr, err := x.cc.irecv(rb, src, x.tag+step)
+	if err != nil {
+		return err
+	}
+	if err := x.send(sb, dest, step); err != nil {
+		_ = rr.Cancel()
+		_, _ = rr.Wait()
+		return err
+	}
+	st, err := rr.Wait()
+	if err == nil && st.Bytes != len(rb) {
+		err = fmt.Errorf("%w: collective step expected %d bytes from rank %d, got %d (arguments differ across ranks?)", ErrTruncate, len(rb), src, st.Bytes)
+	}
+	return err
+}
+
+func checkRoot(c *Comm, root int) error {
+	if root < 0 || root >= c.size {
+		return fmt.Errorf("%w: %d (communicator has %d ranks)", ErrRoot, root, c.size)
+	}
+	return nil
+}
+
+// Bcast sends root's buf to every rank's buf (MPI_Bcast): binomial tree below
+// AMGO_BCAST_LARGE bytes, scatter + ring allgather above (van de Geijn).
+func Bcast[T any](c *Comm, buf []T, root int) error {
+	if err := plain[T](); err != nil {
+		return err
+	}
+	x, err := c.startColl()
+	if err != nil {
+		return err
+	}
+	if err := checkRoot(c, root); err != nil {
+		return err
+	}
+	return x.bcast(raw(buf), root)
+}
+
+func (x coll) bcast(b []byte, root int) error {
+	p := x.c.size
+	if p == 1 || len(b) == 0 {
+		return nil
+	}
+	if len(b) < bcastLarge || p < 4 {
+		return x.bcastBinomial(b, root, 0)
+	}
+	return x.bcastScatterAllgather(b, root)
+}
+
+// bcastBinomial: ceil(log2 p) rounds; cost log2(p)·(α + nβ).
+func (x coll) bcastBinomial(b []byte, root, step int) error {
+	p, me := x.c.size, x.c.rank
+	vr := (me - root + p) % p
+	mask := 1
+	for ; mask < p; mask <<= 1 {
+		if vr&mask != 0 {
+			if err := x.recv(b, (vr-mask+root)%p, step); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	for mask >>= 1; mask > 0; mask >>= 1 {
+		if vr+mask < p {
+			if err := x.send(b, (vr+mask+root)%p, step); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// bcastScatterAllgather: a binomial scatter of p chunks, then a ring
+// allgather; cost (log2 p + p - 1)·α + 2·(p-1)/p·nβ.
+func (x coll) bcastScatterAllgather(b []byte, root int) error {
+	p, me := x.c.size, x.c.rank
+	n := len(b)
+	vr := (me - root + p) % p
+	chunk := (n + p - 1) / p
+	span := func(i int) (int, int) { // bytes of chunk i
+		lo := min(i*chunk, n)
+		return lo, min(lo+chunk, n)
+	}
+	cur := 0
+	if vr == 0 {
+		cur = n
+	}
+	mask := 1
+	for ; mask < p; mask <<= 1 {
+		if vr&mask != 0 {
+			lo := min(vr*chunk, n)
+			hi := min((vr+mask)*chunk, n)
+			if hi > lo {
+				if err := x.recv(b[lo:hi], (vr-mask+root)%p, 1); err != nil {
+					return err
+				}
+			}
+			cur = hi - lo
+			break
+		}
+	}
+	for mask >>= 1; mask > 0; mask >>= 1 {
+		if vr+mask < p {
+			lo := min((vr+mask)*chunk, n)
+			hi := min((vr+2*mask)*chunk, n, vr*chunk+cur)
+			if hi > lo {
+				if err := x.send(b[lo:hi], (vr+mask+root)%p, 1); err != nil {
+					return err
+				}
+				cur -= hi - lo
+			}
+		}
+	}
+	// Ring allgather of the chunks, in relative ranks.
+	left, right := (me-1+p)%p, (me+1)%p
+	for i := 0; i < p-1; i++ {
+		sl, sh := span((vr - i + p) % p)
+		rl, rh := span((vr - i - 1 + p) % p)
+		if err := x.sendrecv(b[sl:sh], right, b[rl:rh], left, 2); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Reduce combines every rank's send with op into root's recv (MPI_Reduce):
+// a binomial tree, combining in rank order (correct for non-commutative
+// operations); cost log2(p)·(α + nβ + nγ). recv is used at root only. A nil
+// send at root means in place (recv holds root's contribution).
+func Reduce[T any](c *Comm, send, recv []T, op Op[T], root int) error {
+	if err := plain[T](); err != nil {
+		return err
+	}
+	x, err := c.startColl()
+	if err != nil {
+		return err
+	}
+	if err := checkRoot(c, root); err != nil {
+		return err
+	}
+	return reduce(x, send, recv, op, root)
+}
+
+func reduce[T any](x coll, send, recv []T, op Op[T], root int) error {
+	if x.c.rank == root && send == nil {
+		send = recv
+	}
+	if x.c.rank == root && len(recv) != len(send) {
+		return fmt.Errorf("%w: Reduce of %d elements into a receive buffer of %d", ErrCount, len(send), len(recv))
+	}
+	return reduceBinomial(x, send, recv, op, root, 0)
+}
+
+// reduceBinomial leaves the result in recv at root. Ranks are taken relative
+// to root for commutative operations, and in absolute order (result at rank 0,
+// then moved to root) otherwise.
+func reduceBinomial[T any](x coll, send, recv []T, op Op[T], root, step int) error {
+	p, me := x.c.size, x.c.rank
+	n := len(send)
+	acc := make([]T, n)
+	copy(acc, send)
+	if p == 1 {
+		copy(recv, acc)
+		return nil
+	}
+	base := root
+	if !op.Commutative {
+		base = 0
+	}
+	vr := (me - base + p) % p
+	tmp := make([]T, n)
+	for mask := 1; mask < p; mask <<= 1 {
+		if vr&mask != 0 {
+			if err := x.send(raw(acc), (vr-mask+base)%p, step); err != nil {
+				return err
+			}
+			break
+		}
+		if vr+mask < p {
+			if err := x.recv(raw(tmp), (vr+mask+base)%p, step); err != nil {
+				return err
+			}
+			// acc holds ranks [vr, vr+mask), tmp the next ones: acc ∘ tmp.
+			op.Fn(acc, tmp)
+			acc, tmp = tmp, acc
+		}
+	}
+	if base == root {
+		if me == root {
+			copy(recv, acc)
+		}
+		return nil
+	}
+	// Non-commutative with root != 0: rank 0 holds the result.
+	switch me {
+	case 0:
+		return x.send(raw(acc), root, step+1)
+	case root:
+		return x.recv(raw(recv), 0, step+1)
+	}
+	return nil
+}
+
+// Allreduce combines every rank's send with op into every rank's recv
+// (MPI_Allreduce). Commutative operations: recursive doubling below
+// AMGO_ALLREDUCE_RABENSEIFNER bytes (log2(p)·(α + nβ + nγ)), Rabenseifner's
+// reduce-scatter + allgather up to AMGO_ALLREDUCE_RING (2·log2(p)·α +
+// 2·(p-1)/p·nβ + (p-1)/p·nγ), the ring above (2·(p-1)·α + 2·(p-1)/p·nβ);
+// non-power-of-two sizes fold the extra ranks in first. Non-commutative
+// operations: Reduce to rank 0 in rank order, then Bcast. A nil send means in
+// place (recv holds the contribution).
+func Allreduce[T any](c *Comm, send, recv []T, op Op[T]) error {
+	if err := plain[T](); err != nil {
+		return err
+	}
+	x, err := c.startColl()
+	if err != nil {
+		return err
+	}
+	return allreduce(x, send, recv, op)
+}
+
+func allreduce[T any](x coll, send, recv []T, op Op[T]) error {
+	if send == nil {
+		send = recv
+	}
+	if len(recv) != len(send) {
+		return fmt.Errorf("%w: Allreduce of %d elements into a receive buffer of %d", ErrCount, len(send), len(recv))
+	}
+	p := x.c.size
+	if !op.Commutative {
+		if err := reduceBinomial(x, send, recv, op, 0, 0); err != nil {
+			return err
+		}
+		return x.bcastBinomial(raw(recv), 0, 2)
+	}
+	if len(recv) == 0 {
+		return nil
+	}
+	if &send[0] != &recv[0] {
+		copy(recv, send)
+	}
+	if p == 1 {
+		return nil
+	}
+	nb := len(raw(recv))
+	switch {
+	case nb >= allreduceRing && len(recv) >= p:
+		return allreduceRingAlg(x, recv, op)
+	case nb >= allreduceRabenseifner && len(recv) >= p:
+		return allreduceRabenseifnerAlg(x, recv, op)
+	}
+	return allreduceRecursiveDoubling(x, recv, op)
+}
+
+// foldIn handles a non-power-of-two size: of the first 2·rem ranks, each even
+// one sends its data to the odd one above it and sits out. It returns the
+// rank's new rank among the p' = 2^floor(log2 p) active ones, or -1.
+func foldIn[T any](x coll, buf []T, op Op[T], step int) (newRank, pof2, rem int, err error) {
+	p, me := x.c.size, x.c.rank
+	pof2 = 1 << (bits.Len(uint(p)) - 1)
+	rem = p - pof2
+	if me < 2*rem {
+		if me%2 == 0 {
+			return -1, pof2, rem, x.send(raw(buf), me+1, step)
+		}
+		tmp := make([]T, len(buf))
+		if err := x.recv(raw(tmp), me-1, step); err != nil {
+			return 0, 0, 0, err
+		}
+		op.Fn(tmp, buf) // the lower rank's data comes first
+		return me / 2, pof2, rem, nil
+	}
+	return me - rem, pof2, rem, nil
+}
+
+// realRank maps a rank among the p' active ones back to the communicator.
+func realRank(nr, rem int) int {
+	if nr < rem {
+		return nr*2 + 1
+	}
+	return nr + rem
+}
+
+// foldOut sends the result back to the ranks that sat out.
+func foldOut[T any](x coll, buf []T, newRank, rem, step int) error {
+	me := x.c.rank
+	if me < 2*rem {
+		if me%2 == 0 {
+			return x.recv(raw(buf), me+1, step)
+		}
+		return x.send(raw(buf), me-1, step)
+	}
+	_ = newRank
+	return nil
+}
+
+func allreduceRecursiveDoubling[T any](x coll, buf []T, op Op[T]) error {
+	nr, pof2, rem, err := foldIn(x, buf, op, 0)
+	if err != nil {
+		return err
+	}
+	if nr >= 0 {
+		tmp := make([]T, len(buf))
+		for mask := 1; mask < pof2; mask <<= 1 {
+			partner := realRank(nr^mask, rem)
+			if err := x.sendrecv(raw(buf), partner, raw(tmp), partner, 1); err != nil {
+				return err
+			}
+			if nr^mask < nr {
+				op.Fn(tmp, buf)
+			} else {
+				op.Fn(buf, tmp)
+				copy(buf, tmp)
+			}
+		}
+	}
+	return foldOut(x, buf, nr, rem, 2)
+}
+
+// blockSpan splits n elements into k nearly equal blocks and returns block i.
+func blockSpan(n, k, i int) (lo, hi int) {
+	q, r := n/k, n%k
+	lo = i*q + min(i, r)
+	hi = lo + q
+	if i < r {
+		hi++
+	}
+	return lo, hi
+}
+
+// allreduceRabenseifnerAlg: reduce-scatter by recursive halving, then
+// allgather by recursive doubling, among the p' ranks after the fold.
+func allreduceRabenseifnerAlg[T any](x coll, buf []T, op Op[T]) error {
+	nr, pof2, rem, err := foldIn(x, buf, op, 0)
+	if err != nil {
+		return err
+	}
+	if nr >= 0 {
+		n := len(buf)
+		tmp := make([]T, n)
+		// Block i of pof2 blocks ends up reduced at new rank i.
+		lo, hi := 0, pof2 // the range of blocks this rank is responsible for
+		for mask := pof2 >> 1; mask > 0; mask >>= 1 {
+			partner := nr ^ mask
+			mid := lo + (hi-lo)/2
+			var keepLo, keepHi, sendLo, sendHi int
+			if nr&mask == 0 {
+				keepLo, keepHi, sendLo, sendHi = lo, mid, mid, hi
+			} else {
+				keepLo, keepHi, sendLo, sendHi = mid, hi, lo, mid
+			}
+			sl, _ := blockSpan(n, pof2, sendLo)
+			_, sh := blockSpan(n, pof2, sendHi-1)
+			kl, _ := blockSpan(n, pof2, keepLo)
+			_, kh := blockSpan(n, pof2, keepHi-1)
+			if err := x.sendrecv(raw(buf[sl:sh]), realRank(partner, rem), raw(tmp[kl:kh]), realRank(partner, rem), 1); err != nil {
+				return err
+			}
+			if partner < nr {
+				op.Fn(tmp[kl:kh], buf[kl:kh])
+			} else {
+				op.Fn(buf[kl:kh], tmp[kl:kh])
+				copy(buf[kl:kh], tmp[kl:kh])
+			}
+			lo, hi = keepLo, keepHi
+		}
+		// Allgather by recursive doubling: the owned range doubles each step.
+		for mask := 1; mask < pof2; mask <<= 1 {
+			partner := nr ^ mask
+			size := hi - lo
+			var plo, phi int
+			if nr&mask == 0 {
+				plo, phi = hi, hi+size
+			} else {
+				plo, phi = lo-size, lo
+			}
+			ml, _ := blockSpan(n, pof2, lo)
+			_, mh := blockSpan(n, pof2, hi-1)
+			pl, _ := blockSpan(n, pof2, plo)
+			_, ph := blockSpan(n, pof2, phi-1)
+			if err := x.sendrecv(raw(buf[ml:mh]), realRank(partner, rem), raw(buf[pl:ph]), realRank(partner, rem), 2); err != nil {
+				return err
+			}
+			lo, hi = min(lo, plo), max(hi, phi)
+		}
+	}
+	return foldOut(x, buf, nr, rem, 3)
+}
+
+// allreduceRingAlg: p-1 reduce-scatter steps around the ring, then p-1
+// allgather steps; bandwidth-optimal for long vectors, any p.
+func allreduceRingAlg[T any](x coll, buf []T, op Op[T]) error {
+	p, me := x.c.size, x.c.rank
+	n := len(buf)
+	left, right := (me-1+p)%p, (me+1)%p
+	_, maxHi := blockSpan(n, p, 0)
+	tmp := make([]T, maxHi)
+	for i := 0; i < p-1; i++ {
+		sl, sh := blockSpan(n, p, (me-i+p)%p)
+		rl, rh := blockSpan(n, p, (me-i-1+p)%p)
+		t := tmp[:rh-rl]
+		if err := x.sendrecv(raw(buf[sl:sh]), right, raw(t), left, 1); err != nil {
+			return err
+		}
+		op.Fn(t, buf[rl:rh]) // commutative only: order does not matter
+	}
+	for i := 0; i < p-1; i++ {
+		sl, sh := blockSpan(n, p, (me+1-i+p)%p)
+		rl, rh := blockSpan(n, p, (me-i+p)%p)
+		if err := x.sendrecv(raw(buf[sl:sh]), right, raw(buf[rl:rh]), left, 2); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Gather collects every rank's send (len(send) elements each) into root's
+// recv, in rank order (MPI_Gather): linear, root receives from every rank;
+// cost (p-1)·(α + nβ) at root. A nil send at root means in place (root's
+// block is already in recv).
+func Gather[T any](c *Comm, send, recv []T, root int) error {
+	if err := plain[T](); err != nil {
+		return err
+	}
+	x, err := c.startColl()
+	if err != nil {
+		return err
+	}
+	if err := checkRoot(c, root); err != nil {
+		return err
+	}
+	p := c.size
+	if c.rank != root {
+		return x.send(raw(send), root, 0)
+	}
+	if len(recv)%p != 0 {
+		return fmt.Errorf("%w: Gather receive buffer of %d elements for %d ranks", ErrCount, len(recv), p)
+	}
+	k := len(recv) / p
+	if send != nil {
+		if len(send) != k {
+			return fmt.Errorf("%w: Gather of %d elements per rank into blocks of %d", ErrCount, len(send), k)
+		}
+		copy(recv[root*k:], send)
+	}
+	counts, displs := make([]int, p), make([]int, p)
+	for i := range counts {
+		counts[i], displs[i] = k, i*k
+	}
+	return gathervRoot(x, recv, counts, displs)
+}
+
+func gathervRoot[T any](x coll, recv []T, counts, displs []int) error {
+	reqs := make([]*Request, 0, x.c.size)
+	for i := 0; i < x.c.size; i++ {
+		if i == x.c.rank {
+			continue
+		}
+		r, err := x.cc.irecv(raw(recv[displs[i]:displs[i]+counts[i]]), i, x.tag)
+		if err != nil {
+			return err
+		}
+		reqs = append(reqs, r)
+	}
+	return Waitall(reqs, nil)
+}
+
+func checkV(p, n int, counts, displs []int, what string) error {
+	if len(counts) != p || len(displs) != p {
+		return fmt.Errorf("%w: %s needs %d counts and displacements, got %d and %d", ErrCount, what, p, len(counts), len(displs))
+	}
+	for i := range counts {
+		if counts[i] < 0 || displs[i] < 0 || displs[i]+counts[i] > n {
+			return fmt.Errorf("%w: %s block %d [%d,+%d) outside a buffer of %d", ErrCount, what, i, displs[i], counts[i], n)
+		}
+	}
+	return nil
+}
+
+// Gatherv is Gather with a count and displacement (in elements) per rank at
+// root (MPI_Gatherv). A nil send at root means in place.
+func Gatherv[T any](c *Comm, send, recv []T, counts, displs []int, root int) error {
+	if err := plain[T](); err != nil {
+		return err
+	}
+	x, err := c.startColl()
+	if err != nil {
+		return err
+	}
+	if err := checkRoot(c, root); err != nil {
+		return err
+	}
+	if c.rank != root {
+		return x.send(raw(send), root, 0)
+	}
+	if err := checkV(c.size, len(recv), counts, displs, "Gatherv"); err != nil {
+		return err
+	}
+	if send != nil {
+		copy(recv[displs[root]:displs[root]+counts[root]], send)
+	}
+	return gathervRoot(x, recv, counts, displs)
+}
+
+// Scatter sends block i of root's send (len(recv) elements each) to rank i's
+// recv (MPI_Scatter): linear from root; cost (p-1)·(α + nβ) at root. A nil
+// recv at root means in place (root keeps its block in send).
+func Scatter[T any](c *Comm, send, recv []T, root int) error {
+	if err := plain[T](); err != nil {
+		return err
+	}
+	x, err := c.startColl()
+	if err != nil {
+		return err
+	}
+	if err := checkRoot(c, root); err != nil {
+		return err
+	}
+	p := c.size
+	if c.rank != root {
+		return x.recv(raw(recv), root, 0)
+	}
+	if len(send)%p != 0 {
+		return fmt.Errorf("%w: Scatter send buffer of %d elements for %d ranks", ErrCount, len(send), p)
+	}
+	k := len(send) / p
+	counts, displs := make([]int, p), make([]int, p)
+	for i := range counts {
+		counts[i], displs[i] = k, i*k
+	}
+	if recv != nil {
+		copy(recv, send[root*k:(root+1)*k])
+	}
+	return scattervRoot(x, send, counts, displs)
+}
+
+func scattervRoot[T any](x coll, send []T, counts, displs []int) error {
+	reqs := make([]*Request, 0, x.c.size)
+	for i := 0; i < x.c.size; i++ {
+		if i == x.c.rank {
+			continue
+		}
+		r, err := x.cc.isend(raw(send[displs[i]:displs[i]+counts[i]]), i, x.tag, Standard)
+		if err != nil {
+			return err
+		}
+		reqs = append(reqs, r)
+	}
+	return Waitall(reqs, nil)
+}
+
+// Scatterv is Scatter with a count and displacement (in elements) per rank at
+// root (MPI_Scatterv). A nil recv at root means in place.
+func Scatterv[T any](c *Comm, send []T, counts, displs []int, recv []T, root int) error {
+	if err := plain[T](); err != nil {
+		return err
+	}
+	x, err := c.startColl()
+	if err != nil {
+		return err
+	}
+	if err := checkRoot(c, root); err != nil {
+		return err
+	}
+	if c.rank != root {
+		return x.recv(raw(recv), root, 0)
+	}
+	if err := checkV(c.size, len(send), counts, displs, "Scatterv"); err != nil {
+		return err
+	}
+	if recv != nil {
+		copy(recv, send[displs[root]:displs[root]+counts[root]])
+	}
+	return scattervRoot(x, send, counts, displs)
+}
+
+// Allgather collects every rank's send into every rank's recv, in rank order
+// (MPI_Allgather): recursive doubling for power-of-two sizes up to
+// AMGO_ALLGATHER_RD bytes in total (log2(p)·α + (p-1)/p·nβ), the ring
+// otherwise ((p-1)·α + (p-1)/p·nβ). A nil send means in place (the rank's block
+// is already in recv).
+func Allgather[T any](c *Comm, send, recv []T) error {
+	if err := plain[T](); err != nil {
+		return err
+	}
+	x, err := c.startColl()
+	if err != nil {
+		return err
+	}
+	return allgather(x, send, recv)
+}
+
+func allgather[T any](x coll, send, recv []T) error {
+	c := x.c
+	p := c.size
+	if len(recv)%p != 0 {
+		return fmt.Errorf("%w: Allgather receive buffer of %d elements for %d ranks", ErrCount, len(recv), p)
+	}
+	k := len(recv) / p
+	if send != nil {
+		if len(send) != k {
+			return fmt.Errorf("%w: Allgather of %d elements per rank into blocks of %d", ErrCount, len(send), k)
+		}
+		copy(recv[c.rank*k:], send)
+	}
+	if p&(p-1) == 0 && len(raw(recv)) <= allgatherRD {
+		return allgatherRecursiveDoubling(x, recv, k)
+	}
+	counts, displs := make([]int, p), make([]int, p)
+	for i := range counts {
+		counts[i], displs[i] = k, i*k
+	}
+	return allgatherRing(x, recv, counts, displs)
+}
+
+func allgatherRecursiveDoubling[T any](x coll, recv []T, k int) error {
+	p, me := x.c.size, x.c.rank
+	for mask := 1; mask < p; mask <<= 1 {
+		partner := me ^ mask
+		myLo := (me &^ (mask - 1)) * k
+		pLo := (partner &^ (mask - 1)) * k
+		if err := x.sendrecv(raw(recv[myLo:myLo+mask*k]), partner, raw(recv[pLo:pLo+mask*k]), partner, 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func allgatherRing[T any](x coll, recv []T, counts, displs []int) error {
+	p, me := x.c.size, x.c.rank
+	left, right := (me-1+p)%p, (me+1)%p
+	for i := 0; i < p-1; i++ {
+		sb := (me - i + p) % p
+		rb := (me - i - 1 + p) % p
+		if err := x.sendrecv(raw(recv[displs[sb]:displs[sb]+counts[sb]]), right,
+			raw(recv[displs[rb]:displs[rb]+counts[rb]]), left, 2); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Allgatherv is Allgather with a count and displacement (in elements) per
+// rank (MPI_Allgatherv): the ring. A nil send means in place.
+func Allgatherv[T any](c *Comm, send, recv []T, counts, displs []int) error {
+	if err := plain[T](); err != nil {
+		return err
+	}
+	x, err := c.startColl()
+	if err != nil {
+		return err
+	}
+	if err := checkV(c.size, len(recv), counts, displs, "Allgatherv"); err != nil {
+		return err
+	}
+	if send != nil {
+		if len(send) != counts[c.rank] {
+			return fmt.Errorf("%w: Allgatherv of %d elements where counts[%d] is %d", ErrCount, len(send), c.rank, counts[c.rank])
+		}
+		copy(recv[displs[c.rank]:], send)
+	}
+	return allgatherRing(x, recv, counts, displs)
+}
+
+// Alltoall sends block j of every rank's send to rank j, which stores it as
+// block i of its recv (MPI_Alltoall): Bruck's algorithm up to
+// AMGO_ALLTOALL_BRUCK bytes per block (log2(p)·α + (p/2)·log2(p)·nβ), pairwise
+// exchange above ((p-1)·(α + nβ)). A nil send means in place.
+func Alltoall[T any](c *Comm, send, recv []T) error {
+	if err := plain[T](); err != nil {
+		return err
+	}
+	x, err := c.startColl()
+	if err != nil {
+		return err
+	}
+	return alltoall(x, send, recv)
+}
+
+func alltoall[T any](x coll, send, recv []T) error {
+	p := x.c.size
+	if send == nil {
+		send = append([]T(nil), recv...)
+	}
+	if len(send) != len(recv) || len(recv)%p != 0 {
+		return fmt.Errorf("%w: Alltoall of %d elements into %d for %d ranks", ErrCount, len(send), len(recv), p)
+	}
+	k := len(recv) / p
+	if k > 0 && len(raw(recv[:k])) <= alltoallBruck && p > 2 {
+		return alltoallBruckAlg(x, send, recv, k)
+	}
+	counts, displs := make([]int, p), make([]int, p)
+	for i := range counts {
+		counts[i], displs[i] = k, i*k
+	}
+	return alltoallPairwise(x, send, counts, displs, recv, counts, displs)
+}
+
+func alltoallPairwise[T any](x coll, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) error {
+	p, me := x.c.size, x.c.rank
+	copy(recv[rdispls[me]:rdispls[me]+rcounts[me]], send[sdispls[me]:sdispls[me]+scounts[me]])
+	for i := 1; i < p; i++ {
+		dst, src := (me+i)%p, (me-i+p)%p
+		if err := x.sendrecv(raw(send[sdispls[dst]:sdispls[dst]+scounts[dst]]), dst,
+			raw(recv[rdispls[src]:rdispls[src]+rcounts[src]]), src, 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// alltoallBruckAlg (Bruck et al. 1997): rotate the blocks, then in phase k send
+// every block whose index has bit k set to rank+2^k, then rotate back.
+func alltoallBruckAlg[T any](x coll, send, recv []T, k int) error {
+	p, me := x.c.size, x.c.rank
+	tmp := make([]T, p*k)
+	for i := 0; i < p; i++ { // tmp block i = send block (me+i) mod p
+		copy(tmp[i*k:(i+1)*k], send[((me+i)%p)*k:])
+	}
+	pack := make([]T, 0, (p/2+1)*k)
+	unpack := make([]T, (p/2+1)*k)
+	for pof2 := 1; pof2 < p; pof2 <<= 1 {
+		pack = pack[:0]
+		nblk := 0
+		for i := 0; i < p; i++ {
+			if i&pof2 != 0 {
+				pack = append(pack, tmp[i*k:(i+1)*k]...)
+				nblk++
+			}
+		}
+		dst, src := (me+pof2)%p, (me-pof2+p)%p
+		u := unpack[:nblk*k]
+		if err := x.sendrecv(raw(pack), dst, raw(u), src, 1); err != nil {
+			return err
+		}
+		j := 0
+		for i := 0; i < p; i++ {
+			if i&pof2 != 0 {
+				copy(tmp[i*k:(i+1)*k], u[j*k:(j+1)*k])
+				j++
+			}
+		}
+	}
+	for i := 0; i < p; i++ { // recv block (me-i) mod p = tmp block i
+		copy(recv[((me-i+p)%p)*k:], tmp[i*k:(i+1)*k])
+	}
+	return nil
+}
+
+// Alltoallv is Alltoall with counts and displacements (in elements) per rank
+// on both sides (MPI_Alltoallv): pairwise exchange.
+func Alltoallv[T any](c *Comm, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) error {
+	if err := plain[T](); err != nil {
+		return err
+	}
+	x, err := c.startColl()
+	if err != nil {
+		return err
+	}
+	if err := checkV(c.size, len(send), scounts, sdispls, "Alltoallv send"); err != nil {
+		return err
+	}
+	if err := checkV(c.size, len(recv), rcounts, rdispls, "Alltoallv receive"); err != nil {
+		return err
+	}
+	return alltoallPairwise(x, send, scounts, sdispls, recv, rcounts, rdispls)
+}
+
+// ReduceScatterBlock combines every rank's send (p blocks of len(recv)
+// elements) with op and leaves block i of the result in rank i's recv
+// (MPI_Reduce_scatter_block): the ring reduce-scatter for commutative
+// operations ((p-1)·(α + nβ/p + nγ/p)); Reduce to rank 0 and Scatter
+// otherwise. A nil send means in place: recv then holds all p blocks on entry
+// and block rank's result in its first len(recv)/p elements on return.
+func ReduceScatterBlock[T any](c *Comm, send, recv []T, op Op[T]) error {
+	if err := plain[T](); err != nil {
+		return err
+	}
+	x, err := c.startColl()
+	if err != nil {
+		return err
+	}
+	p := c.size
+	k := len(recv)
+	if send == nil {
+		if k%p != 0 {
+			return fmt.Errorf("%w: in-place ReduceScatterBlock of %d elements for %d ranks", ErrCount, k, p)
+		}
+		send, k = append([]T(nil), recv...), k/p
+	}
+	if len(send) != k*p {
+		return fmt.Errorf("%w: ReduceScatterBlock of %d elements into blocks of %d for %d ranks", ErrCount, len(send), k, p)
+	}
+	if !op.Commutative {
+		var all []T
+		if c.rank == 0 {
+			all = make([]T, len(send))
+		}
+		if err := reduceBinomial(x, send, all, op, 0, 0); err != nil {
+			return err
+		}
+		if c.rank != 0 {
+			return x.recv(raw(recv[:k]), 0, 2)
+		}
+		copy(recv[:k], all[:k])
+		for i := 1; i < p; i++ {
+			if err := x.send(raw(all[i*k:(i+1)*k]), i, 2); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	buf := append([]T(nil), send...)
+	me := c.rank
+	left, right := (me-1+p)%p, (me+1)%p
+	tmp := make([]T, k)
+	for i := 0; i < p-1; i++ {
+		sb := (me - i - 1 + p) % p
+		rb := (me - i - 2 + p) % p
+		if err := x.sendrecv(raw(buf[sb*k:(sb+1)*k]), right, raw(tmp), left, 1); err != nil {
+			return err
+		}
+		op.Fn(tmp, buf[rb*k:(rb+1)*k])
+	}
+	copy(recv[:k], buf[me*k:(me+1)*k])
+	return nil
+}
+
+// Scan computes the inclusive prefix reduction: rank i's recv gets
+// send_0 ∘ ... ∘ send_i (MPI_Scan): recursive doubling, log2(p)·(α + nβ + nγ),
+// in rank order. A nil send means in place.
+func Scan[T any](c *Comm, send, recv []T, op Op[T]) error {
+	return scan(c, send, recv, op, false)
+}
+
+// Exscan computes the exclusive prefix reduction: rank i's recv gets
+// send_0 ∘ ... ∘ send_(i-1); rank 0's recv is left untouched (MPI_Exscan). A
+// nil send means in place.
+func Exscan[T any](c *Comm, send, recv []T, op Op[T]) error {
+	return scan(c, send, recv, op, true)
+}
+
+func scan[T any](c *Comm, send, recv []T, op Op[T], exclusive bool) error {
+	if err := plain[T](); err != nil {
+		return err
+	}
+	x, err := c.startColl()
+	if err != nil {
+		return err
+	}
+	if send == nil {
+		send = append([]T(nil), recv...)
+	}
+	if len(send) != len(recv) {
+		return fmt.Errorf("%w: scan of %d elements into a buffer of %d", ErrCount, len(send), len(recv))
+	}
+	p, me := c.size, c.rank
+	n := len(send)
+	partial := append([]T(nil), send...) // reduction of the ranks this one has heard from, including itself
+	have := !exclusive                   // whether recv holds a value yet
+	if !exclusive {
+		copy(recv, send)
+	}
+	tmp := make([]T, n)
+	for mask := 1; mask < p; mask <<= 1 {
+		partner := me ^ mask
+		if partner >= p {
+			continue
+		}
+		if err := x.sendrecv(raw(partial), partner, raw(tmp), partner, 1); err != nil {
+			return err
+		}
+		if partner < me {
+			// tmp covers lower ranks: it goes in front.
+			op.Fn(tmp, partial)
+			if have {
+				op.Fn(tmp, recv)
+			} else {
+				copy(recv, tmp)
+				have = true
+			}
+		} else {
+			// tmp covers higher ranks: it goes behind.
+			op.Fn(partial, tmp)
+			copy(partial, tmp)
+		}
+	}
+	return nil
+}

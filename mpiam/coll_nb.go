@@ -1,0 +1,74 @@
+package mpiam
+
+// Nonblocking collectives (MPI-4.1 §6.12). Each takes its place in the
+// communicator's order of collective calls when it is called, then runs the
+// same algorithm as its blocking form on a goroutine of its own, so it
+// progresses whatever the program waits on; the returned request completes
+// when the operation has (Wait, Test and the multiple-completion functions
+// accept it). Buffers must not be touched until then. Cancel has no effect on
+// these requests.
+
+func (c *Comm) startNB(run func(x coll) error) (*Request, error) {
+	x, err := c.startColl()
+	if err != nil {
+		return nil, err
+	}
+	r := &Request{p: c.p, kind: kindColl, comm: c, peer: AnySource, tag: AnyTag}
+	go func() {
+		err := run(x)
+		r.complete(Status{Source: AnySource, Tag: AnyTag, Err: err})
+	}()
+	return r, nil
+}
+
+// Ibarrier starts a barrier (MPI_Ibarrier): the request completes once every
+// rank of c has called Ibarrier or Barrier.
+func (c *Comm) Ibarrier() (*Request, error) {
+	return c.startNB(func(x coll) error { return x.c.barrier(x.tag) })
+}
+
+// Ibcast starts a broadcast (MPI_Ibcast); see Bcast.
+func Ibcast[T any](c *Comm, buf []T, root int) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	if err := checkRoot(c, root); err != nil {
+		return nil, err
+	}
+	return c.startNB(func(x coll) error { return x.bcast(raw(buf), root) })
+}
+
+// Ireduce starts a reduction to root (MPI_Ireduce); see Reduce.
+func Ireduce[T any](c *Comm, send, recv []T, op Op[T], root int) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	if err := checkRoot(c, root); err != nil {
+		return nil, err
+	}
+	return c.startNB(func(x coll) error { return reduce(x, send, recv, op, root) })
+}
+
+// Iallreduce starts an allreduce (MPI_Iallreduce); see Allreduce.
+func Iallreduce[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.startNB(func(x coll) error { return allreduce(x, send, recv, op) })
+}
+
+// Iallgather starts an allgather (MPI_Iallgather); see Allgather.
+func Iallgather[T any](c *Comm, send, recv []T) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.startNB(func(x coll) error { return allgather(x, send, recv) })
+}
+
+// Ialltoall starts an all-to-all exchange (MPI_Ialltoall); see Alltoall.
+func Ialltoall[T any](c *Comm, send, recv []T) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.startNB(func(x coll) error { return alltoall(x, send, recv) })
+}

@@ -1,0 +1,221 @@
+package mpiam
+
+import (
+	"cmp"
+	"fmt"
+	"reflect"
+	"sync"
+	"unsafe"
+)
+
+// Op is a reduction operation on elements of type T (MPI_Op, MPI-4.1 §6.9).
+// Fn combines in into inout element-wise as inout[i] = in[i] ∘ inout[i], where
+// in holds the contribution of lower ranks (MPI's user-function convention).
+// An operation that is not Commutative is applied in rank order:
+// x0 ∘ x1 ∘ ... ∘ x(n-1).
+type Op[T any] struct {
+	Name        string
+	Fn          func(in, inout []T)
+	Commutative bool
+}
+
+// NewOp makes a user-defined operation (MPI_Op_create). fn must compute
+// inout[i] = in[i] ∘ inout[i] for every i and be associative.
+func NewOp[T any](name string, fn func(in, inout []T), commutative bool) Op[T] {
+	return Op[T]{Name: name, Fn: fn, Commutative: commutative}
+}
+
+// Number is the set of element types with arithmetic.
+type Number interface {
+	~int8 | ~uint8 | ~int16 | ~uint16 | ~int32 | ~uint32 | ~int64 | ~uint64 | ~int | ~uint |
+		~float32 | ~float64 | ~complex64 | ~complex128
+}
+
+// Real is the set of ordered numeric element types.
+type Real interface {
+	~int8 | ~uint8 | ~int16 | ~uint16 | ~int32 | ~uint32 | ~int64 | ~uint64 | ~int | ~uint |
+		~float32 | ~float64
+}
+
+// Integer is the set of integer element types (bitwise and logical operations).
+type Integer interface {
+	~int8 | ~uint8 | ~int16 | ~uint16 | ~int32 | ~uint32 | ~int64 | ~uint64 | ~int | ~uint
+}
+
+// Sum is MPI_SUM.
+func Sum[T Number]() Op[T] {
+	return Op[T]{Name: "sum", Commutative: true, Fn: func(in, io []T) {
+		for i := range io {
+			io[i] = in[i] + io[i]
+		}
+	}}
+}
+
+// Prod is MPI_PROD.
+func Prod[T Number]() Op[T] {
+	return Op[T]{Name: "prod", Commutative: true, Fn: func(in, io []T) {
+		for i := range io {
+			io[i] = in[i] * io[i]
+		}
+	}}
+}
+
+// Max is MPI_MAX.
+func Max[T Real]() Op[T] {
+	return Op[T]{Name: "max", Commutative: true, Fn: func(in, io []T) {
+		for i := range io {
+			io[i] = max(in[i], io[i])
+		}
+	}}
+}
+
+// Min is MPI_MIN.
+func Min[T Real]() Op[T] {
+	return Op[T]{Name: "min", Commutative: true, Fn: func(in, io []T) {
+		for i := range io {
+			io[i] = min(in[i], io[i])
+		}
+	}}
+}
+
+func truth[T Integer](b bool) T {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// LAnd is MPI_LAND: 1 if both are non-zero, else 0.
+func LAnd[T Integer]() Op[T] {
+	return Op[T]{Name: "land", Commutative: true, Fn: func(in, io []T) {
+		for i := range io {
+			io[i] = truth[T](in[i] != 0 && io[i] != 0)
+		}
+	}}
+}
+
+// LOr is MPI_LOR.
+func LOr[T Integer]() Op[T] {
+	return Op[T]{Name: "lor", Commutative: true, Fn: func(in, io []T) {
+		for i := range io {
+			io[i] = truth[T](in[i] != 0 || io[i] != 0)
+		}
+	}}
+}
+
+// LXor is MPI_LXOR.
+func LXor[T Integer]() Op[T] {
+	return Op[T]{Name: "lxor", Commutative: true, Fn: func(in, io []T) {
+		for i := range io {
+			io[i] = truth[T]((in[i] != 0) != (io[i] != 0))
+		}
+	}}
+}
+
+// BAnd is MPI_BAND.
+func BAnd[T Integer]() Op[T] {
+	return Op[T]{Name: "band", Commutative: true, Fn: func(in, io []T) {
+		for i := range io {
+			io[i] = in[i] & io[i]
+		}
+	}}
+}
+
+// BOr is MPI_BOR.
+func BOr[T Integer]() Op[T] {
+	return Op[T]{Name: "bor", Commutative: true, Fn: func(in, io []T) {
+		for i := range io {
+			io[i] = in[i] | io[i]
+		}
+	}}
+}
+
+// BXor is MPI_BXOR.
+func BXor[T Integer]() Op[T] {
+	return Op[T]{Name: "bxor", Commutative: true, Fn: func(in, io []T) {
+		for i := range io {
+			io[i] = in[i] ^ io[i]
+		}
+	}}
+}
+
+// ValueIndex is the element of MaxLoc and MinLoc (MPI_DOUBLE_INT and its
+// kin): a value and the index (usually a rank) where it was found.
+type ValueIndex[T Real] struct {
+	Value T
+	Index int64
+}
+
+// MaxLoc is MPI_MAXLOC: the largest value, and the smallest index among equal ones.
+func MaxLoc[T Real]() Op[ValueIndex[T]] {
+	return Op[ValueIndex[T]]{Name: "maxloc", Commutative: true, Fn: func(in, io []ValueIndex[T]) {
+		for i := range io {
+			if c := cmp.Compare(in[i].Value, io[i].Value); c > 0 || c == 0 && in[i].Index < io[i].Index {
+				io[i] = in[i]
+			}
+		}
+	}}
+}
+
+// MinLoc is MPI_MINLOC: the smallest value, and the smallest index among equal ones.
+func MinLoc[T Real]() Op[ValueIndex[T]] {
+	return Op[ValueIndex[T]]{Name: "minloc", Commutative: true, Fn: func(in, io []ValueIndex[T]) {
+		for i := range io {
+			if c := cmp.Compare(in[i].Value, io[i].Value); c < 0 || c == 0 && in[i].Index < io[i].Index {
+				io[i] = in[i]
+			}
+		}
+	}}
+}
+
+var plainTypes sync.Map // reflect.Type -> error (nil: plain)
+
+// plain checks that T's memory can travel as bytes: no pointers, maps,
+// slices, strings, interfaces, channels or funcs anywhere in it.
+func plain[T any]() error {
+	t := reflect.TypeFor[T]()
+	if v, ok := plainTypes.Load(t); ok {
+		if v == nil {
+			return nil
+		}
+		return v.(error)
+	}
+	var err error
+	if !isPlain(t) {
+		err = fmt.Errorf("%w: %v holds pointers; collectives move fixed-size values only", ErrType, t)
+	}
+	if err == nil {
+		plainTypes.Store(t, nil)
+	} else {
+		plainTypes.Store(t, err)
+	}
+	return err
+}
+
+func isPlain(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
+		return true
+	case reflect.Array:
+		return isPlain(t.Elem())
+	case reflect.Struct:
+		for i := 0; i < t.NumField(); i++ {
+			if !isPlain(t.Field(i).Type) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// raw views a slice of plain values as bytes, without copying.
+func raw[T any](buf []T) []byte {
+	if len(buf) == 0 {
+		return nil
+	}
+	var z T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(buf))), len(buf)*int(unsafe.Sizeof(z)))
+}
