@@ -29,7 +29,7 @@ var networks = []string{"loop", "shm"}
 
 // jobTimeout ends a job that has not finished: a deadlock shows as a failure
 // with every goroutine's stack rather than as a hung test binary.
-var jobTimeout = 20 * time.Second
+var jobTimeout = 30 * time.Second
 
 // rk is one rank's view of a test: require-style assertions that fail the
 // test and end the job (every rank's blocked calls return) instead of calling
