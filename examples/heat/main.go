@@ -15,9 +15,8 @@
 //     values), rows sent in place and columns packed, completed by Waitall;
 //   - updates every owned point to the mean of its four neighbours (Jacobi);
 //   - every -k iterations, reduces the largest change over all ranks (the
-//     residual) with a small reduce-to-rank-0-and-broadcast built from Send and
-//     Recv on a communicator Dup'ed for it, and stops once it falls below -tol
-//     or after -iters iterations.
+//     residual) with Allreduce(Max) on a communicator Dup'ed for it, and stops
+//     once it falls below -tol or after -iters iterations.
 //
 // Then rank 0 gathers the blocks with Send/Recv, runs the same number of
 // iterations serially on the whole grid with the same update code (so the
@@ -52,8 +51,6 @@ const (
 	tagWest // to the neighbour on the left (smaller x)
 	tagEast
 	tagGather
-	tagReduce
-	tagBcast
 )
 
 // Boundary values.
@@ -256,29 +253,9 @@ func (h *halo) exchange(c *mpiam.Comm, u []float64, b block) error {
 // allreduceMax returns the largest v over c's ranks: every rank sends its value
 // to rank 0, which takes the maximum and sends it back to all.
 func allreduceMax(c *mpiam.Comm, v float64) (float64, error) {
-	buf := []float64{v}
-	if c.Rank() != 0 {
-		if err := mpiam.Send(c, buf, 0, tagReduce); err != nil {
-			return 0, err
-		}
-		if _, err := mpiam.Recv(c, buf, 0, tagBcast); err != nil {
-			return 0, err
-		}
-		return buf[0], nil
-	}
-	for r := 1; r < c.Size(); r++ {
-		if _, err := mpiam.Recv(c, buf, r, tagReduce); err != nil {
-			return 0, err
-		}
-		v = max(v, buf[0])
-	}
-	buf[0] = v
-	for r := 1; r < c.Size(); r++ {
-		if err := mpiam.Send(c, buf, r, tagBcast); err != nil {
-			return 0, err
-		}
-	}
-	return v, nil
+	out := []float64{0}
+	err := mpiam.Allreduce(c, []float64{v}, out, mpiam.Max[float64]())
+	return out[0], err
 }
 
 func heat(world *mpiam.Comm, p params) error {
