@@ -74,7 +74,7 @@ func run(w *mpiam.Comm) error {
 		next := make([]int, n)
 		buf := make([]byte, 50_000)
 		for range (n - 1) * msgs {
-			st, err := mpiam.Recv(w, buf, mpiam.AnySource, mpiam.AnyTag)
+			st, err := mpiam.Recv(w, buf, mpiam.AnySource, 1)
 			if err != nil {
 				return err
 			}
