@@ -230,13 +230,6 @@ func runRanks(t testing.TB, nw string, trs []transport.Transport, cfg Config, ep
 		wg.Add(1)
 		go func(i int, ep *am.Endpoint) {
 			defer wg.Done()
-			// am bug (TestCloseSendsPendingCredit): an endpoint sends its
-			// coalesced credit returns only after idling in Poll, and Close
-			// does not send them, so a peer's Close would wait a second for
-			// them. Idle-poll first so that the suite stays fast.
-			for range 64 {
-				_, _ = ep.Poll()
-			}
 			if err := ep.Close(); err != nil {
 				errs[i] = fmt.Errorf("rank %d: close: %w", i, err)
 			}
