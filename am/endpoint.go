@@ -258,6 +258,31 @@ func (ep *Endpoint) RequestShort(dst int, h handlers.Index, args ...uint64) erro
 	return ep.requestShort(dst, h, args)
 }
 
+// RequestShortPiggyback is RequestShort with a tool value piggybacked in the
+// packet's header (seed: tau-piggyback-schemes: one value per message, in the
+// same packet, never an extra message); the handler reads it with
+// Token.Piggyback.
+func (ep *Endpoint) RequestShortPiggyback(dst int, h handlers.Index, pb uint64, args ...uint64) error {
+	if h > handlers.MaxClientIndex {
+		return fmt.Errorf("%w: %d", handlers.ErrIndexReserved, h)
+	}
+	if err := ep.checkDst(dst); err != nil {
+		return err
+	}
+	if err := ep.table.CheckSend(h, len(args)); err != nil {
+		return err
+	}
+	hdr := wire.Header{Kind: wire.KindRequestShort, Handler: uint8(h), NArgs: uint8(len(args)), Src: uint32(ep.rank),
+		Flags: wire.FlagPiggyback, Piggyback: pb}
+	return ep.sendRequest(dst, &hdr, args, nil)
+}
+
+// RequestMediumPiggyback is RequestMedium with a tool value piggybacked in the
+// packet's header, read by the handler with Token.Piggyback.
+func (ep *Endpoint) RequestMediumPiggyback(dst int, h handlers.Index, payload []byte, pb uint64, args ...uint64) error {
+	return ep.requestMedium(dst, h, payload, wire.FlagPiggyback, pb, args)
+}
+
 // requestShort is RequestShort without the client index check (am's own handlers).
 func (ep *Endpoint) requestShort(dst int, h handlers.Index, args []uint64) error {
 	if err := ep.checkDst(dst); err != nil {
@@ -276,6 +301,10 @@ func (ep *Endpoint) requestShort(dst int, h handlers.Index, args []uint64) error
 // returns (or until released, if the handler retains it). payload may be reused
 // when RequestMedium returns. Errors as RequestShort, plus ErrTooLarge.
 func (ep *Endpoint) RequestMedium(dst int, h handlers.Index, payload []byte, args ...uint64) error {
+	return ep.requestMedium(dst, h, payload, 0, 0, args)
+}
+
+func (ep *Endpoint) requestMedium(dst int, h handlers.Index, payload []byte, flags uint16, pb uint64, args []uint64) error {
 	if err := ep.checkDst(dst); err != nil {
 		return err
 	}
@@ -289,7 +318,7 @@ func (ep *Endpoint) RequestMedium(dst int, h handlers.Index, payload []byte, arg
 		return err
 	}
 	hdr := wire.Header{Kind: wire.KindRequestMedium, Handler: uint8(h), NArgs: uint8(len(args)),
-		Src: uint32(ep.rank), Len: uint32(len(payload))}
+		Src: uint32(ep.rank), Len: uint32(len(payload)), Flags: flags, Piggyback: pb}
 	return ep.sendRequest(dst, &hdr, args, payload)
 }
 
@@ -563,6 +592,9 @@ func (ep *Endpoint) deliver(src int, pkt []byte) {
 		rx.c.replies++
 		rx.c.bytes += uint64(len(payload))
 		rx.tok.Begin(ep, src, false)
+		if h.Flags&wire.FlagPiggyback != 0 {
+			rx.tok.SetPiggyback(h.Piggyback)
+		}
 		ep.dispatch(h.Handler, args, payload)
 	case wire.KindRequestShort, wire.KindRequestMedium, wire.KindRequestStore, wire.KindStoreDone:
 		if uint64(h.Off)+uint64(h.Reserve) > uint64(ep.cfg.BufferBytes) || h.Off%flowctl.Granule != 0 ||
@@ -587,6 +619,9 @@ func (ep *Endpoint) deliver(src int, pkt []byte) {
 		rx.c.bytes += uint64(len(payload))
 		tok := &rx.tok
 		tok.Begin(ep, src, true)
+		if h.Flags&wire.FlagPiggyback != 0 {
+			tok.SetPiggyback(h.Piggyback)
+		}
 		tok.ReqOff, tok.ReqLen = h.Off, h.Reserve
 		tok.MaxReply = int(h.Reserve) - len(pkt)
 		rx.payload = payload
@@ -662,6 +697,10 @@ func (ep *Endpoint) Reply(tok *handlers.Token, h handlers.Index, payload []byte,
 	src := tok.Source()
 	hdr := wire.Header{Kind: wire.KindReplyShort, Handler: uint8(h), NArgs: uint8(len(args)), Src: uint32(ep.rank),
 		Flags: wire.FlagFree, Off: tok.ReqOff, Reserve: tok.ReqLen}
+	if pb, ok := tok.ReplyPiggyback(); ok {
+		hdr.Flags |= wire.FlagPiggyback
+		hdr.Piggyback = pb
+	}
 	if medium {
 		hdr.Kind = wire.KindReplyMedium
 		hdr.Len = uint32(len(payload))

@@ -433,3 +433,39 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 		})
 	}
 }
+
+// A tool value rides in the header of requests and replies (seed:
+// tau-piggyback-schemes): never an extra message, absent unless set.
+func TestPiggybackOnRequestsAndReplies(t *testing.T) {
+	forEachNetwork(t, 2, Config{}, func(t *testing.T, eps []*Endpoint) {
+		type seen struct {
+			v  uint64
+			ok bool
+		}
+		var got []seen
+		var replies []seen
+		for _, ep := range eps {
+			_, _ = ep.Register(handlers.Entry{Index: 1, Name: "req", NArgs: handlers.AnyArgs, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+				v, ok := tok.Piggyback()
+				got = append(got, seen{v, ok})
+				if len(a) > 0 {
+					require.NoError(t, tok.ReplyShortPiggyback(2, v+1))
+				} else {
+					require.NoError(t, tok.ReplyShort(2))
+				}
+			}})
+			_, _ = ep.Register(handlers.Entry{Index: 2, Name: "rep", NArgs: 0, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+				v, ok := tok.Piggyback()
+				replies = append(replies, seen{v, ok})
+			}})
+		}
+		require.NoError(t, eps[0].RequestShortPiggyback(1, 1, 41, 7))
+		require.NoError(t, eps[0].RequestMediumPiggyback(1, 1, []byte("data"), 1<<63, 7))
+		require.NoError(t, eps[0].RequestShort(1, 1))
+		pollAll(t, eps, func() bool { return len(replies) == 3 })
+		require.Equal(t, []seen{{41, true}, {1 << 63, true}, {0, false}}, got)
+		require.Equal(t, []seen{{42, true}, {1<<63 + 1, true}, {0, false}}, replies)
+		s := eps[0].Stats()
+		require.EqualValues(t, 3, s.RequestsSent, "no extra messages")
+	})
+}

@@ -224,6 +224,9 @@ type Token struct {
 	nargs     int
 	args      [wire.MaxArgs]uint64
 
+	pb, replyPB       uint64 // piggybacked values: arrived, and for the reply
+	hasPB, hasReplyPB bool
+
 	// Reservation of the request being answered, for package am.
 	ReqOff, ReqLen uint32
 	// MaxReply is the largest reply this request has room for (encoded header,
@@ -239,6 +242,28 @@ func (tok *Token) Begin(r Replier, src int, isRequest bool) {
 	tok.replied = false
 	tok.retained = false
 	tok.active = false
+	tok.hasPB, tok.hasReplyPB = false, false
+}
+
+// SetPiggyback records the value piggybacked on the message being handled;
+// package am calls it after Begin.
+func (tok *Token) SetPiggyback(v uint64) { tok.pb, tok.hasPB = v, true }
+
+// Piggyback returns the tool value the sender attached to this message, if any
+// (seed: tau-piggyback-schemes: one value per message, carried in its header).
+func (tok *Token) Piggyback() (uint64, bool) { return tok.pb, tok.hasPB }
+
+// ReplyPiggyback returns the value to piggyback on the reply being sent, valid
+// during Replier.Reply.
+func (tok *Token) ReplyPiggyback() (uint64, bool) { return tok.replyPB, tok.hasReplyPB }
+
+// ReplyShortPiggyback is ReplyShort with a tool value piggybacked on the reply
+// (the receiver's updated delay of the overhead-compensation handshake).
+func (tok *Token) ReplyShortPiggyback(h Index, pb uint64, args ...uint64) error {
+	tok.replyPB, tok.hasReplyPB = pb, true
+	err := tok.reply(h, nil, false, args)
+	tok.hasReplyPB = false
+	return err
 }
 
 // Source is the rank that sent the message.
