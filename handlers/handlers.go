@@ -251,7 +251,12 @@ func (tok *Token) SetPiggyback(v uint64) { tok.pb, tok.hasPB = v, true }
 
 // Piggyback returns the tool value the sender attached to this message, if any
 // (seed: tau-piggyback-schemes: one value per message, carried in its header).
-func (tok *Token) Piggyback() (uint64, bool) { return tok.pb, tok.hasPB }
+func (tok *Token) Piggyback() (uint64, bool) {
+	if !tok.hasPB {
+		return 0, false
+	}
+	return tok.pb, true
+}
 
 // ReplyPiggyback returns the value to piggyback on the reply being sent, valid
 // during Replier.Reply.
