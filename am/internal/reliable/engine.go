@@ -26,13 +26,16 @@ const (
 	DefaultRTOMin = 5 * time.Millisecond
 	// DefaultRTOMax caps the exponential backoff of the retransmission timeout.
 	DefaultRTOMax = time.Second
-	// DefaultDeadAfter: a peer that makes no acknowledgement progress for this
-	// long while data to it is outstanding is declared dead (3 s, so that the
-	// layers above report a failed rank within 5 s).
+	// DefaultDeadAfter: a peer from which nothing arrives (no acknowledgement
+	// progress, no packet at all) for this long while data to it is outstanding
+	// is declared dead (3 s, so that the layers above report a failed rank
+	// within 5 s).
 	DefaultDeadAfter = 3 * time.Second
 	// DefaultAckDelay is how long a receiver waits for an outgoing packet to
 	// piggyback a cumulative ack on before it sends a standalone ack.
 	DefaultAckDelay = time.Millisecond
+	// DefaultProgressInterval: see Config.ProgressInterval.
+	DefaultProgressInterval = time.Millisecond
 	// DupThresh is the number of packets selectively acknowledged above an
 	// unacknowledged one after which that one counts as lost and is retransmitted
 	// at once (as TCP's fast retransmit, RFC 6675), without waiting for the timeout.
@@ -54,9 +57,17 @@ type Config struct {
 	// value before the first round-trip sample. Defaults DefaultRTOMin,
 	// DefaultRTOMax, DefaultRTOInit.
 	RTOMin, RTOMax, RTOInit time.Duration
-	// DeadAfter: no acknowledgement progress for this long while data is
-	// outstanding declares the peer dead. Default DefaultDeadAfter.
+	// DeadAfter: nothing from the peer for this long while data to it is
+	// outstanding declares it dead. "Nothing" means no acknowledgement progress
+	// and no valid packet at all: a live receiver that cannot take more (its
+	// caller is not consuming) still answers every retransmission with an ack,
+	// so back-pressure is never mistaken for death. Default DefaultDeadAfter.
 	DeadAfter time.Duration
+	// ProgressInterval is used by Wrap only: when no Send, Poll or Wait has run
+	// for this long, a goroutine of the wrapped transport takes in arrivals,
+	// acknowledges and retransmits on the caller's behalf. Zero means
+	// DefaultProgressInterval; negative means no such goroutine.
+	ProgressInterval time.Duration
 	// AckDelay is the longest an acknowledgement waits for a packet to ride on
 	// before a standalone ack carries it. Default DefaultAckDelay.
 	AckDelay time.Duration
@@ -98,6 +109,9 @@ func (c *Config) setDefaults() error {
 			return err
 		}
 	}
+	if c.ProgressInterval == 0 {
+		c.ProgressInterval = DefaultProgressInterval
+	}
 	if c.RTOMin > c.RTOMax {
 		return fmt.Errorf("reliable: RTOMin %v above RTOMax %v", c.RTOMin, c.RTOMax)
 	}
@@ -127,17 +141,17 @@ var (
 	ErrMalformed = errors.New("reliable: malformed packet dropped")
 )
 
-// DeadPeerError reports a peer declared dead: no acknowledgement progress for
+// DeadPeerError reports a peer declared dead: nothing from it for
 // Config.DeadAfter while packets to it were outstanding. It matches ErrPeerDead
 // (the MPI analogue is MPI_ERR_PROC_FAILED).
 type DeadPeerError struct {
 	Rank    int           // the dead peer
-	Silence time.Duration // time without acknowledgement progress when declared
+	Silence time.Duration // time without a sign of life when declared
 	Unacked int           // packets to it that were never acknowledged
 }
 
 func (e *DeadPeerError) Error() string {
-	return fmt.Sprintf("reliable: rank %d declared dead: no acknowledgement for %v with %d packets outstanding",
+	return fmt.Sprintf("reliable: rank %d declared dead: nothing received for %v with %d packets unacknowledged",
 		e.Rank, e.Silence, e.Unacked)
 }
 
@@ -253,7 +267,7 @@ type peer struct {
 	rto             time.Duration
 	hasRTT          bool
 	rtoAt           time.Time // retransmission timer; zero when disarmed
-	progressAt      time.Time // last acknowledgement progress (dead-peer detection)
+	aliveAt         time.Time // last sign of life: ack progress, any valid packet, or data becoming outstanding
 	deadErr         *DeadPeerError
 
 	// Receiver side: [rcvBase, rcvHanded) handed up, not consumed;
@@ -395,7 +409,7 @@ func (e *Engine) SendParts(now time.Time, dst int, hdr, payload []byte) error {
 	*s = sendSlot{buf: buf, firstTx: now, lastTx: now, queued: true}
 	e.txq = append(e.txq, txRef{peer: p.rank, n: seq})
 	if p.sndUna == p.sndNext {
-		p.progressAt = now
+		p.aliveAt = now
 		p.rtoAt = now.Add(p.rto)
 	}
 	p.sndNext++
@@ -464,6 +478,9 @@ func (e *Engine) Receive(now time.Time, src int, pkt []byte) error {
 		}
 	}
 
+	if now.After(p.aliveAt) {
+		p.aliveAt = now
+	}
 	if h.Ack != 0 {
 		e.onAck(now, p, ackN)
 	}
@@ -492,7 +509,7 @@ func (e *Engine) onAck(now time.Time, p *peer, ackN uint64) {
 		*s = sendSlot{}
 	}
 	p.sndUna = ackN
-	p.progressAt = now
+	p.aliveAt = now
 	if sampled {
 		e.sampleRTT(p, sample)
 	}
@@ -530,7 +547,7 @@ func (e *Engine) onSack(now time.Time, p *peer, ackN uint64, sack []uint64) {
 	if !progress {
 		return
 	}
-	p.progressAt = now
+	p.aliveAt = now
 	if sampled {
 		e.sampleRTT(p, sample)
 	}
@@ -613,6 +630,7 @@ func (e *Engine) onData(now time.Time, p *peer, n uint64, pkt []byte) {
 	}
 	if n >= p.rcvBase+e.window {
 		e.stats.Overruns++ // no room until the caller consumes; the sender retransmits
+		e.ackSoon(p)       // and learns that we are alive
 		return
 	}
 	s := e.rslot(p, n)
@@ -671,7 +689,7 @@ func (e *Engine) Tick(now time.Time) {
 			continue
 		}
 		if p.sndUna != p.sndNext {
-			if silence := now.Sub(p.progressAt); silence >= e.cfg.DeadAfter {
+			if silence := now.Sub(p.aliveAt); silence >= e.cfg.DeadAfter {
 				e.declareDead(p, silence)
 				p.active = false
 				continue
@@ -736,7 +754,7 @@ func (e *Engine) NextDeadline() time.Time {
 		}
 		if p.sndUna != p.sndNext {
 			earlier(p.rtoAt)
-			earlier(p.progressAt.Add(e.cfg.DeadAfter))
+			earlier(p.aliveAt.Add(e.cfg.DeadAfter))
 		}
 		earlier(p.ackDueAt)
 	}

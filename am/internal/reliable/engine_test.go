@@ -400,6 +400,50 @@ func TestAckProgressPostponesDeath(t *testing.T) {
 	require.Len(t, dead, 1, "and without progress it dies")
 }
 
+// TestStalledReceiverIsNotDead: a receiver whose caller consumes nothing drops
+// what it has no room for but answers each retransmission with an ack, so its
+// sender sees back-pressure, not death, however long it lasts.
+func TestStalledReceiverIsNotDead(t *testing.T) {
+	a, b := newPair(t, Config{Window: 4, DeadAfter: time.Second, RTOMax: 200 * time.Millisecond})
+	now := epoch
+	for k := uint64(0); k < 4; k++ {
+		require.NoError(t, a.Send(now, 1, testPacket(0, 1, k, 0)))
+	}
+	exchangeNoConsume := func() {
+		rd := a.ReadyUpTo(-1)
+		var tx []pkt
+		for _, m := range rd.Messages {
+			tx = append(tx, pkt{m.To, append([]byte(nil), m.Data...)})
+		}
+		a.Advance()
+		feed(t, now, 0, b, tx)
+		rd = b.ReadyUpTo(0) // b's caller never consumes
+		var btx []pkt
+		for _, m := range rd.Messages {
+			btx = append(btx, pkt{m.To, append([]byte(nil), m.Data...)})
+		}
+		b.AdvanceMessages()
+		feed(t, now, 1, a, btx)
+	}
+	exchangeNoConsume()
+	for k := uint64(4); k < 8; k++ {
+		require.NoError(t, a.Send(now, 1, testPacket(0, 1, k, 0)))
+	}
+	exchangeNoConsume()
+	require.ErrorIs(t, a.Send(now, 1, testPacket(0, 1, 8, 0)), ErrWindowFull)
+	for i := 0; i < 100; i++ { // 10 simulated seconds
+		now = now.Add(100 * time.Millisecond)
+		a.Tick(now)
+		b.Tick(now)
+		exchangeNoConsume()
+		require.False(t, a.PeerState(1).Dead, "at %v", now.Sub(epoch))
+	}
+	require.NotZero(t, b.Stats().Overruns)
+	rd := b.Ready()
+	require.Len(t, rd.Deliveries, 4)
+	b.Advance()
+}
+
 // TestDuplicateAndStalePacketsCounted: a packet received twice, or again after
 // it was delivered and consumed, is dropped, counted, and re-acknowledged.
 func TestDuplicateAndStalePacketsCounted(t *testing.T) {

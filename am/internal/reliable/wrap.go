@@ -26,9 +26,15 @@ const drainBudget = 1024
 // hands up in-order packets. A peer that acknowledges nothing for DeadAfter while
 // packets to it are outstanding is dead: Send to it returns an error wrapping
 // transport.ErrPeer and ErrPeerDead that names the rank, and the Poll that
-// notices it returns that error once. Timers run only inside Send, Poll and
-// Wait: a rank must keep calling one of them (am polls in every blocking call)
-// for its retransmissions and acknowledgements to go out.
+// notices it returns that error once.
+//
+// Progress: Send, Poll and Wait run the protocol. When none of them has run
+// for cfg.ProgressInterval (default 1 ms), a goroutine does it instead: it
+// takes in arrivals (in-order packets wait for the next Poll, at most Window
+// per peer), acknowledges, retransmits and detects dead peers, so that a rank
+// that stops calling its transport (finished sending, or computing) neither
+// leaves its last packets unrecovered nor looks dead to its peers. Close stops
+// it. A negative ProgressInterval disables it: then a rank must keep polling.
 //
 // Errors: those of New for a bad cfg.
 func Wrap(tr transport.Transport, cfg Config, clock func() time.Time) (transport.Transport, error) {
@@ -45,6 +51,12 @@ func Wrap(tr transport.Transport, cfg Config, clock func() time.Time) (transport
 		caps:    transport.Caps{Name: c.Name + "+reliable", Ordered: true, Reliable: true, MaxPacket: c.MaxPacket, Wakeup: c.Wakeup},
 		deadErr: make([]error, tr.Size())}
 	w.feed.w = w
+	if e.Config().ProgressInterval > 0 {
+		w.interval = e.Config().ProgressInterval
+		w.stop = make(chan struct{})
+		w.done = make(chan struct{})
+		go w.progress()
+	}
 	return w, nil
 }
 
@@ -62,6 +74,36 @@ type wrapped struct {
 	deadErr   []error // per rank, once declared dead: wraps transport.ErrPeer
 	deadNews  []error // deaths not yet returned by Poll
 	txDropped uint64  // transmissions the underlying transport refused (ErrWouldBlock): left to retransmission
+	lastCall  time.Time
+
+	interval   time.Duration
+	stop, done chan struct{}
+}
+
+// progress runs the protocol when the caller has not for w.interval.
+func (w *wrapped) progress() {
+	defer close(w.done)
+	t := time.NewTimer(w.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+		}
+		wait := w.interval
+		w.mu.Lock()
+		now := w.clock()
+		if idle := now.Sub(w.lastCall); idle >= w.interval {
+			w.now = now
+			w.pump()
+			w.transmit() // errors reach the caller through its own calls; deaths through Poll
+		} else {
+			wait = w.interval - idle
+		}
+		w.mu.Unlock()
+		t.Reset(wait)
+	}
 }
 
 // feeder hands the underlying transport's arrivals to the engine (w.mu held).
@@ -87,6 +129,7 @@ func (w *wrapped) Send(dst int, hdr, payload []byte) error {
 		return transport.ErrClosed
 	}
 	w.now = w.clock()
+	w.lastCall = w.now
 	err := w.eng.SendParts(w.now, dst, hdr, payload)
 	var perr error
 	if err == ErrWindowFull {
@@ -172,6 +215,7 @@ func (w *wrapped) Poll(r transport.Receiver, maxPkts int) (int, error) {
 		return 0, transport.ErrClosed
 	}
 	w.now = w.clock()
+	w.lastCall = w.now
 	err := w.pump()
 	if terr := w.transmit(); err == nil {
 		err = terr
@@ -233,6 +277,12 @@ func (w *wrapped) Close() error {
 		return nil
 	}
 	w.closed = true
+	if w.stop != nil {
+		close(w.stop)
+		w.mu.Unlock()
+		<-w.done // the goroutine may be waiting for w.mu
+		w.mu.Lock()
+	}
 	return w.tr.Close()
 }
 
