@@ -17,6 +17,12 @@ import (
 // payload that fits the per-peer buffer with its envelope, am.Endpoint.MaxMedium).
 const EnvEagerLimit = "AMGO_EAGER_LIMIT"
 
+// EnvUnexpectedLimit sets how many bytes of unexpected eager data from one
+// source are copied out of the per-peer buffer (default 1 MiB); past it,
+// unexpected messages keep their space in the sender's per-peer buffer and so
+// back-pressure the sender until receives take them.
+const EnvUnexpectedLimit = "AMGO_UNEXPECTED_LIMIT"
+
 // Handler indices mpiam registers on its endpoint.
 const (
 	hEager handlers.Index = 200 + iota // medium request: envelope + data (eager protocol)
@@ -42,6 +48,11 @@ type inMsg struct {
 	payload  []byte  // eager: data (valid during the handler; a copy in heap once queued)
 	heap     *[]byte // the pooled copy payload lives in, if any
 	notReady bool    // a ready send that found no posted receive
+	// kept: the payload stays in the sender's space of the per-peer buffer
+	// (retained) until a receive takes it: the seed's buffered protocol, used
+	// once the source's unexpected data passes the limit.
+	kept     bool
+	retained handlers.Retained
 }
 
 // deferred is work that handlers must not do themselves (the seed: "the handler
@@ -82,6 +93,9 @@ type proc struct {
 
 	msgPool  sync.Pool
 	payloads payloadPool
+
+	unexpLimit int            // bytes of unexpected eager data per source copied out (EnvUnexpectedLimit)
+	unexpBytes []atomic.Int64 // by world rank: unexpected eager bytes held in heap copies
 	reqPool  sync.Pool
 
 	bsend bsendBuffer
@@ -102,6 +116,15 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 	}
 	p.msgPool.New = func() any { return new(inMsg) }
 	p.reqPool.New = func() any { return new(Request) }
+	p.unexpLimit = 1 << 20
+	if v := os.Getenv(EnvUnexpectedLimit); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%w: %s=%q is not a byte count", ErrArg, EnvUnexpectedLimit, v)
+		}
+		p.unexpLimit = n
+	}
+	p.unexpBytes = make([]atomic.Int64, ep.Size())
 	p.eagerLimit = ep.MaxMedium()
 	if v := os.Getenv(EnvEagerLimit); v != "" {
 		n, err := strconv.Atoi(v)
@@ -178,9 +201,23 @@ func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 		// nor store rendezvous data that the receiver waits for: both ranks
 		// would wait for ever. Unexpected messages cost receiver memory
 		// instead, as in Open MPI ob1 and MPICH.
-		m.heap = p.payloads.get(len(payload))
-		m.payload = (*m.heap)[:len(payload)]
-		copy(m.payload, payload)
+		// Up to the limit per source; past it the message keeps its space in
+		// the per-peer buffer (the seed's protocol), which back-pressures a
+		// sender that floods this rank with messages nobody receives, so that
+		// memory stays bounded.
+		if used := &p.unexpBytes[m.src]; used.Load()+int64(len(payload)) <= int64(p.unexpLimit) {
+			m.heap = p.payloads.get(len(payload))
+			m.payload = (*m.heap)[:len(payload)]
+			copy(m.payload, payload)
+			used.Add(int64(len(payload)))
+		} else if buf, r, err := tok.Retain(); err == nil {
+			m.payload, m.retained, m.kept = buf, r, true
+		} else {
+			m.heap = p.payloads.get(len(payload))
+			m.payload = (*m.heap)[:len(payload)]
+			copy(m.payload, payload)
+			used.Add(int64(len(payload)))
+		}
 		if m.flags&flagReady != 0 {
 			m.notReady = true
 		}
@@ -283,13 +320,19 @@ func (p *proc) prepareCTSLocked(r *Request, m *inMsg, env match.Envelope) (args 
 	if n > 0 {
 		seg, err := p.ep.RegisterSegment(r.buf[:n])
 		if err != nil {
-			return args, 0, fmt.Errorf("%w: receive buffer for rank %d, tag %d: %v", ErrBuffer, env.Source, env.Tag, err)
+			// The buffer cannot be a store destination (it overlaps another
+			// receive's: an erroneous program). Ask for nothing, so that the
+			// sender still completes, and fail the receive.
+			r.status.Err = fmt.Errorf("%w: receive buffer for rank %d, tag %d: %v", ErrBuffer, env.Source, env.Tag, err)
+			r.status.Bytes = 0
+			n = 0
+		} else {
+			r.seg = seg
+			addr = seg.Addr
+			// The data will land within about n / (4 GB/s) plus a round
+			// trip: keep polling rather than sleep through it.
+			p.ep.Expect(time.Duration(n/4)*time.Nanosecond + 50*time.Microsecond)
 		}
-		r.seg = seg
-		addr = seg.Addr
-		// The data will land within about n / (4 GB/s) plus a round trip:
-		// keep polling rather than sleep through it.
-		p.ep.Expect(time.Duration(n/4)*time.Nanosecond + 50*time.Microsecond)
 	}
 	id := p.nextID
 	p.nextID++
@@ -357,8 +400,15 @@ func (p *proc) afterMatches() {
 
 func (p *proc) releaseMsg(m *inMsg) {
 	if m.heap != nil {
+		p.unexpBytes[m.src].Add(-int64(m.size))
 		p.payloads.put(m.heap)
 		m.heap = nil
+	}
+	if m.kept {
+		if err := p.ep.Release(m.retained); err != nil {
+			p.dropped(err)
+		}
+		m.kept = false
 	}
 	p.msgPool.Put(m)
 }
