@@ -96,7 +96,7 @@ type proc struct {
 
 	unexpLimit int            // bytes of unexpected eager data per source copied out (EnvUnexpectedLimit)
 	unexpBytes []atomic.Int64 // by world rank: unexpected eager bytes held in heap copies
-	reqPool  sync.Pool
+	reqPool    sync.Pool
 
 	bsend bsendBuffer
 
