@@ -23,6 +23,9 @@ var (
 	seedsFlag = flag.Int("reliable.seeds", 0, "number of seeds (1..N) for the property tests")
 )
 
+// raceEnabled is set under -race, which runs the property tests on fewer seeds.
+var raceEnabled bool
+
 // seeds returns the seeds a randomized test runs: the one asked for, or 1..n.
 func seeds(t *testing.T, n int) []uint64 {
 	if *seedFlag != 0 {
@@ -39,7 +42,7 @@ func seeds(t *testing.T, n int) []uint64 {
 		v, err := strconv.Atoi(s)
 		require.NoError(t, err, "RELIABLE_SEEDS")
 		n = v
-	} else if testing.Short() {
+	} else if testing.Short() || raceEnabled {
 		n = min(n, 3)
 	}
 	out := make([]uint64, n)

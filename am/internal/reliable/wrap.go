@@ -248,25 +248,40 @@ func (w *wrapped) Poll(r transport.Receiver, maxPkts int) (int, error) {
 }
 
 // Wait sleeps in the underlying transport until traffic may have arrived, for d
-// at most and no later than the engine's next timer.
+// at most and no later than the engine's next timer. It sleeps in slices of
+// ProgressInterval, because the progress goroutine may take an arrival in
+// before the underlying transport's Wait notices it.
 func (w *wrapped) Wait(d time.Duration) error {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
 		return transport.ErrClosed
 	}
-	if w.eng.HasReady() {
-		w.mu.Unlock()
-		return nil
-	}
 	if dl := w.eng.NextDeadline(); !dl.IsZero() {
 		d = min(d, max(0, dl.Sub(w.clock())))
 	}
 	w.mu.Unlock()
-	if d <= 0 {
-		return nil
+	end := time.Now().Add(d)
+	for {
+		w.mu.Lock()
+		ready := w.eng.HasReady()
+		w.mu.Unlock()
+		left := time.Until(end)
+		if ready || left <= 0 {
+			return nil
+		}
+		slice := left
+		if w.interval > 0 {
+			slice = min(slice, w.interval)
+		}
+		start := time.Now()
+		if err := w.tr.Wait(slice); err != nil {
+			return err
+		}
+		if time.Since(start) < slice {
+			return nil // the underlying transport saw traffic
+		}
 	}
-	return w.tr.Wait(d)
 }
 
 // Close closes the underlying transport; packets not yet acknowledged are lost.
