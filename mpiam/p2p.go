@@ -100,6 +100,26 @@ func (p *proc) startSend(r *Request) error {
 	return nil
 }
 
+// sendEager sends an eager message (standard or ready mode) and returns when it
+// is on its way: the blocking Send's fast path.
+func (p *proc) sendEager(c *Comm, buf []byte, dest, tag int, mode Mode) error {
+	world := c.world(dest)
+	var flags uint64
+	if mode == Ready {
+		flags = flagReady
+	}
+	mu := &p.sendMu[world]
+	mu.Lock()
+	seq := p.seq[world].Next(c.ctx, int32(dest))
+	a0, a1, a2 := envelope(c.ctx, c.rank, tag, seq, flags)
+	err := p.ep.RequestMedium(world, hEager, buf, a0, a1, a2)
+	mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("%w: send to rank %d, tag %d: %v", ErrOther, dest, tag, err)
+	}
+	return nil
+}
+
 // startRecv posts r (kind recv, fields set).
 func (p *proc) startRecv(r *Request) error {
 	c := r.comm
@@ -180,6 +200,11 @@ func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
 func (c *Comm) send(buf []byte, dest, tag int, mode Mode) error {
 	if err := c.checkSend(dest, tag); err != nil {
 		return err
+	}
+	p := c.p
+	if (mode == Standard || mode == Ready) && len(buf) <= p.eagerLimit && dest != ProcNull {
+		// Eager: complete once the data is on its way, so no request is needed.
+		return p.sendEager(c, buf, dest, tag, mode)
 	}
 	r := c.newSend(buf, dest, tag, mode, true)
 	err := c.p.startSend(r)

@@ -224,8 +224,12 @@ func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 	}
 	p.matchBuf = out
 	p.completeMatchesLocked(out, tok, m)
+	rel := p.pendingRelease
+	p.pendingRelease = nil
 	p.mu.Unlock()
-	p.afterMatches()
+	for _, x := range rel {
+		p.releaseMsg(x)
+	}
 }
 
 // onRTS handles a rendezvous request-to-send.
@@ -256,8 +260,12 @@ func (p *proc) onRTS(tok *handlers.Token, a []uint64, _ []byte) {
 	}
 	p.matchBuf = out
 	p.completeMatchesLocked(out, tok, m)
+	rel := p.pendingRelease
+	p.pendingRelease = nil
 	p.mu.Unlock()
-	p.afterMatches()
+	for _, x := range rel {
+		p.releaseMsg(x)
+	}
 }
 
 // completeMatchesLocked acts on matches made by an arrival in a handler: eager
@@ -380,22 +388,6 @@ func (p *proc) onData(tok *handlers.Token, a []uint64, _ []byte) {
 		r.seg = am.Segment{}
 	}
 	r.complete(r.status)
-}
-
-// afterMatches recycles queued eager messages consumed by matches made in a
-// handler for another message.
-func (p *proc) afterMatches() {
-	p.mu.Lock()
-	if len(p.pendingRelease) == 0 {
-		p.mu.Unlock()
-		return
-	}
-	rel := p.pendingRelease
-	p.pendingRelease = nil
-	p.mu.Unlock()
-	for _, m := range rel {
-		p.releaseMsg(m)
-	}
 }
 
 func (p *proc) releaseMsg(m *inMsg) {
