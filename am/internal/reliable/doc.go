@@ -28,6 +28,8 @@
 //  4. calls Advance (or AdvanceMessages and AdvanceDeliveries separately, when
 //     deliveries are handed up outside a lock) once it has acted on them.
 //
+// In code:
+//
 //	e, _ := reliable.New(reliable.Config{Peers: n, Self: me})
 //	e.Send(now, dst, pkt)               // or ErrWindowFull: poll, then retry
 //	e.Receive(now, src, arrived)        // from the network
