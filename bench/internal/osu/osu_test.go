@@ -2,6 +2,8 @@ package osu
 
 import (
 	"bytes"
+	"flag"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -26,5 +28,31 @@ func TestSizesAndLayout(t *testing.T) {
 	var b bytes.Buffer
 	Header(&b, "amgo AM Latency Test", "Latency (us)")
 	Row(&b, 8, 0.25)
-	require.Equal(t, "# amgo AM Latency Test\n# Size          Latency (us)\n8                       0.25\n", b.String())
+	// OSU 7.2: "%-*s%*s\n", 10, "# Size", FIELD_WIDTH (20), ...
+	require.Equal(t, "# amgo AM Latency Test\n# Size            Latency (us)\n8                         0.25\n", b.String())
+}
+
+func TestOptionsAndCounts(t *testing.T) {
+	o := LatencyOptions()
+	require.Equal(t, [2]int{10000, 100}, pair(o.Counts(8192)))
+	require.Equal(t, [2]int{1000, 10}, pair(o.Counts(16384)))
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	Register(fs, &o)
+	require.NoError(t, fs.Parse([]string{"-i", "50", "-x", "5", "-m", "2:64", "-W", "8"}))
+	require.Equal(t, [2]int{50, 5}, pair(o.Counts(1<<20)))
+	require.Equal(t, []int{2, 4, 8, 16, 32, 64}, o.Sizes())
+	require.Equal(t, 8, o.Window)
+}
+
+func pair(a, b int) [2]int { return [2]int{a, b} }
+
+func TestParse(t *testing.T) {
+	var b bytes.Buffer
+	Header(&b, "amgo MPI Multiple Bandwidth / Message Rate Test", "MB/s", "Messages/s")
+	Row(&b, 1, 2.5, 2500000)
+	Row(&b, 2, 5, 2500000)
+	cols, rows, err := Parse(strings.NewReader("# [ pairs: 1 ] [ window size: 64 ]\n" + b.String() + "garbage line\n"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"MB/s", "Messages/s"}, cols)
+	require.Equal(t, []Result{{1, []float64{2.5, 2500000}}, {2, []float64{5, 2500000}}}, rows)
 }
