@@ -137,7 +137,7 @@ func WriteChromeJSON(w io.Writer, t *Trace, m *Matching) error {
 			}
 		}
 		for _, s := range rankSlices(f, t.Offset(r)) {
-			dur := us(s.end) - us(s.begin)
+			dur := us(s.end - s.begin)
 			e := chromeEvent{Name: s.name, Cat: s.cat, Ph: "X", Ts: us(s.begin), Dur: &dur, Pid: pid, Tid: pid, Args: s.args}
 			if err := emit(&e); err != nil {
 				return err

@@ -47,6 +47,7 @@ type Reader struct {
 	done   bool
 	err    error
 	nameBf []byte
+	item   string // what is being decoded, for error messages
 }
 
 // NewReader reads and checks the header of a trace file from r.
@@ -110,9 +111,9 @@ func (r *Reader) uvarint(what string) (uint64, error) {
 	v, err := binary.ReadUvarint(r)
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return 0, r.fail("truncated in the %s field", what)
+			return 0, r.fail("%s truncated in the %s field", r.item, what)
 		}
-		return 0, r.fail("%s field: %v", what, err)
+		return 0, r.fail("%s %s field: %v", r.item, what, err)
 	}
 	return v, nil
 }
@@ -123,7 +124,7 @@ func (r *Reader) u32(what string) (uint32, error) {
 		return 0, err
 	}
 	if v > math.MaxUint32 {
-		return 0, r.fail("%s %d does not fit 32 bits", what, v)
+		return 0, r.fail("%s: %s %d does not fit 32 bits", r.item, what, v)
 	}
 	return uint32(v), nil
 }
@@ -151,14 +152,17 @@ func (r *Reader) Next() (Record, error) {
 		}
 		switch {
 		case tag == tagDefRegion:
+			r.item = "region definition"
 			if err := r.readDefRegion(); err != nil {
 				return Record{}, err
 			}
 		case tag == tagDefComm:
+			r.item = "communicator definition"
 			if err := r.readDefComm(); err != nil {
 				return Record{}, err
 			}
 		case tag == tagEnd:
+			r.item = "end record"
 			return Record{}, r.readEnd()
 		case Kind(tag).Valid():
 			return r.readEvent(Kind(tag))
@@ -170,6 +174,7 @@ func (r *Reader) Next() (Record, error) {
 
 func (r *Reader) readEvent(k Kind) (Record, error) {
 	rec := Record{Kind: k}
+	r.item = kindNames[k] + " record"
 	zz, err := binary.ReadVarint(r)
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
