@@ -24,7 +24,9 @@ func irecvRequest(t, req uint64) Record { return Record{Kind: KindIrecvRequest, 
 func irecv(t uint64, from, tag uint32, n, req uint64) Record {
 	return Record{Kind: KindIrecv, Time: t, Peer: from, Tag: tag, Length: n, Request: req}
 }
-func cancelled(t, req uint64) Record { return Record{Kind: KindRequestCancelled, Time: t, Request: req} }
+func cancelled(t, req uint64) Record {
+	return Record{Kind: KindRequestCancelled, Time: t, Request: req}
+}
 
 // sentTags and recvTags reduce message lists to (time, tag) pairs, the
 // known answers of the tests below.
