@@ -859,21 +859,25 @@ func (t *Transport) Close() error {
 		p.out, p.head = nil, 0
 		p.mu.Unlock()
 	}
-	// Read until every peer has closed too (it answers our goodbye when it
-	// polls), so that our close does not reset a connection with unread data.
-	linger := time.Now().Add(200 * time.Millisecond)
-	for time.Now().Before(linger) {
-		live := 0
+	// Wait until every peer's kernel has acknowledged our goodbye (our send
+	// queue is empty) while discarding what arrives, so that closing neither
+	// drops the goodbye nor resets a connection that holds unread data.
+	linger := time.Now().Add(time.Second)
+	for {
+		busy := false
 		for _, c := range t.open {
-			if c.fd >= 0 && !c.eof {
-				live++
-				c.discard()
+			if c.fd < 0 || c.eof {
+				continue
+			}
+			c.discard()
+			if q, err := unix.IoctlGetInt(c.fd, unix.SIOCOUTQ); err == nil && q > 0 && !c.eof {
+				busy = true
 			}
 		}
-		if live == 0 {
+		if !busy || time.Now().After(linger) {
 			break
 		}
-		time.Sleep(100 * time.Microsecond)
+		time.Sleep(50 * time.Microsecond)
 	}
 	t.closeFds()
 	return nil
