@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"os"
 	"strconv"
+	"sync"
 )
 
 // Collective operations (MPI-4.1 Chapter 6) over point-to-point messages on
@@ -46,21 +47,93 @@ type coll struct {
 	c   *Comm
 	cc  *Comm
 	tag int
+	pb  *collPB // piggyback bookkeeping when a tool attaches values; nil otherwise
+}
+
+// collPB tracks the largest tool value among the messages a rank received
+// in one collective, and forwards it on the messages it sends, so that each
+// participant learns the largest delay among the ranks it depends on
+// (peers.md §9, TAU overhead compensation for collectives).
+type collPB struct {
+	mu  sync.Mutex
+	max uint64
+	has bool
+}
+
+func (x coll) observe(st Status) {
+	if x.pb == nil || !st.HasPiggyback {
+		return
+	}
+	x.pb.mu.Lock()
+	if !x.pb.has || st.Piggyback > x.pb.max {
+		x.pb.max, x.pb.has = st.Piggyback, true
+	}
+	x.pb.mu.Unlock()
+}
+
+// outgoing is the value to send: the tool's current one or the largest seen.
+func (x coll) outgoing() (uint64, bool) {
+	v, _ := x.c.p.outgoingPB()
+	x.pb.mu.Lock()
+	defer x.pb.mu.Unlock()
+	if x.pb.has && x.pb.max > v {
+		return x.pb.max, true
+	}
+	return v, true
+}
+
+// status is the collective's completion status seen by tools.
+func (x coll) status(err error) Status {
+	st := Status{Source: AnySource, Tag: AnyTag, Err: err}
+	if x.pb != nil {
+		x.pb.mu.Lock()
+		st.Piggyback, st.HasPiggyback = x.pb.max, x.pb.has
+		x.pb.mu.Unlock()
+	}
+	return st
+}
+
+// runColl runs one collective call: it takes the call's place in c's order,
+// then runs f, under the tools' hooks when tools are attached (the status they
+// see carries the largest piggybacked value the rank received in the call).
+func (c *Comm) runColl(call Call, peer, bytes int, f func(x coll) error) error {
+	x, err := c.startColl()
+	if err != nil || !c.hooked() {
+		if err != nil {
+			return err
+		}
+		return f(x)
+	}
+	e := Event{Call: call, Comm: c, Peer: peer, Bytes: bytes}
+	c.p.around(&e, func(e *Event) {
+		e.Err = f(x)
+		e.Status = x.status(e.Err)
+	})
+	return e.Err
 }
 
 func (c *Comm) startColl() (coll, error) {
 	if err := c.valid(); err != nil {
 		return coll{}, err
 	}
-	return coll{c: c, cc: c.collective(), tag: c.collTag()}, nil
+	x := coll{c: c, cc: c.collective(), tag: c.collTag()}
+	if c.p.pbTool != nil {
+		x.pb = new(collPB)
+	}
+	return x, nil
 }
 
 func (x coll) send(b []byte, dest, step int) error {
+	if x.pb != nil {
+		pb, has := x.outgoing()
+		return x.cc.sendPB(b, dest, x.tag+step, pb, has)
+	}
 	return x.cc.send(b, dest, x.tag+step, Standard)
 }
 
 func (x coll) recv(b []byte, src, step int) error {
 	st, err := x.cc.recv(b, src, x.tag+step)
+	x.observe(st)
 	if err == nil && st.Bytes != len(b) {
 		err = fmt.Errorf("%w: collective step expected %d bytes from rank %d, got %d (arguments differ across ranks?)", ErrTruncate, len(b), src, st.Bytes)
 	}
@@ -75,11 +148,12 @@ func (x coll) sendrecv(sb []byte, dest int, rb []byte, src int, step int) error 
 		return err
 	}
 	if err := x.send(sb, dest, step); err != nil {
-		_ = rr.Cancel()
-		_, _ = rr.Wait()
+		_ = rr.cancel()
+		_, _ = rr.wait()
 		return err
 	}
-	st, err := rr.Wait()
+	st, err := rr.wait()
+	x.observe(st)
 	if err == nil && st.Bytes != len(rb) {
 		err = fmt.Errorf("%w: collective step expected %d bytes from rank %d, got %d (arguments differ across ranks?)", ErrTruncate, len(rb), src, st.Bytes)
 	}
@@ -99,14 +173,12 @@ func Bcast[T any](c *Comm, buf []T, root int) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
-	x, err := c.startColl()
-	if err != nil {
-		return err
-	}
-	if err := checkRoot(c, root); err != nil {
-		return err
-	}
-	return x.bcast(raw(buf), root)
+	return c.runColl(CallBcast, root, len(raw(buf)), func(x coll) error {
+		if err := checkRoot(c, root); err != nil {
+			return err
+		}
+		return x.bcast(raw(buf), root)
+	})
 }
 
 func (x coll) bcast(b []byte, root int) error {
@@ -204,14 +276,12 @@ func Reduce[T any](c *Comm, send, recv []T, op Op[T], root int) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
-	x, err := c.startColl()
-	if err != nil {
-		return err
-	}
-	if err := checkRoot(c, root); err != nil {
-		return err
-	}
-	return reduce(x, send, recv, op, root)
+	return c.runColl(CallReduce, root, len(raw(send)), func(x coll) error {
+		if err := checkRoot(c, root); err != nil {
+			return err
+		}
+		return reduce(x, send, recv, op, root)
+	})
 }
 
 func reduce[T any](x coll, send, recv []T, op Op[T], root int) error {
@@ -286,11 +356,9 @@ func Allreduce[T any](c *Comm, send, recv []T, op Op[T]) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
-	x, err := c.startColl()
-	if err != nil {
-		return err
-	}
-	return allreduce(x, send, recv, op)
+	return c.runColl(CallAllreduce, AnySource, len(raw(recv)), func(x coll) error {
+		return allreduce(x, send, recv, op)
+	})
 }
 
 func allreduce[T any](x coll, send, recv []T, op Op[T]) error {
@@ -496,32 +564,30 @@ func Gather[T any](c *Comm, send, recv []T, root int) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
-	x, err := c.startColl()
-	if err != nil {
-		return err
-	}
-	if err := checkRoot(c, root); err != nil {
-		return err
-	}
-	p := c.size
-	if c.rank != root {
-		return x.send(raw(send), root, 0)
-	}
-	if len(recv)%p != 0 {
-		return fmt.Errorf("%w: Gather receive buffer of %d elements for %d ranks", ErrCount, len(recv), p)
-	}
-	k := len(recv) / p
-	if send != nil {
-		if len(send) != k {
-			return fmt.Errorf("%w: Gather of %d elements per rank into blocks of %d", ErrCount, len(send), k)
+	return c.runColl(CallGather, root, len(raw(send)), func(x coll) error {
+		if err := checkRoot(c, root); err != nil {
+			return err
 		}
-		copy(recv[root*k:], send)
-	}
-	counts, displs := make([]int, p), make([]int, p)
-	for i := range counts {
-		counts[i], displs[i] = k, i*k
-	}
-	return gathervRoot(x, recv, counts, displs)
+		p := c.size
+		if c.rank != root {
+			return x.send(raw(send), root, 0)
+		}
+		if len(recv)%p != 0 {
+			return fmt.Errorf("%w: Gather receive buffer of %d elements for %d ranks", ErrCount, len(recv), p)
+		}
+		k := len(recv) / p
+		if send != nil {
+			if len(send) != k {
+				return fmt.Errorf("%w: Gather of %d elements per rank into blocks of %d", ErrCount, len(send), k)
+			}
+			copy(recv[root*k:], send)
+		}
+		counts, displs := make([]int, p), make([]int, p)
+		for i := range counts {
+			counts[i], displs[i] = k, i*k
+		}
+		return gathervRoot(x, recv, counts, displs)
+	})
 }
 
 func gathervRoot[T any](x coll, recv []T, counts, displs []int) error {
@@ -536,7 +602,7 @@ func gathervRoot[T any](x coll, recv []T, counts, displs []int) error {
 		}
 		reqs = append(reqs, r)
 	}
-	return Waitall(reqs, nil)
+	return waitall(reqs, nil)
 }
 
 func checkV(p, n int, counts, displs []int, what string) error {
@@ -557,23 +623,21 @@ func Gatherv[T any](c *Comm, send, recv []T, counts, displs []int, root int) err
 	if err := plain[T](); err != nil {
 		return err
 	}
-	x, err := c.startColl()
-	if err != nil {
-		return err
-	}
-	if err := checkRoot(c, root); err != nil {
-		return err
-	}
-	if c.rank != root {
-		return x.send(raw(send), root, 0)
-	}
-	if err := checkV(c.size, len(recv), counts, displs, "Gatherv"); err != nil {
-		return err
-	}
-	if send != nil {
-		copy(recv[displs[root]:displs[root]+counts[root]], send)
-	}
-	return gathervRoot(x, recv, counts, displs)
+	return c.runColl(CallGatherv, root, len(raw(send)), func(x coll) error {
+		if err := checkRoot(c, root); err != nil {
+			return err
+		}
+		if c.rank != root {
+			return x.send(raw(send), root, 0)
+		}
+		if err := checkV(c.size, len(recv), counts, displs, "Gatherv"); err != nil {
+			return err
+		}
+		if send != nil {
+			copy(recv[displs[root]:displs[root]+counts[root]], send)
+		}
+		return gathervRoot(x, recv, counts, displs)
+	})
 }
 
 // Scatter sends block i of root's send (len(recv) elements each) to rank i's
@@ -583,29 +647,27 @@ func Scatter[T any](c *Comm, send, recv []T, root int) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
-	x, err := c.startColl()
-	if err != nil {
-		return err
-	}
-	if err := checkRoot(c, root); err != nil {
-		return err
-	}
-	p := c.size
-	if c.rank != root {
-		return x.recv(raw(recv), root, 0)
-	}
-	if len(send)%p != 0 {
-		return fmt.Errorf("%w: Scatter send buffer of %d elements for %d ranks", ErrCount, len(send), p)
-	}
-	k := len(send) / p
-	counts, displs := make([]int, p), make([]int, p)
-	for i := range counts {
-		counts[i], displs[i] = k, i*k
-	}
-	if recv != nil {
-		copy(recv, send[root*k:(root+1)*k])
-	}
-	return scattervRoot(x, send, counts, displs)
+	return c.runColl(CallScatter, root, len(raw(recv)), func(x coll) error {
+		if err := checkRoot(c, root); err != nil {
+			return err
+		}
+		p := c.size
+		if c.rank != root {
+			return x.recv(raw(recv), root, 0)
+		}
+		if len(send)%p != 0 {
+			return fmt.Errorf("%w: Scatter send buffer of %d elements for %d ranks", ErrCount, len(send), p)
+		}
+		k := len(send) / p
+		counts, displs := make([]int, p), make([]int, p)
+		for i := range counts {
+			counts[i], displs[i] = k, i*k
+		}
+		if recv != nil {
+			copy(recv, send[root*k:(root+1)*k])
+		}
+		return scattervRoot(x, send, counts, displs)
+	})
 }
 
 func scattervRoot[T any](x coll, send []T, counts, displs []int) error {
@@ -620,7 +682,7 @@ func scattervRoot[T any](x coll, send []T, counts, displs []int) error {
 		}
 		reqs = append(reqs, r)
 	}
-	return Waitall(reqs, nil)
+	return waitall(reqs, nil)
 }
 
 // Scatterv is Scatter with a count and displacement (in elements) per rank at
@@ -629,23 +691,21 @@ func Scatterv[T any](c *Comm, send []T, counts, displs []int, recv []T, root int
 	if err := plain[T](); err != nil {
 		return err
 	}
-	x, err := c.startColl()
-	if err != nil {
-		return err
-	}
-	if err := checkRoot(c, root); err != nil {
-		return err
-	}
-	if c.rank != root {
-		return x.recv(raw(recv), root, 0)
-	}
-	if err := checkV(c.size, len(send), counts, displs, "Scatterv"); err != nil {
-		return err
-	}
-	if recv != nil {
-		copy(recv, send[displs[root]:displs[root]+counts[root]])
-	}
-	return scattervRoot(x, send, counts, displs)
+	return c.runColl(CallScatterv, root, len(raw(recv)), func(x coll) error {
+		if err := checkRoot(c, root); err != nil {
+			return err
+		}
+		if c.rank != root {
+			return x.recv(raw(recv), root, 0)
+		}
+		if err := checkV(c.size, len(send), counts, displs, "Scatterv"); err != nil {
+			return err
+		}
+		if recv != nil {
+			copy(recv, send[displs[root]:displs[root]+counts[root]])
+		}
+		return scattervRoot(x, send, counts, displs)
+	})
 }
 
 // Allgather collects every rank's send into every rank's recv, in rank order
@@ -657,11 +717,9 @@ func Allgather[T any](c *Comm, send, recv []T) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
-	x, err := c.startColl()
-	if err != nil {
-		return err
-	}
-	return allgather(x, send, recv)
+	return c.runColl(CallAllgather, AnySource, len(raw(send)), func(x coll) error {
+		return allgather(x, send, recv)
+	})
 }
 
 func allgather[T any](x coll, send, recv []T) error {
@@ -720,20 +778,18 @@ func Allgatherv[T any](c *Comm, send, recv []T, counts, displs []int) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
-	x, err := c.startColl()
-	if err != nil {
-		return err
-	}
-	if err := checkV(c.size, len(recv), counts, displs, "Allgatherv"); err != nil {
-		return err
-	}
-	if send != nil {
-		if len(send) != counts[c.rank] {
-			return fmt.Errorf("%w: Allgatherv of %d elements where counts[%d] is %d", ErrCount, len(send), c.rank, counts[c.rank])
+	return c.runColl(CallAllgatherv, AnySource, len(raw(send)), func(x coll) error {
+		if err := checkV(c.size, len(recv), counts, displs, "Allgatherv"); err != nil {
+			return err
 		}
-		copy(recv[displs[c.rank]:], send)
-	}
-	return allgatherRing(x, recv, counts, displs)
+		if send != nil {
+			if len(send) != counts[c.rank] {
+				return fmt.Errorf("%w: Allgatherv of %d elements where counts[%d] is %d", ErrCount, len(send), c.rank, counts[c.rank])
+			}
+			copy(recv[displs[c.rank]:], send)
+		}
+		return allgatherRing(x, recv, counts, displs)
+	})
 }
 
 // Alltoall sends block j of every rank's send to rank j, which stores it as
@@ -744,11 +800,9 @@ func Alltoall[T any](c *Comm, send, recv []T) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
-	x, err := c.startColl()
-	if err != nil {
-		return err
-	}
-	return alltoall(x, send, recv)
+	return c.runColl(CallAlltoall, AnySource, len(raw(send)), func(x coll) error {
+		return alltoall(x, send, recv)
+	})
 }
 
 func alltoall[T any](x coll, send, recv []T) error {
@@ -827,17 +881,15 @@ func Alltoallv[T any](c *Comm, send []T, scounts, sdispls []int, recv []T, rcoun
 	if err := plain[T](); err != nil {
 		return err
 	}
-	x, err := c.startColl()
-	if err != nil {
-		return err
-	}
-	if err := checkV(c.size, len(send), scounts, sdispls, "Alltoallv send"); err != nil {
-		return err
-	}
-	if err := checkV(c.size, len(recv), rcounts, rdispls, "Alltoallv receive"); err != nil {
-		return err
-	}
-	return alltoallPairwise(x, send, scounts, sdispls, recv, rcounts, rdispls)
+	return c.runColl(CallAlltoallv, AnySource, len(raw(send)), func(x coll) error {
+		if err := checkV(c.size, len(send), scounts, sdispls, "Alltoallv send"); err != nil {
+			return err
+		}
+		if err := checkV(c.size, len(recv), rcounts, rdispls, "Alltoallv receive"); err != nil {
+			return err
+		}
+		return alltoallPairwise(x, send, scounts, sdispls, recv, rcounts, rdispls)
+	})
 }
 
 // ReduceScatterBlock combines every rank's send (p blocks of len(recv)
@@ -850,54 +902,52 @@ func ReduceScatterBlock[T any](c *Comm, send, recv []T, op Op[T]) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
-	x, err := c.startColl()
-	if err != nil {
-		return err
-	}
-	p := c.size
-	k := len(recv)
-	if send == nil {
-		if k%p != 0 {
-			return fmt.Errorf("%w: in-place ReduceScatterBlock of %d elements for %d ranks", ErrCount, k, p)
+	return c.runColl(CallReduceScatterBlock, AnySource, len(raw(send)), func(x coll) error {
+		p := c.size
+		k := len(recv)
+		if send == nil {
+			if k%p != 0 {
+				return fmt.Errorf("%w: in-place ReduceScatterBlock of %d elements for %d ranks", ErrCount, k, p)
+			}
+			send, k = append([]T(nil), recv...), k/p
 		}
-		send, k = append([]T(nil), recv...), k/p
-	}
-	if len(send) != k*p {
-		return fmt.Errorf("%w: ReduceScatterBlock of %d elements into blocks of %d for %d ranks", ErrCount, len(send), k, p)
-	}
-	if !op.Commutative {
-		var all []T
-		if c.rank == 0 {
-			all = make([]T, len(send))
+		if len(send) != k*p {
+			return fmt.Errorf("%w: ReduceScatterBlock of %d elements into blocks of %d for %d ranks", ErrCount, len(send), k, p)
 		}
-		if err := reduceBinomial(x, send, all, op, 0, 0); err != nil {
-			return err
-		}
-		if c.rank != 0 {
-			return x.recv(raw(recv[:k]), 0, 2)
-		}
-		copy(recv[:k], all[:k])
-		for i := 1; i < p; i++ {
-			if err := x.send(raw(all[i*k:(i+1)*k]), i, 2); err != nil {
+		if !op.Commutative {
+			var all []T
+			if c.rank == 0 {
+				all = make([]T, len(send))
+			}
+			if err := reduceBinomial(x, send, all, op, 0, 0); err != nil {
 				return err
 			}
+			if c.rank != 0 {
+				return x.recv(raw(recv[:k]), 0, 2)
+			}
+			copy(recv[:k], all[:k])
+			for i := 1; i < p; i++ {
+				if err := x.send(raw(all[i*k:(i+1)*k]), i, 2); err != nil {
+					return err
+				}
+			}
+			return nil
 		}
+		buf := append([]T(nil), send...)
+		me := c.rank
+		left, right := (me-1+p)%p, (me+1)%p
+		tmp := make([]T, k)
+		for i := 0; i < p-1; i++ {
+			sb := (me - i - 1 + p) % p
+			rb := (me - i - 2 + p) % p
+			if err := x.sendrecv(raw(buf[sb*k:(sb+1)*k]), right, raw(tmp), left, 1); err != nil {
+				return err
+			}
+			op.Fn(tmp, buf[rb*k:(rb+1)*k])
+		}
+		copy(recv[:k], buf[me*k:(me+1)*k])
 		return nil
-	}
-	buf := append([]T(nil), send...)
-	me := c.rank
-	left, right := (me-1+p)%p, (me+1)%p
-	tmp := make([]T, k)
-	for i := 0; i < p-1; i++ {
-		sb := (me - i - 1 + p) % p
-		rb := (me - i - 2 + p) % p
-		if err := x.sendrecv(raw(buf[sb*k:(sb+1)*k]), right, raw(tmp), left, 1); err != nil {
-			return err
-		}
-		op.Fn(tmp, buf[rb*k:(rb+1)*k])
-	}
-	copy(recv[:k], buf[me*k:(me+1)*k])
-	return nil
+	})
 }
 
 // Scan computes the inclusive prefix reduction: rank i's recv gets
@@ -918,46 +968,48 @@ func scan[T any](c *Comm, send, recv []T, op Op[T], exclusive bool) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
-	x, err := c.startColl()
-	if err != nil {
-		return err
+	call := CallScan
+	if exclusive {
+		call = CallExscan
 	}
-	if send == nil {
-		send = append([]T(nil), recv...)
-	}
-	if len(send) != len(recv) {
-		return fmt.Errorf("%w: scan of %d elements into a buffer of %d", ErrCount, len(send), len(recv))
-	}
-	p, me := c.size, c.rank
-	n := len(send)
-	partial := append([]T(nil), send...) // reduction of the ranks this one has heard from, including itself
-	have := !exclusive                   // whether recv holds a value yet
-	if !exclusive {
-		copy(recv, send)
-	}
-	tmp := make([]T, n)
-	for mask := 1; mask < p; mask <<= 1 {
-		partner := me ^ mask
-		if partner >= p {
-			continue
+	return c.runColl(call, AnySource, len(raw(send)), func(x coll) error {
+		if send == nil {
+			send = append([]T(nil), recv...)
 		}
-		if err := x.sendrecv(raw(partial), partner, raw(tmp), partner, 1); err != nil {
-			return err
+		if len(send) != len(recv) {
+			return fmt.Errorf("%w: scan of %d elements into a buffer of %d", ErrCount, len(send), len(recv))
 		}
-		if partner < me {
-			// tmp covers lower ranks: it goes in front.
-			op.Fn(tmp, partial)
-			if have {
-				op.Fn(tmp, recv)
-			} else {
-				copy(recv, tmp)
-				have = true
+		p, me := c.size, c.rank
+		n := len(send)
+		partial := append([]T(nil), send...) // reduction of the ranks this one has heard from, including itself
+		have := !exclusive                   // whether recv holds a value yet
+		if !exclusive {
+			copy(recv, send)
+		}
+		tmp := make([]T, n)
+		for mask := 1; mask < p; mask <<= 1 {
+			partner := me ^ mask
+			if partner >= p {
+				continue
 			}
-		} else {
-			// tmp covers higher ranks: it goes behind.
-			op.Fn(partial, tmp)
-			copy(partial, tmp)
+			if err := x.sendrecv(raw(partial), partner, raw(tmp), partner, 1); err != nil {
+				return err
+			}
+			if partner < me {
+				// tmp covers lower ranks: it goes in front.
+				op.Fn(tmp, partial)
+				if have {
+					op.Fn(tmp, recv)
+				} else {
+					copy(recv, tmp)
+					have = true
+				}
+			} else {
+				// tmp covers higher ranks: it goes behind.
+				op.Fn(partial, tmp)
+				copy(partial, tmp)
+			}
 		}
-	}
-	return nil
+		return nil
+	})
 }

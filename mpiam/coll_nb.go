@@ -8,23 +8,28 @@ package mpiam
 // accept it). Buffers must not be touched until then. Cancel has no effect on
 // these requests.
 
-func (c *Comm) startNB(run func(x coll) error) (*Request, error) {
-	x, err := c.startColl()
-	if err != nil {
-		return nil, err
+func (c *Comm) startNB(call Call, peer, bytes int, run func(x coll) error) (*Request, error) {
+	start := func() (*Request, error) {
+		x, err := c.startColl()
+		if err != nil {
+			return nil, err
+		}
+		r := &Request{p: c.p, kind: kindColl, comm: c, peer: AnySource, tag: AnyTag}
+		go func() {
+			r.complete(x.status(run(x)))
+		}()
+		return r, nil
 	}
-	r := &Request{p: c.p, kind: kindColl, comm: c, peer: AnySource, tag: AnyTag}
-	go func() {
-		err := run(x)
-		r.complete(Status{Source: AnySource, Tag: AnyTag, Err: err})
-	}()
-	return r, nil
+	if c.hooked() {
+		return c.p.hookReq(&Event{Call: call, Comm: c, Peer: peer, Bytes: bytes}, start)
+	}
+	return start()
 }
 
 // Ibarrier starts a barrier (MPI_Ibarrier): the request completes once every
 // rank of c has called Ibarrier or Barrier.
 func (c *Comm) Ibarrier() (*Request, error) {
-	return c.startNB(func(x coll) error { return x.c.barrier(x.tag) })
+	return c.startNB(CallIbarrier, AnySource, 0, func(x coll) error { return x.barrier() })
 }
 
 // Ibcast starts a broadcast (MPI_Ibcast); see Bcast.
@@ -35,7 +40,7 @@ func Ibcast[T any](c *Comm, buf []T, root int) (*Request, error) {
 	if err := checkRoot(c, root); err != nil {
 		return nil, err
 	}
-	return c.startNB(func(x coll) error { return x.bcast(raw(buf), root) })
+	return c.startNB(CallIbcast, root, len(raw(buf)), func(x coll) error { return x.bcast(raw(buf), root) })
 }
 
 // Ireduce starts a reduction to root (MPI_Ireduce); see Reduce.
@@ -46,7 +51,7 @@ func Ireduce[T any](c *Comm, send, recv []T, op Op[T], root int) (*Request, erro
 	if err := checkRoot(c, root); err != nil {
 		return nil, err
 	}
-	return c.startNB(func(x coll) error { return reduce(x, send, recv, op, root) })
+	return c.startNB(CallIreduce, root, len(raw(send)), func(x coll) error { return reduce(x, send, recv, op, root) })
 }
 
 // Iallreduce starts an allreduce (MPI_Iallreduce); see Allreduce.
@@ -54,7 +59,7 @@ func Iallreduce[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startNB(func(x coll) error { return allreduce(x, send, recv, op) })
+	return c.startNB(CallIallreduce, AnySource, len(raw(recv)), func(x coll) error { return allreduce(x, send, recv, op) })
 }
 
 // Iallgather starts an allgather (MPI_Iallgather); see Allgather.
@@ -62,7 +67,7 @@ func Iallgather[T any](c *Comm, send, recv []T) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startNB(func(x coll) error { return allgather(x, send, recv) })
+	return c.startNB(CallIallgather, AnySource, len(raw(send)), func(x coll) error { return allgather(x, send, recv) })
 }
 
 // Ialltoall starts an all-to-all exchange (MPI_Ialltoall); see Alltoall.
@@ -70,5 +75,5 @@ func Ialltoall[T any](c *Comm, send, recv []T) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startNB(func(x coll) error { return alltoall(x, send, recv) })
+	return c.startNB(CallIalltoall, AnySource, len(raw(send)), func(x coll) error { return alltoall(x, send, recv) })
 }

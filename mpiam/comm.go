@@ -89,6 +89,15 @@ const (
 // The context id is agreed without a central server: every rank proposes the
 // next id it has free and all take the largest.
 func (c *Comm) Dup() (*Comm, error) {
+	if c.hooked() {
+		var d *Comm
+		err := c.p.hookErr(&Event{Call: CallCommDup, Comm: c}, func() (err error) { d, err = c.dup(); return err })
+		return d, err
+	}
+	return c.dup()
+}
+
+func (c *Comm) dup() (*Comm, error) {
 	if err := c.valid(); err != nil {
 		return nil, err
 	}
@@ -143,26 +152,16 @@ func (c *Comm) allreduceMaxU32(v uint32) (uint32, error) {
 // dissemination barrier, ceil(log2 n) rounds of zero-byte messages on c's
 // collective context.
 func (c *Comm) Barrier() error {
-	if err := c.valid(); err != nil {
-		return err
-	}
-	return c.barrier(c.collTag())
+	return c.runColl(CallBarrier, AnySource, 0, func(x coll) error { return x.barrier() })
 }
 
-// barrier is the dissemination barrier with tag base tag.
-func (c *Comm) barrier(tag int) error {
-	cc := c.collective()
+// barrier is the dissemination barrier of collective call x.
+func (x coll) barrier() error {
+	c := x.c
 	for dist := 1; dist < c.size; dist *= 2 {
 		to := (c.rank + dist) % c.size
 		from := (c.rank - dist + c.size) % c.size
-		rr, err := cc.irecv(nil, from, tag+tagBarrier)
-		if err != nil {
-			return err
-		}
-		if err := cc.send(nil, to, tag+tagBarrier, Standard); err != nil {
-			return err
-		}
-		if _, err := rr.Wait(); err != nil {
+		if err := x.sendrecv(nil, to, nil, from, tagBarrier); err != nil {
 			return err
 		}
 	}
@@ -172,6 +171,13 @@ func (c *Comm) barrier(tag int) error {
 // Free marks c for deallocation (MPI_Comm_free); later calls on it fail with
 // ErrComm. The world communicator cannot be freed.
 func (c *Comm) Free() error {
+	if c.hooked() {
+		return c.p.hookErr(&Event{Call: CallCommFree, Comm: c}, c.free)
+	}
+	return c.free()
+}
+
+func (c *Comm) free() error {
 	if err := c.valid(); err != nil {
 		return err
 	}

@@ -33,6 +33,15 @@ func (c *Comm) newContext() (uint32, error) {
 // (MPI_COMM_NULL). Collective over c. Errors: ErrArg for a negative color other
 // than Undefined.
 func (c *Comm) Split(color, key int) (*Comm, error) {
+	if c.hooked() {
+		var d *Comm
+		err := c.p.hookErr(&Event{Call: CallCommSplit, Comm: c, Tag: color}, func() (err error) { d, err = c.split(color, key); return err })
+		return d, err
+	}
+	return c.split(color, key)
+}
+
+func (c *Comm) split(color, key int) (*Comm, error) {
 	if err := c.valid(); err != nil {
 		return nil, err
 	}
@@ -90,6 +99,15 @@ func (c *Comm) subComm(ctx uint32, members []int) *Comm {
 // the same group; ranks outside g get nil. Errors: ErrGroup when g has a
 // process outside c.
 func (c *Comm) Create(g Group) (*Comm, error) {
+	if c.hooked() {
+		var d *Comm
+		err := c.p.hookErr(&Event{Call: CallCommCreate, Comm: c}, func() (err error) { d, err = c.create(g); return err })
+		return d, err
+	}
+	return c.create(g)
+}
+
+func (c *Comm) create(g Group) (*Comm, error) {
 	if err := c.valid(); err != nil {
 		return nil, err
 	}

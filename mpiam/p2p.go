@@ -78,9 +78,18 @@ func (p *proc) startSend(r *Request) error {
 	seq := p.seq[world].Next(c.ctx, int32(r.peer))
 	a0, a1, a2 := envelope(c.ctx, c.rank, r.tag, seq, flags)
 	var err error
-	if rndv {
+	pb, hasPB := r.pbOut, r.hasPBOut
+	if !hasPB {
+		pb, hasPB = p.outgoingPB()
+	}
+	switch {
+	case rndv && hasPB:
+		err = p.ep.RequestShortPiggyback(world, hRTS, pb, a0, a1, a2, uint64(len(r.buf)), r.id)
+	case rndv:
 		err = p.ep.RequestShort(world, hRTS, a0, a1, a2, uint64(len(r.buf)), r.id)
-	} else {
+	case hasPB:
+		err = p.ep.RequestMediumPiggyback(world, hEager, r.buf, pb, a0, a1, a2)
+	default:
 		err = p.ep.RequestMedium(world, hEager, r.buf, a0, a1, a2)
 	}
 	mu.Unlock()
@@ -102,7 +111,7 @@ func (p *proc) startSend(r *Request) error {
 
 // sendEager sends an eager message (standard or ready mode) and returns when it
 // is on its way: the blocking Send's fast path.
-func (p *proc) sendEager(c *Comm, buf []byte, dest, tag int, mode Mode) error {
+func (p *proc) sendEager(c *Comm, buf []byte, dest, tag int, mode Mode, pb uint64, hasPB bool) error {
 	world := c.world(dest)
 	var flags uint64
 	if mode == Ready {
@@ -112,7 +121,12 @@ func (p *proc) sendEager(c *Comm, buf []byte, dest, tag int, mode Mode) error {
 	mu.Lock()
 	seq := p.seq[world].Next(c.ctx, int32(dest))
 	a0, a1, a2 := envelope(c.ctx, c.rank, tag, seq, flags)
-	err := p.ep.RequestMedium(world, hEager, buf, a0, a1, a2)
+	var err error
+	if hasPB {
+		err = p.ep.RequestMediumPiggyback(world, hEager, buf, pb, a0, a1, a2)
+	} else {
+		err = p.ep.RequestMedium(world, hEager, buf, a0, a1, a2)
+	}
 	mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("%w: send to rank %d, tag %d: %v", ErrOther, dest, tag, err)
@@ -204,12 +218,13 @@ func (c *Comm) send(buf []byte, dest, tag int, mode Mode) error {
 	p := c.p
 	if (mode == Standard || mode == Ready) && len(buf) <= p.eagerLimit && dest != ProcNull {
 		// Eager: complete once the data is on its way, so no request is needed.
-		return p.sendEager(c, buf, dest, tag, mode)
+		pb, hasPB := p.outgoingPB()
+		return p.sendEager(c, buf, dest, tag, mode, pb, hasPB)
 	}
 	r := c.newSend(buf, dest, tag, mode, true)
 	err := c.p.startSend(r)
 	if err == nil {
-		_, err = r.Wait()
+		_, err = r.wait()
 	}
 	c.p.reqPool.Put(r)
 	return err
@@ -234,7 +249,7 @@ func (c *Comm) recv(buf []byte, src, tag int) (Status, error) {
 	if err := c.p.startRecv(r); err != nil {
 		return Status{}, err
 	}
-	st, err := r.Wait()
+	st, err := r.wait()
 	c.p.reqPool.Put(r)
 	return st, err
 }
@@ -245,6 +260,11 @@ func (c *Comm) recv(buf []byte, src, tag int) (Status, error) {
 // stored into the matching receive buffer (rendezvous). Errors: ErrComm,
 // ErrRank, ErrTag, ErrOther (network).
 func Send[T Elem](c *Comm, buf []T, dest, tag int) error {
+	if c.hooked() {
+		b := bytesOf(buf)
+		return c.p.hookErr(&Event{Call: CallSend, Comm: c, Peer: dest, Tag: tag, Bytes: len(b), Mode: Standard},
+			func() error { return c.send(b, dest, tag, Standard) })
+	}
 	return c.send(bytesOf(buf), dest, tag, Standard)
 }
 
@@ -252,12 +272,22 @@ func Send[T Elem](c *Comm, buf []T, dest, tag int) error {
 // into the buffer attached with BufferAttach and Bsend returns; ErrBuffer when the
 // attached buffer lacks len(buf)*size + BsendOverhead bytes.
 func Bsend[T Elem](c *Comm, buf []T, dest, tag int) error {
+	if c.hooked() {
+		b := bytesOf(buf)
+		return c.p.hookErr(&Event{Call: CallBsend, Comm: c, Peer: dest, Tag: tag, Bytes: len(b), Mode: Buffered},
+			func() error { return c.send(b, dest, tag, Buffered) })
+	}
 	return c.send(bytesOf(buf), dest, tag, Buffered)
 }
 
 // Ssend is a synchronous-mode send (MPI_Ssend, MPI-4.1 §3.4): it returns only
 // once the matching receive has started (a rendezvous handshake at every size).
 func Ssend[T Elem](c *Comm, buf []T, dest, tag int) error {
+	if c.hooked() {
+		b := bytesOf(buf)
+		return c.p.hookErr(&Event{Call: CallSsend, Comm: c, Peer: dest, Tag: tag, Bytes: len(b), Mode: Synchronous},
+			func() error { return c.send(b, dest, tag, Synchronous) })
+	}
 	return c.send(bytesOf(buf), dest, tag, Synchronous)
 }
 
@@ -266,28 +296,53 @@ func Ssend[T Elem](c *Comm, buf []T, dest, tag int) error {
 // its receive is posted, the receive that matches it completes with
 // ErrReadyNotPosted (data intact) so that the erroneous program is reported.
 func Rsend[T Elem](c *Comm, buf []T, dest, tag int) error {
+	if c.hooked() {
+		b := bytesOf(buf)
+		return c.p.hookErr(&Event{Call: CallRsend, Comm: c, Peer: dest, Tag: tag, Bytes: len(b), Mode: Ready},
+			func() error { return c.send(b, dest, tag, Ready) })
+	}
 	return c.send(bytesOf(buf), dest, tag, Ready)
 }
 
 // Isend starts a standard-mode send (MPI_Isend) and returns its request. buf
 // must not be modified until the request completes.
 func Isend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+	if c.hooked() {
+		b := bytesOf(buf)
+		return c.p.hookReq(&Event{Call: CallIsend, Comm: c, Peer: dest, Tag: tag, Bytes: len(b), Mode: Standard},
+			func() (*Request, error) { return c.isend(b, dest, tag, Standard) })
+	}
 	return c.isend(bytesOf(buf), dest, tag, Standard)
 }
 
 // Ibsend starts a buffered-mode send (MPI_Ibsend); see Bsend.
 func Ibsend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+	if c.hooked() {
+		b := bytesOf(buf)
+		return c.p.hookReq(&Event{Call: CallIbsend, Comm: c, Peer: dest, Tag: tag, Bytes: len(b), Mode: Buffered},
+			func() (*Request, error) { return c.isend(b, dest, tag, Buffered) })
+	}
 	return c.isend(bytesOf(buf), dest, tag, Buffered)
 }
 
 // Issend starts a synchronous-mode send (MPI_Issend); it completes once the
 // matching receive has started.
 func Issend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+	if c.hooked() {
+		b := bytesOf(buf)
+		return c.p.hookReq(&Event{Call: CallIssend, Comm: c, Peer: dest, Tag: tag, Bytes: len(b), Mode: Synchronous},
+			func() (*Request, error) { return c.isend(b, dest, tag, Synchronous) })
+	}
 	return c.isend(bytesOf(buf), dest, tag, Synchronous)
 }
 
 // Irsend starts a ready-mode send (MPI_Irsend); see Rsend.
 func Irsend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+	if c.hooked() {
+		b := bytesOf(buf)
+		return c.p.hookReq(&Event{Call: CallIrsend, Comm: c, Peer: dest, Tag: tag, Bytes: len(b), Mode: Ready},
+			func() (*Request, error) { return c.isend(b, dest, tag, Ready) })
+	}
 	return c.isend(bytesOf(buf), dest, tag, Ready)
 }
 
@@ -296,38 +351,46 @@ func Irsend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
 // and reports ErrTruncate; nothing is written past buf. Errors: ErrComm,
 // ErrRank, ErrTag, ErrTruncate, ErrReadyNotPosted, ErrOther.
 func Recv[T Elem](c *Comm, buf []T, src, tag int) (Status, error) {
+	if c.hooked() {
+		b := bytesOf(buf)
+		return c.p.hookStatus(&Event{Call: CallRecv, Comm: c, Peer: src, Tag: tag, Bytes: len(b)},
+			func() (Status, error) { return c.recv(b, src, tag) })
+	}
 	return c.recv(bytesOf(buf), src, tag)
 }
 
 // Irecv posts a receive (MPI_Irecv) and returns its request; buf must not be
 // read or modified until it completes.
 func Irecv[T Elem](c *Comm, buf []T, src, tag int) (*Request, error) {
+	if c.hooked() {
+		b := bytesOf(buf)
+		return c.p.hookReq(&Event{Call: CallIrecv, Comm: c, Peer: src, Tag: tag, Bytes: len(b)},
+			func() (*Request, error) { return c.irecv(b, src, tag) })
+	}
 	return c.irecv(bytesOf(buf), src, tag)
 }
 
-// Sendrecv sends sendbuf to dest and receives into recvbuf from src, without
-// deadlock whatever the peers do first (MPI_Sendrecv, MPI-4.1 §3.10).
-func Sendrecv[S, R Elem](c *Comm, sendbuf []S, dest, sendtag int, recvbuf []R, src, recvtag int) (Status, error) {
+// sendrecv is Sendrecv without tool hooks.
+func sendrecv[S, R Elem](c *Comm, sendbuf []S, dest, sendtag int, recvbuf []R, src, recvtag int) (Status, error) {
 	rr, err := c.irecv(bytesOf(recvbuf), src, recvtag)
 	if err != nil {
 		return Status{}, err
 	}
 	sr, err := c.isend(bytesOf(sendbuf), dest, sendtag, Standard)
 	if err != nil {
-		_ = rr.Cancel()
-		_, _ = rr.Wait()
+		_ = rr.cancel()
+		_, _ = rr.wait()
 		return Status{}, err
 	}
-	st, rerr := rr.Wait()
-	if _, serr := sr.Wait(); serr != nil && rerr == nil {
+	st, rerr := rr.wait()
+	if _, serr := sr.wait(); serr != nil && rerr == nil {
 		return st, serr
 	}
 	return st, rerr
 }
 
-// SendrecvReplace sends buf to dest and receives a message from src into the
-// same buffer (MPI_Sendrecv_replace): the outgoing data is copied first.
-func SendrecvReplace[T Elem](c *Comm, buf []T, dest, sendtag, src, recvtag int) (Status, error) {
+// sendrecvReplace is SendrecvReplace without tool hooks.
+func sendrecvReplace[T Elem](c *Comm, buf []T, dest, sendtag, src, recvtag int) (Status, error) {
 	out := append([]byte(nil), bytesOf(buf)...)
 	rr, err := c.irecv(bytesOf(buf), src, recvtag)
 	if err != nil {
@@ -335,12 +398,12 @@ func SendrecvReplace[T Elem](c *Comm, buf []T, dest, sendtag, src, recvtag int) 
 	}
 	sr, err := c.isend(out, dest, sendtag, Standard)
 	if err != nil {
-		_ = rr.Cancel()
-		_, _ = rr.Wait()
+		_ = rr.cancel()
+		_, _ = rr.wait()
 		return Status{}, err
 	}
-	st, rerr := rr.Wait()
-	if _, serr := sr.Wait(); serr != nil && rerr == nil {
+	st, rerr := rr.wait()
+	if _, serr := sr.wait(); serr != nil && rerr == nil {
 		return st, serr
 	}
 	return st, rerr
@@ -370,9 +433,8 @@ func RecvInit[T Elem](c *Comm, buf []T, src, tag int) (*Request, error) {
 	return r, nil
 }
 
-// Start starts an inactive persistent request (MPI_Start). Errors: ErrRequest
-// for a request that is not persistent or still active.
-func (r *Request) Start() error {
+// start is Start without tool hooks.
+func (r *Request) start() error {
 	if r == nil || !r.persistent {
 		return fmt.Errorf("%w: Start needs a persistent request", ErrRequest)
 	}
@@ -389,20 +451,18 @@ func (r *Request) Start() error {
 	return r.p.startRecv(r)
 }
 
-// Startall starts every request (MPI_Startall).
-func Startall(reqs []*Request) error {
+// startall is Startall without tool hooks.
+func startall(reqs []*Request) error {
 	for i, r := range reqs {
-		if err := r.Start(); err != nil {
+		if err := r.start(); err != nil {
 			return fmt.Errorf("request %d: %w", i, err)
 		}
 	}
 	return nil
 }
 
-// Iprobe reports whether a message matching (src, tag) can be received on c
-// (MPI_Iprobe, MPI-4.1 §3.8.1), polling once, and its status (Bytes is its
-// size). The message stays to be received.
-func (c *Comm) Iprobe(src, tag int) (bool, Status, error) {
+// iprobe is Iprobe without tool hooks.
+func (c *Comm) iprobe(src, tag int) (bool, Status, error) {
 	if err := c.checkRecv(src, tag); err != nil {
 		return false, Status{}, err
 	}
@@ -425,9 +485,8 @@ func (c *Comm) probe(src, tag int) (bool, Status, error) {
 	return true, Status{Source: int(env.Source), Tag: int(env.Tag), Bytes: m.size}, nil
 }
 
-// Probe blocks until a message matching (src, tag) can be received on c
-// (MPI_Probe) and returns its status.
-func (c *Comm) Probe(src, tag int) (Status, error) {
+// probeWait is Probe without tool hooks.
+func (c *Comm) probeWait(src, tag int) (Status, error) {
 	var st Status
 	var perr error
 	found := false
@@ -456,9 +515,8 @@ type Message struct {
 	null bool // MPI_MESSAGE_NO_PROC
 }
 
-// Improbe is Iprobe that also removes the message from matching and returns a
-// handle to receive it with Mrecv (MPI_Improbe): no other receive can take it.
-func (c *Comm) Improbe(src, tag int) (bool, *Message, Status, error) {
+// improbeAPI is Improbe without tool hooks.
+func (c *Comm) improbeAPI(src, tag int) (bool, *Message, Status, error) {
 	if err := c.checkRecv(src, tag); err != nil {
 		return false, nil, Status{}, err
 	}
@@ -481,9 +539,8 @@ func (c *Comm) improbe(src, tag int) (bool, *Message, Status, error) {
 	return true, &Message{comm: c, msg: m, env: env}, Status{Source: int(env.Source), Tag: int(env.Tag), Bytes: m.size}, nil
 }
 
-// Mprobe blocks until a matching message arrives and removes it from matching
-// (MPI_Mprobe); receive it with Mrecv.
-func (c *Comm) Mprobe(src, tag int) (*Message, Status, error) {
+// mprobe is Mprobe without tool hooks.
+func (c *Comm) mprobe(src, tag int) (*Message, Status, error) {
 	if err := c.checkRecv(src, tag); err != nil {
 		return nil, Status{}, err
 	}
@@ -500,9 +557,8 @@ func (c *Comm) Mprobe(src, tag int) (*Message, Status, error) {
 	return msg, st, err
 }
 
-// Imrecv starts receiving a message taken by Mprobe or Improbe into buf
-// (MPI_Imrecv). Errors: ErrRequest for a nil or already received message.
-func Imrecv[T Elem](m *Message, buf []T) (*Request, error) {
+// imrecv is Imrecv without tool hooks.
+func imrecv[T Elem](m *Message, buf []T) (*Request, error) {
 	if m == nil || (m.msg == nil && !m.null) {
 		return nil, fmt.Errorf("%w: message already received or nil", ErrRequest)
 	}
@@ -521,11 +577,40 @@ func Imrecv[T Elem](m *Message, buf []T) (*Request, error) {
 	return r, nil
 }
 
-// Mrecv receives a message taken by Mprobe or Improbe into buf (MPI_Mrecv).
-func Mrecv[T Elem](m *Message, buf []T) (Status, error) {
-	r, err := Imrecv(m, buf)
+// mrecv is Mrecv without tool hooks.
+func mrecv[T Elem](m *Message, buf []T) (Status, error) {
+	r, err := imrecv(m, buf)
 	if err != nil {
 		return Status{}, err
 	}
-	return r.Wait()
+	return r.wait()
+}
+
+// outgoingPB is the tool value to piggyback on a message leaving now, if a
+// tool attaches one (Piggybacker).
+func (p *proc) outgoingPB() (uint64, bool) {
+	if p.pbTool == nil {
+		return 0, false
+	}
+	return p.pbTool.PiggybackValue(), true
+}
+
+// sendPB is a blocking standard send that carries pb (if hasPB) instead of the
+// tool's current value: collectives forward the largest value they have seen.
+func (c *Comm) sendPB(buf []byte, dest, tag int, pb uint64, hasPB bool) error {
+	if err := c.checkSend(dest, tag); err != nil {
+		return err
+	}
+	p := c.p
+	if len(buf) <= p.eagerLimit && dest != ProcNull {
+		return p.sendEager(c, buf, dest, tag, Standard, pb, hasPB)
+	}
+	r := c.newSend(buf, dest, tag, Standard, true)
+	r.pbOut, r.hasPBOut = pb, hasPB
+	err := p.startSend(r)
+	if err == nil {
+		_, err = r.wait()
+	}
+	p.reqPool.Put(r)
+	return err
 }

@@ -53,12 +53,16 @@ type inMsg struct {
 	// once the source's unexpected data passes the limit.
 	kept     bool
 	retained handlers.Retained
+	pb       uint64 // tool value piggybacked by the sender (hasPB)
+	hasPB    bool
 }
 
 // deferred is work that handlers must not do themselves (the seed: "the handler
 // for the receive buffer address message is not allowed to do the actual data
 // transfer [...] it places the information in a list"); any polling MPI call runs it.
 type deferred struct {
+	pb    uint64 // store: the receiver's piggybacked value from the clear-to-send
+	hasPB bool
 	cts   bool     // send a clear-to-send request for recv (else: store send's data)
 	req   *Request // the receive (cts) or the send (store)
 	dst   int      // world rank
@@ -101,6 +105,9 @@ type proc struct {
 	bsend bsendBuffer
 
 	finalized atomic.Bool
+
+	tools  []Tool      // interposition hooks (tool.go); nil: none, one branch per call
+	pbTool Piggybacker // the tool whose value rides on every outgoing message, if any
 	drops     atomic.Uint64 // protocol messages ignored (misbehaving peer)
 }
 
@@ -176,6 +183,7 @@ func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 	m.src = tok.Source()
 	m.size = len(payload)
 	m.payload = payload
+	m.pb, m.hasPB = tok.Piggyback()
 	p.mu.Lock()
 	out, err := p.eng.Arrive(env, m, p.matchBuf[:0])
 	if err != nil {
@@ -241,6 +249,7 @@ func (p *proc) onRTS(tok *handlers.Token, a []uint64, _ []byte) {
 	m.size = int(a[3])
 	m.sendID = a[4]
 	m.src = tok.Source()
+	m.pb, m.hasPB = tok.Piggyback()
 	p.mu.Lock()
 	out, err := p.eng.Arrive(env, m, p.matchBuf[:0])
 	if err != nil {
@@ -291,7 +300,13 @@ func (p *proc) completeMatchesLocked(out []match.Match[*Request, *inMsg], tok *h
 			r.complete(Status{Source: int(x.Env.Source), Tag: int(x.Env.Tag), Err: err})
 		}
 		if m == cur && err == nil {
-			if rerr := tok.ReplyShort(hCTS, args[:]...); rerr != nil {
+			var rerr error
+			if p.pbTool != nil {
+				rerr = tok.ReplyShortPiggyback(hCTS, p.pbTool.PiggybackValue(), args[:]...)
+			} else {
+				rerr = tok.ReplyShort(hCTS, args[:]...)
+			}
+			if rerr != nil {
 				p.queueLocked(deferred{cts: true, req: r, dst: m.src, args: args, bytes: n})
 			}
 		} else if err == nil {
@@ -304,7 +319,7 @@ func (p *proc) completeMatchesLocked(out []match.Match[*Request, *inMsg], tok *h
 // finishEagerLocked copies an eager message into its receive and completes it.
 func (p *proc) finishEagerLocked(r *Request, m *inMsg, env match.Envelope) {
 	n := copy(r.buf, m.payload)
-	st := Status{Source: int(env.Source), Tag: int(env.Tag), Bytes: n}
+	st := Status{Source: int(env.Source), Tag: int(env.Tag), Bytes: n, Piggyback: m.pb, HasPiggyback: m.hasPB}
 	if m.size > len(r.buf) {
 		st.Err = fmt.Errorf("%w: message of %d bytes from rank %d, tag %d, into a buffer of %d", ErrTruncate, m.size, env.Source, env.Tag, len(r.buf))
 	} else if m.notReady {
@@ -318,7 +333,7 @@ func (p *proc) finishEagerLocked(r *Request, m *inMsg, env match.Envelope) {
 // receiver's id.
 func (p *proc) prepareCTSLocked(r *Request, m *inMsg, env match.Envelope) (args [4]uint64, n int, err error) {
 	n = min(m.size, len(r.buf))
-	r.status = Status{Source: int(env.Source), Tag: int(env.Tag), Bytes: n}
+	r.status = Status{Source: int(env.Source), Tag: int(env.Tag), Bytes: n, Piggyback: m.pb, HasPiggyback: m.hasPB}
 	if m.size > len(r.buf) {
 		r.status.Err = fmt.Errorf("%w: message of %d bytes from rank %d, tag %d, into a buffer of %d", ErrTruncate, m.size, env.Source, env.Tag, len(r.buf))
 	} else if m.notReady {
@@ -367,7 +382,9 @@ func (p *proc) onCTS(tok *handlers.Token, a []uint64, _ []byte) {
 		return
 	}
 	delete(p.reqs, a[0])
-	p.queueLocked(deferred{req: r, dst: tok.Source(), args: [4]uint64{a[0], a[1], a[2], a[3]}, bytes: int(a[2])})
+	d := deferred{req: r, dst: tok.Source(), args: [4]uint64{a[0], a[1], a[2], a[3]}, bytes: int(a[2])}
+	d.pb, d.hasPB = tok.Piggyback()
+	p.queueLocked(d)
 }
 
 // onData runs at the receiver once rendezvous data has landed (a store's
@@ -451,7 +468,13 @@ func (p *proc) runDeferred() {
 		}
 		p.mu.Unlock()
 		if d.cts {
-			if err := p.ep.RequestShort(d.dst, hCTS, d.args[:]...); err != nil {
+			var err error
+			if p.pbTool != nil {
+				err = p.ep.RequestShortPiggyback(d.dst, hCTS, p.pbTool.PiggybackValue(), d.args[:]...)
+			} else {
+				err = p.ep.RequestShort(d.dst, hCTS, d.args[:]...)
+			}
+			if err != nil {
 				d.req.complete(Status{Source: d.req.status.Source, Tag: d.req.status.Tag, Err: p.wrapNet(err)})
 			}
 			continue
@@ -465,7 +488,7 @@ func (p *proc) runDeferred() {
 		} else {
 			err = p.ep.RequestShort(d.dst, hFin, d.args[3])
 		}
-		r.complete(Status{Err: p.wrapNet(err)})
+		r.complete(Status{Err: p.wrapNet(err), Piggyback: d.pb, HasPiggyback: d.hasPB})
 	}
 }
 

@@ -72,6 +72,9 @@ type Request struct {
 	pooled   bool               // internal request of a blocking call
 	reported bool               // completion reported by Wait/Test: now null
 
+	pbOut    uint64 // value to piggyback instead of the tool's current one (hasPBOut)
+	hasPBOut bool
+
 	persistent bool
 	active     bool // persistent: started and not yet completed
 	onDone     func(*Request)
@@ -108,10 +111,8 @@ func (r *Request) finish() Status {
 	return st
 }
 
-// Wait blocks until the request completes (MPI_Wait) and returns its status;
-// the error is the status's Err. It polls while it waits. A null or inactive
-// request returns an empty status at once.
-func (r *Request) Wait() (Status, error) {
+// wait is Wait without tool hooks.
+func (r *Request) wait() (Status, error) {
 	if r.null() {
 		return emptyStatus, nil
 	}
@@ -122,10 +123,8 @@ func (r *Request) Wait() (Status, error) {
 	return st, st.Err
 }
 
-// Test reports whether the request has completed (MPI_Test), polling once.
-// When it has, it returns its status as Wait would. A null request: true and
-// an empty status.
-func (r *Request) Test() (bool, Status, error) {
+// test is Test without tool hooks.
+func (r *Request) test() (bool, Status, error) {
 	if r.null() {
 		return true, emptyStatus, nil
 	}
@@ -139,13 +138,8 @@ func (r *Request) Test() (bool, Status, error) {
 	return true, st, st.Err
 }
 
-// Cancel asks to cancel a pending request (MPI_Cancel, MPI-4.1 §3.8.4). A
-// receive that has not been matched is cancelled: Wait then returns at once
-// with Status.Cancelled set and the buffer untouched. A receive already matched
-// completes normally (the cancel has no effect, as the standard allows).
-// Send requests cannot be cancelled: Cancel returns ErrCancelSend and the send
-// completes normally, so Wait never hangs on it.
-func (r *Request) Cancel() error {
+// cancel is Cancel without tool hooks.
+func (r *Request) cancel() error {
 	if r.null() {
 		return nil
 	}
@@ -177,18 +171,15 @@ func (r *Request) Free() error {
 	return nil
 }
 
-// Waitall waits for every request (MPI_Waitall). statuses, if not nil, must have
-// len(reqs) elements and receives each status. Completed non-persistent
-// requests are set to nil. If any failed, the error wraps ErrInStatus and
-// statuses carry the individual errors.
-func Waitall(reqs []*Request, statuses []Status) error {
+// waitall is Waitall without tool hooks.
+func waitall(reqs []*Request, statuses []Status) error {
 	if statuses != nil && len(statuses) != len(reqs) {
 		return fmt.Errorf("%w: %d statuses for %d requests", ErrArg, len(statuses), len(reqs))
 	}
 	var failed int
 	var firstErr error
 	for i, r := range reqs {
-		st, err := r.Wait()
+		st, err := r.wait()
 		if statuses != nil {
 			statuses[i] = st
 		}
@@ -208,10 +199,8 @@ func Waitall(reqs []*Request, statuses []Status) error {
 	return nil
 }
 
-// Testall reports whether all requests have completed (MPI_Testall); if so it
-// fills statuses and nils the completed non-persistent requests, as Waitall.
-// If not, nothing is changed.
-func Testall(reqs []*Request, statuses []Status) (bool, error) {
+// testall is Testall without tool hooks.
+func testall(reqs []*Request, statuses []Status) (bool, error) {
 	if statuses != nil && len(statuses) != len(reqs) {
 		return false, fmt.Errorf("%w: %d statuses for %d requests", ErrArg, len(statuses), len(reqs))
 	}
@@ -230,13 +219,11 @@ func Testall(reqs []*Request, statuses []Status) (bool, error) {
 			return false, nil
 		}
 	}
-	return true, Waitall(reqs, statuses)
+	return true, waitall(reqs, statuses)
 }
 
-// Waitany waits for one request to complete (MPI_Waitany) and returns its index
-// and status; that request is set to nil unless persistent. With no active
-// request it returns Undefined and an empty status at once.
-func Waitany(reqs []*Request) (int, Status, error) {
+// waitany is Waitany without tool hooks.
+func waitany(reqs []*Request) (int, Status, error) {
 	p := activeProc(reqs)
 	if p == nil {
 		return Undefined, emptyStatus, nil
@@ -254,17 +241,15 @@ func Waitany(reqs []*Request) (int, Status, error) {
 	if err != nil {
 		return Undefined, Status{Err: err}, err
 	}
-	st, err := reqs[idx].Wait()
+	st, err := reqs[idx].wait()
 	if !reqs[idx].persistent {
 		reqs[idx] = nil
 	}
 	return idx, st, err
 }
 
-// Testany polls once and reports one completed request (MPI_Testany): its
-// index, true and its status. With no active request it returns Undefined,
-// true and an empty status; with active but none completed, Undefined and false.
-func Testany(reqs []*Request) (int, bool, Status, error) {
+// testany is Testany without tool hooks.
+func testany(reqs []*Request) (int, bool, Status, error) {
 	p := activeProc(reqs)
 	if p == nil {
 		return Undefined, true, emptyStatus, nil
@@ -272,7 +257,7 @@ func Testany(reqs []*Request) (int, bool, Status, error) {
 	p.progress()
 	for i, r := range reqs {
 		if !r.null() && r.done.Load() {
-			st, err := r.Wait()
+			st, err := r.wait()
 			if !r.persistent {
 				reqs[i] = nil
 			}
@@ -282,11 +267,8 @@ func Testany(reqs []*Request) (int, bool, Status, error) {
 	return Undefined, false, Status{}, nil
 }
 
-// Waitsome waits until at least one request has completed (MPI_Waitsome) and
-// returns the indices of all completed ones with their statuses; those are set
-// to nil unless persistent. With no active request it returns nil indices at
-// once: MPI's outcount of MPI_UNDEFINED.
-func Waitsome(reqs []*Request) (indices []int, statuses []Status, err error) {
+// waitsome is Waitsome without tool hooks.
+func waitsome(reqs []*Request) (indices []int, statuses []Status, err error) {
 	p := activeProc(reqs)
 	if p == nil {
 		return nil, nil, nil
@@ -297,11 +279,8 @@ func Waitsome(reqs []*Request) (indices []int, statuses []Status, err error) {
 	return collectDone(reqs)
 }
 
-// Testsome polls once and returns the indices and statuses of the requests that
-// have completed (MPI_Testsome). With active requests of which none has
-// completed, indices is empty but not nil (MPI's outcount 0); with no active
-// request it is nil (outcount MPI_UNDEFINED).
-func Testsome(reqs []*Request) (indices []int, statuses []Status, err error) {
+// testsome is Testsome without tool hooks.
+func testsome(reqs []*Request) (indices []int, statuses []Status, err error) {
 	p := activeProc(reqs)
 	if p == nil {
 		return nil, nil, nil
@@ -335,7 +314,7 @@ func collectDone(reqs []*Request) (indices []int, statuses []Status, err error) 
 		if r.null() || !r.done.Load() {
 			continue
 		}
-		st, e := r.Wait()
+		st, e := r.wait()
 		if e != nil {
 			failed++
 		}

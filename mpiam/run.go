@@ -34,10 +34,18 @@ func runRank(ep *am.Endpoint, fn func(world *Comm) error) error {
 	if err != nil {
 		return err
 	}
-	if err := fn(p.world); err != nil {
+	if err := p.attachEnvTools(); err != nil {
 		return err
 	}
-	return p.finalize()
+	if err := fn(p.world); err != nil {
+		_ = p.closeTools()
+		return err
+	}
+	err = p.finalize()
+	if terr := p.closeTools(); err == nil {
+		err = terr
+	}
+	return err
 }
 
 // finalize completes what MPI_Finalize must: buffered sends still in flight,
@@ -65,6 +73,9 @@ func Init(cfg Config) (*Comm, error) {
 		return nil, fmt.Errorf("%w: Init: %v", ErrOther, err)
 	}
 	p, err := newProc(ep)
+	if err == nil {
+		err = p.attachEnvTools()
+	}
 	if err != nil {
 		_ = ep.Finalize()
 		return nil, err
@@ -83,6 +94,9 @@ func Finalize(world *Comm) error {
 		return ErrFinalized
 	}
 	err := world.p.finalize()
+	if terr := world.p.closeTools(); err == nil {
+		err = terr
+	}
 	if ferr := world.p.ep.Finalize(); err == nil && ferr != nil {
 		err = fmt.Errorf("%w: Finalize: %v", ErrOther, ferr)
 	}
