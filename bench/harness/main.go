@@ -1,0 +1,528 @@
+// Command harness runs amgo's OSU-style benchmarks (bench/osu) over amgo's
+// transports and the C reference programs (bench/ref) under Open MPI and MPICH,
+// over shared memory and TCP, interleaved (A B C A B C ...) for -reps
+// repetitions, and writes the medians with min-max as a CSV file and a Markdown
+// report into a dated directory under -out (bench/results/<UTC stamp>/, and
+// bench/results/latest pointing to it). bench/run.sh (`make bench`) builds
+// everything and calls it; bench/plot draws the figures from the CSV.
+//
+//	harness [-reps 3] [-quick] [-only regexp] [-bin bin] [-ref dir] [-out bench/results]
+//
+// Before the session it waits until the 1-minute load average is below
+// -maxload; before every run it samples /proc/stat for half a second and waits
+// (up to -loadwait) while the machine is busier than -maxbusy: the load average
+// cannot serve between runs because the benchmarks' own two busy ranks keep it
+// near 2. A configuration whose first run fails (a transport that does not
+// exist yet, a missing MPI) is skipped for the rest of the session, with a note
+// in the report.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/amgo-hpc/amgo/bench/internal/osu"
+)
+
+// config is one implementation over one network: how to launch a program of
+// two ranks.
+type config struct {
+	Name   string   // e.g. "amgo-shm", "ompi-tcp"
+	Impl   string   // "amgo", "ompi", "mpich"
+	Launch []string // launcher and its arguments, before the program
+	Env    []string // extra environment
+	Prog   string   // the benchmark program
+}
+
+// job is one benchmark under one configuration.
+type job struct {
+	Bench string // row family name, e.g. "latency", "am-short"
+	Cfg   config
+	Args  []string // the benchmark program's arguments
+}
+
+func (j job) name() string { return j.Bench + "/" + j.Cfg.Name }
+
+func (j job) command() []string {
+	c := append(append([]string{}, j.Cfg.Launch...), j.Cfg.Prog)
+	return append(c, j.Args...)
+}
+
+// sample is one figure of one run.
+type sample struct {
+	Bench, Config, Column string
+	Size, Rep             int
+	Value                 float64
+}
+
+func main() {
+	reps := flag.Int("reps", 3, "repetitions of every run")
+	quick := flag.Bool("quick", false, "small sizes and few iterations (a smoke test of the harness)")
+	only := flag.String("only", "", "run only jobs whose bench/config name matches this regexp")
+	bin := flag.String("bin", "bin", "directory of amrun and osu")
+	ref := flag.String("ref", "bench/results/ref", "directory of osu_ref_ompi and osu_ref_mpich")
+	out := flag.String("out", "bench/results", "directory for the dated results")
+	maxLoad := flag.Float64("maxload", 1.0, "wait before the session until the 1-minute load average is below this")
+	maxBusy := flag.Float64("maxbusy", 0.3, "wait before each run while other processes keep more than this many CPUs busy")
+	loadWait := flag.Duration("loadwait", 2*time.Minute, "longest wait for a quiet machine before running anyway")
+	timeout := flag.Duration("timeout", 5*time.Minute, "limit of one run")
+	flag.Parse()
+
+	jobs := plan(*bin, *ref, *quick)
+	if *only != "" {
+		re, err := regexp.Compile(*only)
+		if err != nil {
+			fatal(err)
+		}
+		var keep []job
+		for _, j := range jobs {
+			if re.MatchString(j.name()) {
+				keep = append(keep, j)
+			}
+		}
+		jobs = keep
+	}
+	start := time.Now().UTC()
+	dir := filepath.Join(*out, start.Format("20060102T150405Z"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fatal(err)
+	}
+	waitLoad(*maxLoad, *loadWait)
+	facts := machineFacts(start, *reps)
+	var samples []sample
+	var notes []string
+	skipped := map[string]bool{}
+	logf, err := os.Create(filepath.Join(dir, "runs.log"))
+	if err != nil {
+		fatal(err)
+	}
+	defer logf.Close()
+	for rep := 1; rep <= *reps; rep++ {
+		for _, j := range jobs {
+			if skipped[j.Cfg.Name] {
+				continue
+			}
+			busy := waitQuiet(*maxBusy, *loadWait)
+			fmt.Fprintf(os.Stderr, "harness: rep %d/%d %-28s (busy %.2f CPUs)\n", rep, *reps, j.name(), busy)
+			stdout, stderr, err := run(j, *timeout)
+			fmt.Fprintf(logf, "=== rep %d %s busy=%.2f: %s\n%s%s", rep, j.name(), busy, strings.Join(j.command(), " "), stdout, stderr)
+			cols, rows, perr := osu.Parse(bytes.NewReader(stdout))
+			if err == nil && perr == nil && len(rows) == 0 {
+				err = fmt.Errorf("no result rows")
+			}
+			if err != nil {
+				msg := fmt.Sprintf("%s: %v: %s", j.name(), err, lastLine(stderr))
+				if rep == 1 && !anyOK(samples, j.Cfg.Name) {
+					skipped[j.Cfg.Name] = true
+					msg = fmt.Sprintf("skipped %s for this session: %s", j.Cfg.Name, msg)
+				}
+				notes = append(notes, msg)
+				fmt.Fprintln(os.Stderr, "harness:", msg)
+				continue
+			}
+			for _, r := range rows {
+				for c, v := range r.Values {
+					col := fmt.Sprintf("col%d", c)
+					if c < len(cols) {
+						col = cols[c]
+					}
+					samples = append(samples, sample{j.Bench, j.Cfg.Name, col, r.Size, rep, v})
+				}
+			}
+		}
+	}
+	if err := writeCSV(filepath.Join(dir, "results.csv"), samples); err != nil {
+		fatal(err)
+	}
+	md := report(facts, jobs, samples, notes)
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(md), 0o644); err != nil {
+		fatal(err)
+	}
+	latest := filepath.Join(*out, "latest")
+	_ = os.Remove(latest)
+	_ = os.Symlink(filepath.Base(dir), latest)
+	fmt.Println(dir)
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "harness:", err)
+	os.Exit(1)
+}
+
+func anyOK(samples []sample, cfg string) bool {
+	for _, s := range samples {
+		if s.Config == cfg {
+			return true
+		}
+	}
+	return false
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
+}
+
+// plan lists the jobs of one repetition, in the order they are interleaved.
+func plan(bin, ref string, quick bool) []job {
+	amrun := filepath.Join(bin, "amrun")
+	osuProg := filepath.Join(bin, "osu")
+	amgo := func(network string, n int) config {
+		return config{Name: "amgo-" + network, Impl: "amgo", Prog: osuProg,
+			Launch: []string{amrun, "-n", strconv.Itoa(n), "--transport", network, "--timeout", "4m"}}
+	}
+	ompi := func(btl, network string) config {
+		return config{Name: "ompi-" + network, Impl: "ompi", Prog: filepath.Join(ref, "osu_ref_ompi"),
+			Launch: []string{"mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-np", "2", "--mca", "btl", btl}}
+	}
+	mpich := func(network string, env ...string) config {
+		return config{Name: "mpich-" + network, Impl: "mpich", Prog: filepath.Join(ref, "osu_ref_mpich"),
+			Launch: []string{"mpiexec.mpich", "-n", "2"}, Env: env}
+	}
+	amgoNets := []string{"loop", "shm", "tcp"}
+	all := []config{amgo("loop", 2), amgo("shm", 2), amgo("tcp", 2),
+		ompi("self,vader", "shm"), ompi("self,tcp", "tcp"),
+		mpich("shm"), mpich("tcp", "MPIR_CVAR_NOLOCAL=1", "UCX_TLS=tcp,self")}
+	var sizes []string
+	mt := []string{"-m", "0:65536", "-i", "1000", "-x", "10"}
+	match := []string{}
+	if quick {
+		sizes = []string{"-m", "0:65536", "-i", "200", "-x", "10"}
+		mt = []string{"-m", "0:1024", "-i", "100", "-x", "5"}
+		match = []string{"-q", "1000", "-i", "50"}
+	}
+	var jobs []job
+	for _, b := range []string{"latency", "bw", "bibw"} {
+		for _, c := range all {
+			jobs = append(jobs, job{b, c, append([]string{b}, sizes...)})
+		}
+	}
+	for _, net := range amgoNets {
+		c := amgo(net, 2)
+		jobs = append(jobs,
+			job{"mbw_mr", c, append([]string{"mbw_mr"}, sizes...)},
+			job{"latency_mt", c, append([]string{"latency_mt", "-t", "2"}, mt...)},
+			job{"match", c, append([]string{"match"}, match...)},
+		)
+		for _, k := range []string{"short", "medium", "store"} {
+			jobs = append(jobs, job{"am-" + k, c, append([]string{"am", "-k", k}, sizes...)})
+		}
+		for _, k := range []string{"medium", "store"} {
+			jobs = append(jobs, job{"am-" + k + "-bw", c, append([]string{"am", "-bw", "-k", k}, sizes...)})
+		}
+	}
+	// Two pairs only where it does not oversubscribe busy-polling processes.
+	jobs = append(jobs, job{"mbw_mr-2pairs", amgo("loop", 4), append([]string{"mbw_mr"}, sizes...)})
+	return jobs
+}
+
+func run(j job, limit time.Duration) (stdout, stderr []byte, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	argv := j.command()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), j.Cfg.Env...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("timed out after %v", limit)
+	}
+	return o.Bytes(), e.Bytes(), err
+}
+
+func load1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
+	return v
+}
+
+// waitLoad waits until the 1-minute load average is below max, or for wait.
+func waitLoad(max float64, wait time.Duration) {
+	deadline := time.Now().Add(wait)
+	for l := load1(); l > max && time.Now().Before(deadline); l = load1() {
+		fmt.Fprintf(os.Stderr, "harness: 1-minute load %.2f > %.2f: waiting\n", l, max)
+		time.Sleep(10 * time.Second)
+	}
+}
+
+// cpuTimes returns the busy and total jiffies of all CPUs.
+func cpuTimes() (busy, total float64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])
+	for i, s := range f[1:] {
+		v, _ := strconv.ParseFloat(s, 64)
+		total += v
+		if i != 3 && i != 4 { // idle, iowait
+			busy += v
+		}
+	}
+	return busy, total
+}
+
+// busyCPUs is the number of CPUs kept busy over the next half second.
+func busyCPUs() float64 {
+	b0, t0 := cpuTimes()
+	time.Sleep(500 * time.Millisecond)
+	b1, t1 := cpuTimes()
+	if t1 <= t0 {
+		return 0
+	}
+	return (b1 - b0) / (t1 - t0) * float64(numCPU())
+}
+
+func numCPU() int {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 1
+	}
+	return strings.Count(string(b), "\ncpu")
+}
+
+// waitQuiet waits while more than max CPUs are busy, for at most wait; it
+// returns the last measurement.
+func waitQuiet(max float64, wait time.Duration) float64 {
+	deadline := time.Now().Add(wait)
+	b := busyCPUs()
+	for b > max && time.Now().Before(deadline) {
+		fmt.Fprintf(os.Stderr, "harness: %.2f CPUs busy before the run: waiting\n", b)
+		time.Sleep(5 * time.Second)
+		b = busyCPUs()
+	}
+	return b
+}
+
+func writeCSV(path string, samples []sample) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write([]string{"bench", "config", "column", "size", "rep", "value"})
+	for _, s := range samples {
+		_ = w.Write([]string{s.Bench, s.Config, s.Column, strconv.Itoa(s.Size), strconv.Itoa(s.Rep), strconv.FormatFloat(s.Value, 'g', 6, 64)})
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// machineFacts are the header lines of the report.
+func machineFacts(start time.Time, reps int) []string {
+	sh := func(name string, args ...string) string {
+		out, err := exec.Command(name, args...).CombinedOutput()
+		if err != nil {
+			return "n/a"
+		}
+		return strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+	}
+	cpu := "n/a"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				cpu = strings.TrimSpace(strings.SplitN(l, ":", 2)[1])
+				break
+			}
+		}
+	}
+	mem := "n/a"
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		f := strings.Fields(string(b))
+		if len(f) > 1 {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			mem = fmt.Sprintf("%.0f GiB", kb/(1<<20))
+		}
+	}
+	return []string{
+		"date: " + start.Format(time.RFC3339),
+		"kernel: " + sh("uname", "-r"),
+		fmt.Sprintf("cpu: %s x %d", cpu, numCPU()),
+		"memory: " + mem,
+		"go: " + sh("go", "version"),
+		"gcc: " + sh("gcc", "--version"),
+		"openmpi: " + sh("dpkg-query", "-W", "-f", "${Version}", "openmpi-bin") + " (" + sh("mpirun.openmpi", "--version") + ")",
+		"mpich: " + sh("dpkg-query", "-W", "-f", "${Version}", "mpich") + " (" + strings.Join(strings.Fields(sh("sh", "-c", "mpichversion | grep Device")), " ") + ")",
+		"amgo: " + sh("git", "log", "-1", "--format=%h %s"),
+		fmt.Sprintf("load before the session: %.2f (1-minute average)", load1()),
+		fmt.Sprintf("repetitions: %d, interleaved; cells: median (min–max)", reps),
+	}
+}
+
+// key identifies one figure across repetitions.
+type key struct {
+	Bench, Config, Column string
+	Size                  int
+}
+
+// stats are the median, minimum and maximum of a figure over repetitions.
+type stats struct{ Med, Min, Max float64 }
+
+func summarize(samples []sample) map[key]stats {
+	vals := map[key][]float64{}
+	for _, s := range samples {
+		k := key{s.Bench, s.Config, s.Column, s.Size}
+		vals[k] = append(vals[k], s.Value)
+	}
+	out := map[key]stats{}
+	for k, v := range vals {
+		sort.Float64s(v)
+		med := v[len(v)/2]
+		if len(v)%2 == 0 {
+			med = (v[len(v)/2-1] + v[len(v)/2]) / 2
+		}
+		out[k] = stats{med, v[0], v[len(v)-1]}
+	}
+	return out
+}
+
+// num formats a figure with about three significant digits, as speed-anchors.md does.
+func num(v float64) string {
+	switch {
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+}
+
+func (s stats) String() string {
+	return fmt.Sprintf("%s (%s–%s)", num(s.Med), num(s.Min), num(s.Max))
+}
+
+func sizeLabel(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// table writes one Markdown table: rows are sizes (all, or those in pick),
+// columns the configurations that have figures for (bench, column).
+func table(b *strings.Builder, sum map[key]stats, bench, column string, configs []string, pick []int) {
+	var cfgs []string
+	sizeSet := map[int]bool{}
+	for _, c := range configs {
+		has := false
+		for k := range sum {
+			if k.Bench == bench && k.Column == column && k.Config == c {
+				has = true
+				sizeSet[k.Size] = true
+			}
+		}
+		if has {
+			cfgs = append(cfgs, c)
+		}
+	}
+	if len(cfgs) == 0 {
+		return
+	}
+	var sizes []int
+	for s := range sizeSet {
+		sizes = append(sizes, s)
+	}
+	sort.Ints(sizes)
+	if pick != nil {
+		var p []int
+		for _, s := range pick {
+			if sizeSet[s] {
+				p = append(p, s)
+			}
+		}
+		sizes = p
+	}
+	fmt.Fprintf(b, "\n### %s: %s\n\n| size | %s |\n|---|%s\n", bench, column, strings.Join(cfgs, " | "), strings.Repeat("---:|", len(cfgs)))
+	for _, s := range sizes {
+		label := strconv.Itoa(s)
+		if pick != nil {
+			label = sizeLabel(s)
+		}
+		fmt.Fprintf(b, "| %s |", label)
+		for _, c := range cfgs {
+			if st, ok := sum[key{bench, c, column, s}]; ok {
+				fmt.Fprintf(b, " %s |", st)
+			} else {
+				b.WriteString(" |")
+			}
+		}
+		b.WriteString("\n")
+	}
+}
+
+func report(facts []string, jobs []job, samples []sample, notes []string) string {
+	sum := summarize(samples)
+	var configs, benches []string
+	seenC, seenB := map[string]bool{}, map[string]bool{}
+	for _, j := range jobs {
+		if !seenC[j.Cfg.Name] {
+			seenC[j.Cfg.Name] = true
+			configs = append(configs, j.Cfg.Name)
+		}
+		if !seenB[j.Bench] {
+			seenB[j.Bench] = true
+			benches = append(benches, j.Bench)
+		}
+	}
+	columns := func(bench string) []string {
+		set := map[string]bool{}
+		var cols []string
+		for _, s := range samples {
+			if s.Bench == bench && !set[s.Column] {
+				set[s.Column] = true
+				cols = append(cols, s.Column)
+			}
+		}
+		// A ping-pong's bandwidth column is implied by its latency: leave it out.
+		if len(cols) == 2 && cols[0] == "Latency (us)" {
+			cols = cols[:1]
+		}
+		return cols
+	}
+	var b strings.Builder
+	b.WriteString("# amgo benchmark results\n\n")
+	for _, f := range facts {
+		fmt.Fprintf(&b, "    %s\n", f)
+	}
+	b.WriteString("\nLatency in µs (one way, half the round trip), bandwidth in MB/s (10^6 bytes per second).\n")
+	if len(notes) > 0 {
+		b.WriteString("\nNotes:\n\n")
+		for _, n := range notes {
+			fmt.Fprintf(&b, "- %s\n", strings.ReplaceAll(n, "|", "\\|"))
+		}
+	}
+	b.WriteString("\n## Compact tables\n")
+	table(&b, sum, "latency", "Latency (us)", configs, []int{8, 1024, 16384, 65536, 1 << 20, 4 << 20})
+	table(&b, sum, "bw", "Bandwidth (MB/s)", configs, []int{8, 1024, 16384, 1 << 20, 4 << 20})
+	table(&b, sum, "bibw", "Bandwidth (MB/s)", configs, []int{8, 1024, 16384, 1 << 20, 4 << 20})
+	b.WriteString("\n## Full tables\n")
+	for _, bench := range benches {
+		for _, col := range columns(bench) {
+			table(&b, sum, bench, col, configs, nil)
+		}
+	}
+	return b.String()
+}
