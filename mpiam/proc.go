@@ -106,9 +106,9 @@ type proc struct {
 
 	finalized atomic.Bool
 
-	tools  []Tool      // interposition hooks (tool.go); nil: none, one branch per call
-	pbTool Piggybacker // the tool whose value rides on every outgoing message, if any
-	drops     atomic.Uint64 // protocol messages ignored (misbehaving peer)
+	tools  []Tool        // interposition hooks (tool.go); nil: none, one branch per call
+	pbTool Piggybacker   // the tool whose value rides on every outgoing message, if any
+	drops  atomic.Uint64 // protocol messages ignored (misbehaving peer)
 }
 
 func newProc(ep *am.Endpoint) (*proc, error) {
