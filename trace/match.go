@@ -13,6 +13,10 @@ type RankMessages struct {
 	Rank     uint32 // world rank that sent and received these messages
 	Sent     []SentMessage
 	Received []ReceivedMessage
+	// Comms, if not nil, are this rank's communicator definitions
+	// (Definitions.Comms), used instead of Match's comms argument for this
+	// rank's messages.
+	Comms map[uint32][]uint32
 }
 
 // Message is a send matched with its receive.
@@ -131,9 +135,13 @@ type recvRef struct {
 
 // Match matches the sends to the receives of a job. ranks holds the output
 // of Messages for each world rank (times on one common time line); comms maps
-// communicator ids to their groups of world ranks (Definitions.Comms). Each
-// message's peer rank is translated to a world rank through its
-// communicator's group; then, per channel (communicator, source world rank,
+// communicator ids to their groups of world ranks (Definitions.Comms), for
+// the ranks whose RankMessages.Comms is nil. Each message's peer rank is
+// translated to a world rank through the group of its communicator as the
+// recording rank defined it: one id may name several communicators with
+// disjoint groups (mpiam gives all the communicators made by one Split the
+// same context id), and each rank knows the one it belongs to. Then, per
+// channel (communicator, source world rank,
 // destination world rank, tag), the k-th send in the sender's order matches
 // the k-th receive in the receiver's order (MPI's non-overtaking rule; the
 // recorded receives carry their actual source and tag, so wildcards need no
@@ -147,28 +155,25 @@ func Match(ranks []RankMessages, comms map[uint32][]uint32) (*Matching, error) {
 	report := func(rank uint32, index int, send bool, e error) {
 		problems = append(problems, &MessageError{Rank: rank, Index: index, Send: send, Err: e})
 	}
-	members := map[uint32]map[uint32]bool{}
-	isMember := func(comm, world uint32) bool {
-		m, ok := members[comm]
-		if !ok {
-			m = map[uint32]bool{}
-			for _, w := range comms[comm] {
-				m[w] = true
-			}
-			members[comm] = m
-		}
-		return m[world]
-	}
+	var (
+		groups  map[uint32][]uint32 // the current rank's definitions
+		members map[uint32]bool     // comm -> current rank is a member
+	)
 	// translate returns the world rank of peer in comm for the message at
 	// (rank, index), or -1 after reporting why not.
 	translate := func(rank uint32, index int, send bool, comm, peer uint32) int {
-		g, ok := comms[comm]
+		g, ok := groups[comm]
+		if ok {
+			if _, known := members[comm]; !known {
+				members[comm] = slices.Contains(g, rank)
+			}
+		}
 		switch {
 		case !ok:
 			report(rank, index, send, ErrUnknownComm)
 		case uint64(peer) >= uint64(len(g)):
 			report(rank, index, send, ErrRankRange)
-		case !isMember(comm, rank):
+		case !members[comm]:
 			report(rank, index, send, ErrNotMember)
 		default:
 			return int(g[peer])
@@ -188,6 +193,10 @@ func Match(ranks []RankMessages, comms map[uint32][]uint32) (*Matching, error) {
 		}
 	}
 	for _, rm := range ranks {
+		groups, members = rm.Comms, map[uint32]bool{}
+		if groups == nil {
+			groups = comms
+		}
 		for _, m := range rm.Sent {
 			dst := translate(rm.Rank, m.Index, true, m.Comm, m.Receiver)
 			if dst < 0 {
@@ -280,8 +289,8 @@ func pairStats(msgs []Message) []PairStats {
 }
 
 // Messages runs Messages on every rank with its time stamps moved to the
-// common time line (adding Offset), then Match with the trace's
-// communicators. The Matching is always returned; err joins the problems of
+// common time line (adding Offset), then Match with each rank's own
+// communicator definitions. The Matching is always returned; err joins the problems of
 // both steps (each *RecordError wrapped with its rank), and is nil for a
 // consistent trace.
 func (t *Trace) Messages() (*Matching, error) {
@@ -299,9 +308,9 @@ func (t *Trace) Messages() (*Matching, error) {
 		for i := range recv {
 			recv[i].Time += off
 		}
-		rms[r] = RankMessages{Rank: uint32(r), Sent: sent, Received: recv}
+		rms[r] = RankMessages{Rank: uint32(r), Sent: sent, Received: recv, Comms: f.Defs.Comms}
 	}
-	m, err := Match(rms, t.Comms)
+	m, err := Match(rms, nil)
 	if err != nil {
 		problems = append(problems, err)
 	}

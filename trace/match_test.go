@@ -60,7 +60,7 @@ func TestMatchIsFIFOPerChannel(t *testing.T) {
 	require.NoError(t, err)
 	_, rv, err := Messages([]Record{recv(10, 0, 5, 1), recv(20, 0, 5, 2), recv(30, 0, 5, 3)})
 	require.NoError(t, err)
-	m, err := Match([]RankMessages{{0, s, nil}, {1, nil, rv}}, map[uint32][]uint32{0: {0, 1}})
+	m, err := Match([]RankMessages{{Rank: 0, Sent: s}, {Rank: 1, Received: rv}}, map[uint32][]uint32{0: {0, 1}})
 	require.NoError(t, err)
 	require.Len(t, m.Messages, 3)
 	for k, x := range m.Messages {
@@ -83,7 +83,7 @@ func TestMatchReportsUntranslatableMessagesAsUnmatched(t *testing.T) {
 		onComm(recv(5, 3, 0, 1), 0), // rank 3 in a 2-rank communicator
 		recv(6, 0, 0, 9),
 	})
-	m, err := Match([]RankMessages{{0, s0, nil}, {1, nil, r1}}, comms)
+	m, err := Match([]RankMessages{{Rank: 0, Sent: s0}, {Rank: 1, Received: r1}}, comms)
 	require.ErrorIs(t, err, ErrUnknownComm)
 	require.ErrorIs(t, err, ErrRankRange)
 	require.ErrorIs(t, err, ErrNotMember)
@@ -105,4 +105,33 @@ func TestMatchOfNothingIsEmpty(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, m.Messages)
 	require.Empty(t, m.Pairs)
+}
+
+func TestOneCommIDForDisjointGroupsOfASplitIsTranslatedPerRank(t *testing.T) {
+	// A Split into two colors gives communicator 3 to world ranks {0, 2} and
+	// to {1, 3}: each rank defines the group it is in.
+	even, odd := []uint32{0, 2}, []uint32{1, 3}
+	file := func(rank uint32, g []uint32, recs ...Record) *File {
+		return &File{Defs: Definitions{Rank: rank, Size: 4, Clock: Clock{Resolution: 1},
+			Comms: map[uint32][]uint32{3: g}}, Records: recs}
+	}
+	tr, err := NewTrace([]*File{
+		file(0, even, onComm(send(1, 1, 0, 10), 3)), // comm rank 1 = world 2
+		file(1, odd, onComm(send(2, 1, 0, 20), 3)),  // comm rank 1 = world 3
+		file(2, even, onComm(recv(5, 0, 0, 10), 3)), // from world 0
+		file(3, odd, onComm(recv(6, 0, 0, 20), 3)),  // from world 1
+	})
+	require.NoError(t, err)
+	m, err := tr.Messages()
+	require.NoError(t, err)
+	require.Len(t, m.Messages, 2)
+	require.Equal(t, [2]uint32{0, 2}, [2]uint32{m.Messages[0].Src, m.Messages[0].Dst})
+	require.Equal(t, [2]uint32{1, 3}, [2]uint32{m.Messages[1].Src, m.Messages[1].Dst})
+	require.Empty(t, m.UnmatchedSends)
+	require.Empty(t, m.UnmatchedReceives)
+
+	// Overlapping different groups under one id are inconsistent.
+	_, err = NewTrace([]*File{file(0, []uint32{0, 1}, nil...), file(1, []uint32{1, 2}), file(2, even), file(3, odd)})
+	require.ErrorIs(t, err, ErrFormat)
+	require.ErrorContains(t, err, "equal or disjoint")
 }

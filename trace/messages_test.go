@@ -207,7 +207,7 @@ func TestMixedBlockingAndNonblockingOnBothSidesMatchInOrder(t *testing.T) {
 	require.Equal(t, []tt{{40, 0}, {25, 0}}, recvTT(rv1))
 	require.Equal(t, []tt{{50, 9}, {55, 9}}, sentTT(s1))
 
-	m, err := Match([]RankMessages{{0, s0, rv0}, {1, s1, rv1}}, map[uint32][]uint32{0: {0, 1}})
+	m, err := Match([]RankMessages{{Rank: 0, Sent: s0, Received: rv0}, {Rank: 1, Sent: s1, Received: rv1}}, map[uint32][]uint32{0: {0, 1}})
 	require.NoError(t, err)
 	require.Len(t, m.Messages, 4)
 	type sr struct {

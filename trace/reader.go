@@ -388,8 +388,6 @@ func ReadFile(path string) (*File, error) {
 type Trace struct {
 	// Ranks[r] is world rank r's file.
 	Ranks []*File
-	// Comms is the union of the ranks' communicator definitions.
-	Comms map[uint32][]uint32
 	// Origin is the smallest clock epoch of the ranks (Unix ns): the common
 	// time line of Offset, Messages and WriteChromeJSON starts there.
 	Origin int64
@@ -402,15 +400,16 @@ func (t *Trace) Offset(rank int) uint64 {
 }
 
 // NewTrace assembles the files of one job: exactly one file for each world
-// rank 0..Size-1, all of one Size, with consistent communicator definitions.
-// The order of files does not matter. Inconsistencies are errors wrapping
-// ErrFormat.
+// rank 0..Size-1, all of one Size, with consistent communicator definitions
+// (two ranks' groups for one communicator id are equal or disjoint: one id
+// may name several communicators of disjoint groups). The order of files does
+// not matter. Inconsistencies are errors wrapping ErrFormat.
 func NewTrace(files []*File) (*Trace, error) {
 	if len(files) == 0 {
 		return nil, fmt.Errorf("%w: no rank files", ErrFormat)
 	}
 	size := files[0].Defs.Size
-	t := &Trace{Ranks: make([]*File, size), Comms: map[uint32][]uint32{}, Origin: math.MaxInt64}
+	t := &Trace{Ranks: make([]*File, size), Origin: math.MaxInt64}
 	if uint64(len(files)) > uint64(size) {
 		return nil, fmt.Errorf("%w: %d rank files for a job of %d ranks", ErrFormat, len(files), size)
 	}
@@ -424,16 +423,27 @@ func NewTrace(files []*File) (*Trace, error) {
 		}
 		t.Ranks[d.Rank] = f
 		t.Origin = min(t.Origin, d.Clock.Epoch)
-		for id, g := range d.Comms {
-			if old, ok := t.Comms[id]; ok && !slices.Equal(old, g) {
-				return nil, fmt.Errorf("%w: communicator %d is %v on one rank and %v on rank %d", ErrFormat, id, old, g, d.Rank)
-			}
-			t.Comms[id] = g
-		}
 	}
 	for r, f := range t.Ranks {
 		if f == nil {
 			return nil, fmt.Errorf("%w: no file for rank %d of %d", ErrFormat, r, size)
+		}
+	}
+	// For each communicator id, the groups defined by the ranks must be
+	// equal or disjoint: owner[id][w] is the group world rank w is in.
+	owner := map[uint32]map[uint32][]uint32{}
+	for _, f := range t.Ranks {
+		for _, id := range sortedKeys(f.Defs.Comms) {
+			g := f.Defs.Comms[id]
+			if owner[id] == nil {
+				owner[id] = map[uint32][]uint32{}
+			}
+			for _, w := range g {
+				if old, ok := owner[id][w]; ok && !slices.Equal(old, g) {
+					return nil, fmt.Errorf("%w: communicator %d is %v on one rank and %v on rank %d (groups of one id must be equal or disjoint)", ErrFormat, id, old, g, f.Defs.Rank)
+				}
+				owner[id][w] = g
+			}
 		}
 	}
 	for _, f := range t.Ranks {
