@@ -169,7 +169,12 @@ func (p *proc) completePostedLocked(r *Request, m *inMsg, env match.Envelope) er
 		r.complete(Status{Source: int(env.Source), Tag: int(env.Tag), Err: err})
 		return nil
 	}
-	if err := p.ep.RequestShort(dst, hCTS, args[:]...); err != nil {
+	if pb, ok := p.outgoingPB(); ok {
+		err = p.ep.RequestShortPiggyback(dst, hCTS, pb, args[:]...)
+	} else {
+		err = p.ep.RequestShort(dst, hCTS, args[:]...)
+	}
+	if err != nil {
 		err = fmt.Errorf("%w: clear-to-send to rank %d: %v", ErrOther, env.Source, err)
 		r.complete(Status{Source: int(env.Source), Tag: int(env.Tag), Err: err})
 	}
