@@ -33,11 +33,10 @@ demo: build
 	$(BIN)/amrun -n 2 $(BIN)/pingpong -max 1048576 -i 1000
 	$(BIN)/amrun -n 4 --tag-output $(BIN)/am-ring -laps 1000
 
+# OSU-style benchmarks of amgo (loop, shm, tcp) beside Open MPI and MPICH
+# (installed if missing), 3 interleaved repetitions: docs/performance.md.
 bench: build
-	$(BIN)/amrun -n 2 $(BIN)/ampingpong -k short
-	$(BIN)/amrun -n 2 $(BIN)/ampingpong -k medium
-	$(BIN)/amrun -n 2 $(BIN)/ampingpong -k store -m 4194304 -i 1000 -x 100
-	$(GO) test -run XXX -bench . -benchtime 100000x ./am/
+	GO=$(GO) BIN=$(BIN) bench/run.sh $(BENCHFLAGS)
 
 lint:
 	$(GO) vet ./...
