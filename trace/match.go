@@ -10,7 +10,9 @@ import (
 
 // RankMessages is the output of Messages for one world rank.
 type RankMessages struct {
-	Rank     uint32 // world rank that sent and received these messages
+	// Rank is the world rank that sent and received these messages.
+	Rank uint32
+	// Sent and Received are the lists Messages returned for this rank.
 	Sent     []SentMessage
 	Received []ReceivedMessage
 	// Comms, if not nil, are this rank's communicator definitions
@@ -66,6 +68,7 @@ type UnmatchedReceive struct {
 // PairStats sums up the matched messages from world rank Src to world rank
 // Dst, over all communicators and tags.
 type PairStats struct {
+	// Src and Dst are world ranks.
 	Src, Dst uint32
 	// Count is the number of messages; Bytes the sum of their send lengths.
 	Count int

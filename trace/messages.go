@@ -13,8 +13,8 @@ type SentMessage struct {
 	Time uint64
 	// Receiver is the destination's rank in Comm.
 	Receiver uint32
-	Comm     uint32
-	Tag      uint32
+	// Comm is the communicator id; Tag the message tag.
+	Comm, Tag uint32
 	// Length is the size in bytes.
 	Length uint64
 	// Index is the position of the Send or Isend record in the input.
@@ -29,8 +29,9 @@ type ReceivedMessage struct {
 	Time uint64
 	// Sender is the source's rank in Comm.
 	Sender uint32
-	Comm   uint32
-	Tag    uint32
+	// Comm is the communicator id; Tag the message tag (the actual ones of
+	// the received message, never wildcards).
+	Comm, Tag uint32
 	// Length is the size in bytes of the received message.
 	Length uint64
 	// Index is the position of the Recv or Irecv record in the input.

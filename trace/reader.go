@@ -349,7 +349,10 @@ func (r *Reader) All() iter.Seq2[Record, error] {
 
 // File is the whole content of one rank's trace file.
 type File struct {
-	Defs    Definitions
+	// Defs are the header's fields and all the file's definitions.
+	Defs Definitions
+	// Records are the event records in file order, time stamps as written
+	// (ns since Defs.Clock.Epoch).
 	Records []Record
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,13 +16,33 @@ import (
 	"github.com/amgo-hpc/amgo/trace"
 )
 
-// buildAmtrace compiles the command into a temporary directory.
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+	buildOut  []byte
+)
+
+// buildAmtrace compiles the command (once per test binary) into a temporary
+// directory removed by TestMain.
 func buildAmtrace(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "amtrace")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-	return bin
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "amtrace-test")
+		if buildErr == nil {
+			buildOut, buildErr = exec.Command("go", "build", "-o", filepath.Join(binDir, "amtrace"), ".").CombinedOutput()
+		}
+	})
+	require.NoError(t, buildErr, "go build: %s", buildOut)
+	return filepath.Join(binDir, "amtrace")
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
 }
 
 // runAmtrace runs the binary and returns stdout, stderr and the exit status.
