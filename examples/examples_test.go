@@ -123,3 +123,34 @@ func TestHeatRejectsTooManyRanks(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, string(out), "cannot be split over 3 ranks")
 }
+
+// The tools end to end: the heat demo traced with amrun --trace, the traces
+// turned into messages by amtrace with every message matched (seed:
+// otf2-nonblocking-messages), and profiled with amrun --profile.
+func TestHeatTracedAndProfiled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and launches programs")
+	}
+	dir := t.TempDir()
+	build(t, dir, "../cmd/amrun", "../cmd/amtrace", "./heat")
+	traces := filepath.Join(dir, "traces")
+	out, err := exec.Command(filepath.Join(dir, "amrun"), "-n", "4", "--timeout", "60s", "--trace", traces,
+		filepath.Join(dir, "heat"), "-iters", "200").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "heat: check PASSED")
+	out, err = exec.Command(filepath.Join(dir, "amtrace"), traces).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "0 unmatched sends, 0 unmatched receives")
+	require.NotContains(t, string(out), "warning")
+	jsonFile := filepath.Join(dir, "heat.json")
+	out, err = exec.Command(filepath.Join(dir, "amtrace"), "-json", jsonFile, traces).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.FileExists(t, jsonFile)
+
+	out, err = exec.Command(filepath.Join(dir, "amrun"), "-n", "3", "--timeout", "60s", "--profile",
+		filepath.Join(dir, "heat"), "-iters", "100").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, want := range []string{"heat: check PASSED", "# amgo profile", "compensated ms", "Waitall", "job (3 ranks)"} {
+		require.Contains(t, string(out), want)
+	}
+}

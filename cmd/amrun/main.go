@@ -14,9 +14,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/amgo-hpc/amgo/internal/launch"
+	"github.com/amgo-hpc/amgo/mpiam"
 )
 
 func main() {
@@ -35,6 +37,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	tag := fs.Bool("tag-output", false, "prefix each output line with [rank]")
 	timeout := fs.Duration("timeout", 0, "end the job when it runs longer than this (e.g. 30s); 0 means no limit")
 	jobdir := fs.String("jobdir", "", "parent directory for the per-job directory (default /dev/shm, else the temp dir)")
+	traceDir := fs.String("trace", "", "every rank writes a trace of its MPI events to `DIR` (AMGO_TRACE); read it with amtrace DIR")
+	profile := fs.Bool("profile", false, "profile every rank's MPI calls (AMGO_PROFILE) and print time per routine, raw and compensated for the tool's overhead, per rank and for the job")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: amrun -n N [--transport loop|shm|tcp] [--iface NAME] [--tag-output] [--timeout D] [--jobdir DIR] prog args...")
 		fs.PrintDefaults()
@@ -54,13 +58,48 @@ func run(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
+	var env []string // nil: the ranks inherit amrun's environment
+	if *traceDir != "" || *profile {
+		env = os.Environ()
+	}
+	if *traceDir != "" {
+		abs, err := filepath.Abs(*traceDir)
+		if err != nil {
+			fmt.Fprintf(stderr, "amrun: --trace %s: %v\n", *traceDir, err)
+			return 2
+		}
+		env = append(env, mpiam.EnvTrace+"="+abs)
+	}
+	var profDir string
+	if *profile {
+		d, err := os.MkdirTemp("", "amgo-profile-")
+		if err != nil {
+			fmt.Fprintf(stderr, "amrun: --profile: %v\n", err)
+			return 2
+		}
+		defer os.RemoveAll(d)
+		profDir = d
+		env = append(env, mpiam.EnvProfile+"="+d)
+	}
 	err := launch.Run(context.Background(), launch.Spec{
 		N: *n, Prog: fs.Arg(0), Args: fs.Args()[1:],
 		Transport: *transport, Iface: *iface, TagOutput: *tag, Timeout: *timeout, JobDirParent: *jobdir,
-		Stdout: stdout, Stderr: stderr, Signals: sigs,
+		Stdout: stdout, Stderr: stderr, Signals: sigs, Env: env,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "amrun: %v\n", err)
+	}
+	if profDir != "" {
+		profs, perr := mpiam.ReadProfiles(profDir)
+		switch {
+		case perr != nil:
+			fmt.Fprintf(stderr, "amrun: --profile: %v\n", perr)
+		case len(profs) == 0:
+			fmt.Fprintln(stderr, "amrun: --profile: no rank wrote a profile (not an mpiam program?)")
+		default:
+			fmt.Fprintln(stdout, "# amgo profile: time per MPI routine, raw and compensated for the profiler's overhead")
+			_ = mpiam.WriteProfileReport(stdout, profs)
+		}
 	}
 	return launch.ExitCode(err)
 }
