@@ -339,7 +339,7 @@ func BenchmarkPut(b *testing.B) {
 			require.NoError(b, err)
 			data := putPattern(size)
 			b.SetBytes(int64(size))
-			require.NoError(b, putSource(tr, func(addr uintptr) error {
+			err = putSource(tr, func(addr uintptr) error {
 				for i := 0; i < 3; i++ { // warm up
 					if err := tr.Put(1, addr, data); err != nil {
 						return err
@@ -359,7 +359,11 @@ func BenchmarkPut(b *testing.B) {
 				}
 				b.StopTimer()
 				return sendRetry(tr, 1, []byte("stop"), nil)
-			}))
+			})
+			if err != nil {
+				cmd.Wait()
+			}
+			require.NoError(b, err, "child:\n%s", out)
 			require.NoError(b, cmd.Wait(), "%s", out)
 			tr.Close()
 		})
