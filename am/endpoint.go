@@ -11,6 +11,7 @@ import (
 
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/flowctl"
+	"github.com/amgo-hpc/amgo/am/internal/reliable"
 	"github.com/amgo-hpc/amgo/handlers"
 	"github.com/amgo-hpc/amgo/internal/pmi"
 	"github.com/amgo-hpc/amgo/internal/wire"
@@ -169,6 +170,16 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 		return nil, err
 	}
 	caps := tr.Caps()
+	if !caps.Ordered || !caps.Reliable {
+		// The seed: "On AM platforms without ordered delivery, a sequence
+		// number would have to be added": am adds order and reliability once,
+		// for every network that lacks them.
+		w, err := reliable.Wrap(tr, reliable.Config{}, nil)
+		if err != nil {
+			return nil, fmt.Errorf("am: reliability layer over %s: %w", caps.Name, err)
+		}
+		tr, caps = w, w.Caps()
+	}
 	ep := &Endpoint{
 		tr:       tr,
 		caps:     caps,

@@ -2,6 +2,7 @@ package am
 
 import (
 	"fmt"
+	"math/rand"
 	"sync"
 	"time"
 	"unsafe"
@@ -22,6 +23,21 @@ type fakeNet struct {
 	putMin  int
 	maxPkt  int
 	dropPut bool // Put returns ErrPutUnsupported
+
+	// A lossy network (Caps not ordered, not reliable): drops, duplicates and
+	// reorders packets from a seeded source, so a failure replays.
+	lossy                 bool
+	seed                  int64
+	rng                   *rand.Rand
+	loss, dup, reorderPct float64
+}
+
+// newLossyNet returns a fake network that loses, duplicates and reorders.
+func newLossyNet(n int, seed int64) *fakeNet {
+	f := newFakeNet(n)
+	f.lossy, f.seed, f.rng = true, seed, rand.New(rand.NewSource(seed))
+	f.loss, f.dup, f.reorderPct = 0.10, 0.01, 0.30
+	return f
 }
 
 type fakePkt struct {
@@ -56,6 +72,9 @@ func (f *fakeNet) inject(src, dst int, b []byte) {
 func (t *fakeTr) Rank() int { return t.rank }
 func (t *fakeTr) Size() int { return t.net.n }
 func (t *fakeTr) Caps() transport.Caps {
+	if t.net.lossy {
+		return transport.Caps{Name: "fake-lossy", MaxPacket: t.net.maxPkt}
+	}
 	return transport.Caps{Name: "fake", Ordered: true, Reliable: true, MaxPacket: t.net.maxPkt, Put: t.net.put, PutMin: t.net.putMin}
 }
 
@@ -73,8 +92,29 @@ func (t *fakeTr) Send(dst int, hdr, payload []byte) error {
 	if f.limit > 0 && f.inQ[k] >= f.limit {
 		return transport.ErrWouldBlock
 	}
-	f.inQ[k]++
 	b := append(append([]byte(nil), hdr...), payload...)
+	if f.lossy {
+		if f.rng.Float64() < f.loss {
+			return nil // lost
+		}
+		copies := 1
+		if f.rng.Float64() < f.dup {
+			copies = 2
+		}
+		for i := 0; i < copies; i++ {
+			q := f.q[dst]
+			at := len(q)
+			if len(q) > 0 && f.rng.Float64() < f.reorderPct {
+				at = f.rng.Intn(len(q) + 1)
+			}
+			q = append(q, fakePkt{})
+			copy(q[at+1:], q[at:])
+			q[at] = fakePkt{t.rank, b}
+			f.q[dst] = q
+		}
+		return nil
+	}
+	f.inQ[k]++
 	f.q[dst] = append(f.q[dst], fakePkt{t.rank, b})
 	return nil
 }

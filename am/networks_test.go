@@ -14,7 +14,7 @@ import (
 
 // networks lists every network the endpoint tests run on: every protocol path
 // is tested on every transport.
-var networks = []string{"fake", "loop", "shm"}
+var networks = []string{"fake", "loop", "shm", "lossy"}
 
 var jobSeq sync.Mutex
 var jobN int
@@ -25,6 +25,12 @@ func openJob(t testing.TB, network string, n int) []transport.Transport {
 	switch network {
 	case "fake":
 		return newFakeNet(n).transports()
+	case "lossy":
+		// 10% loss, 30% reordering, 1% duplication: am's reliability layer
+		// makes it ordered and reliable. The seed replays a failure.
+		seed := int64(20261121 + n)
+		t.Logf("lossy network seed=%d", seed)
+		return newLossyNet(n, seed).transports()
 	case "loop":
 		trs, err := loop.NewJob(n, nil)
 		require.NoError(t, err)
