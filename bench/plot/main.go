@@ -6,7 +6,7 @@
 //
 //	cd bench/plot && go run . -o ../results/latest ../results/latest/results.csv
 //
-// It writes latency.svg (osu latency), bandwidth.svg (osu bw) and bibw.svg.
+// It writes latency, bandwidth (osu bw) and bibw, each as .svg and .png.
 package main
 
 import (
@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -142,5 +143,8 @@ func draw(recs map[[2]string]series, f figure, path string) error {
 		p.Add(l, sc)
 		p.Legend.Add(n, l, sc)
 	}
-	return p.Save(8*vg.Inch, 5*vg.Inch, path)
+	if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
+		return err
+	}
+	return p.Save(8*vg.Inch, 5*vg.Inch, strings.TrimSuffix(path, ".svg")+".png")
 }
