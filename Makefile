@@ -6,7 +6,7 @@ GO          ?= go
 BIN         := bin
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Packages with goroutines or shared memory: run again under the race detector.
-RACE_PKGS   := ./am/... ./handlers/... ./flowctl/... ./internal/... ./mpiam/...
+RACE_PKGS   := ./am/... ./handlers/... ./flowctl/... ./internal/... ./mpiam/... ./trace/...
 FUZZTIME    ?= 20s
 
 .PHONY: all build test race demo bench lint fuzz clean

@@ -378,8 +378,8 @@ func TestOperations(t *testing.T) {
 
 func TestCollectiveErrors(t *testing.T) {
 	runColl(t, 3, func(w *Comm) error {
-		type withPtr struct{ p *int }
-		if err := Bcast(w, []withPtr{{}}, 0); !isErr(err, ErrType) {
+		type withPtr struct{ P *int }
+		if err := Bcast(w, []withPtr{{P: nil}}, 0); !isErr(err, ErrType) {
 			return fmt.Errorf("pointer type: %v", err)
 		}
 		if err := Bcast(w, []int{1}, 3); !isErr(err, ErrRoot) {
