@@ -57,16 +57,6 @@ func feed(t *testing.T, now time.Time, src int, to *Engine, tx []pkt) {
 	}
 }
 
-func dataOnly(t *testing.T, tx []pkt) []pkt {
-	var out []pkt
-	for _, p := range tx {
-		if h, _ := decode(t, p.data); h.Seq != 0 {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 func TestHeaderOffsets(t *testing.T) {
 	h := wire.Header{Kind: wire.KindRequestShort, Seq: 0x11223344, Ack: 0x55667788, Piggyback: 0x0102030405060708}
 	b := make([]byte, wire.HeaderLen)
