@@ -12,6 +12,7 @@ import (
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/am/transport/loop"
 	_ "github.com/amgo-hpc/amgo/am/transport/shm" // registers "shm"
+	_ "github.com/amgo-hpc/amgo/am/transport/tcp" // registers "tcp"
 	"github.com/amgo-hpc/amgo/internal/pmi"
 )
 
