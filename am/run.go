@@ -122,7 +122,7 @@ func Open(cfg Config) (*Endpoint, error) {
 	}
 	tr, err := transport.Open(name, boot, nil)
 	if err != nil {
-		_ = boot.Abort(1, "transport: "+oneLine(err))
+		_ = boot.Abort(1, oneLine(err))
 		return nil, fmt.Errorf("am: rank %d: %w", boot.Rank(), err)
 	}
 	ep, err := New(tr, cfg)
