@@ -1,0 +1,96 @@
+// Package udp is amgo's unordered, lossy network between processes on many
+// hosts: one non-blocking UDP socket per rank, driven with raw system calls
+// from the polling goroutine, and a per-job secret proved in every datagram.
+// It is the seed's "AM platform without ordered delivery": its Caps say
+// neither Ordered nor Reliable, so package am wraps it in the reliability
+// layer (am/internal/reliable: sequence numbers, acknowledgements,
+// retransmission, duplicate suppression), exactly once, as for sim. It
+// registers itself as "udp"; open it with transport.Open("udp", bootstrap,
+// opts) or New.
+//
+// # Addresses
+//
+// Each rank binds one port of the interface the job uses, chosen as package
+// tcp chooses it: option "iface" or $AMGO_IFACE (an interface name, whose
+// first IPv4 address, else first global IPv6 one, is used, or an IP address);
+// by default the IPv4 address the host name resolves to when it belongs to
+// this host, else 127.0.0.1. Never the unspecified address. The rank
+// publishes host:port under "amgo.udp.<rank>" and fences once; there are no
+// connections.
+//
+// # Datagrams and membership
+//
+// The job secret is $AMGO_JOB_SECRET (hex, at least 16 bytes; amrun draws
+// one per job), else 16 random bytes that rank 0 draws and publishes under
+// "amgo.udp.secret" before the fence. Every datagram carries one packet:
+//
+//	offset  size  field
+//	0       4     magic "amU1" (little-endian uint32 0x31556d61)
+//	4       4     source rank (little-endian uint32)
+//	8       4     destination rank
+//	12      n     the packet: amgo wire header, arguments, payload
+//	12+n    8     proof: HMAC-SHA256(key, bytes 0 .. 12+n)[:8]
+//
+// with key = HMAC-SHA256(secret, "amgo-udp1 datagram key"). Poll drops and
+// counts (Stats) every datagram that is shorter than the framing or
+// truncated (Short), lacks the magic or comes from an address other than
+// the one the claimed source rank published (Foreign), names a source
+// outside the job or another destination (Misdirected), or carries a wrong
+// proof (BadProof), compared in constant time; DecodeDatagram is that check
+// and is fuzzed (FuzzDatagram). A forged datagram needs the secret; a
+// replayed one is a duplicate that the reliability layer discards (its
+// sequence number is behind or already buffered). The proof costs about
+// 0.3 us for a small packet and 1.5-2 GB/s of hashing for large ones
+// (SHA-NI).
+//
+// MaxPacket is 65507 (the largest UDP payload over IPv4) minus the 20 bytes
+// of framing: 65487. On a real network such a datagram is sent as IP
+// fragments, and losing one loses all: option "max_packet" (for example 1452
+// on an Ethernet MTU of 1500) keeps datagrams unfragmented.
+//
+// # Sending
+//
+// Send writes one datagram with one sendmsg(MSG_DONTWAIT) gathered straight
+// from the frame header, the caller's two slices and the proof: no copy in
+// user space and no allocation. A full socket send buffer (EAGAIN) returns
+// transport.ErrWouldBlock (Stats.WouldBlocks; the reliability layer counts
+// such a packet as lost and retransmits it); ENOBUFS, unreachable hosts and
+// the like lose the datagram silently (Stats.SendErrors), as the network may.
+// A rank sends to itself through its own socket like to anyone else.
+//
+// # Receiving
+//
+// Poll calls recvfrom(MSG_DONTWAIT|MSG_TRUNC) into one 64 KiB buffer until
+// the socket is empty or it has delivered max packets, and hands each packet
+// up in place. There is no goroutine and no netpoller on the data path: the
+// Go netpoller's wake-up costs 30-40 us on small VMs, against 3-4 us for a
+// busy-polled datagram (docs/transports.md).
+//
+// # Waiting
+//
+// Wait polls the socket with ppoll and a zero timeout for up to the spin
+// time (option "spin", default 20 us), then sleeps in ppoll until the socket
+// is readable or the timeout passes (Caps.Wakeup).
+//
+// # Failures
+//
+// UDP has no connection to lose: a peer that exits or crashes simply stops
+// answering, and the reliability layer declares it dead after DeadAfter
+// (3 s) without acknowledgement while packets to it are outstanding (an
+// error wrapping transport.ErrPeer naming the rank).
+//
+// # Concurrency
+//
+// As transport.Transport says: Sends to different destinations, Poll and
+// Wait may run concurrently (each destination has its own scratch and
+// lock). Close must not run concurrently with anything else.
+//
+// # Options
+//
+//	iface       interface name or IP address to bind to [AMGO_IFACE]
+//	port        UDP port, default 0: any free port [AMGO_UDP_PORT]
+//	spin        how long Wait polls before sleeping, a Go duration (default 20us) [AMGO_UDP_SPIN]
+//	buf_bytes   SO_RCVBUF and SO_SNDBUF (the FORCE variants when permitted), default 4 MiB [AMGO_UDP_BUF_BYTES]
+//	max_packet  largest packet, 1024..65487, default 65487 [AMGO_UDP_MAX_PACKET]
+//	secret      the job secret in hex [AMGO_JOB_SECRET]
+package udp
