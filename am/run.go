@@ -12,7 +12,9 @@ import (
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/am/transport/loop"
 	_ "github.com/amgo-hpc/amgo/am/transport/shm" // registers "shm"
+	"github.com/amgo-hpc/amgo/am/transport/sim"
 	_ "github.com/amgo-hpc/amgo/am/transport/tcp" // registers "tcp"
+	_ "github.com/amgo-hpc/amgo/am/transport/udp" // registers "udp"
 	"github.com/amgo-hpc/amgo/internal/pmi"
 )
 
@@ -75,7 +77,7 @@ func Run(cfg Config, fn func(ep *Endpoint) error) error {
 // loopSize reports whether this process runs a loop job, and its size.
 func loopSize() (int, bool, error) {
 	name := os.Getenv(EnvTransport)
-	if name != "loop" && name != "" {
+	if name != "loop" && name != "sim" && name != "" {
 		return 0, false, nil
 	}
 	if name == "" && (os.Getenv("PMI_FD") != "" || os.Getenv("PMI_PORT") != "") {
@@ -171,10 +173,11 @@ func (ep *Endpoint) Abort(code int, msg string) error {
 }
 
 // RunLocal runs fn on n ranks that are goroutines of this process, over the
-// loop network (tests, embedding). It returns when all have finished; see Run
+// loop network (tests, embedding), or over package sim's simulated faulty
+// network when AMGO_TRANSPORT=sim. It returns when all have finished; see Run
 // for how a failing rank ends the job.
 func RunLocal(n int, cfg Config, fn func(ep *Endpoint) error) error {
-	trs, err := loop.NewJob(n, nil)
+	trs, err := localJob(n)
 	if err != nil {
 		return err
 	}
@@ -246,6 +249,20 @@ func RunLocal(n int, cfg Config, fn func(ep *Endpoint) error) error {
 		return nil
 	}
 	return errors.Join(first...)
+}
+
+// localJob opens the n goroutine ranks of an in-process job: over loop, or
+// over the simulated faulty network of package sim when AMGO_TRANSPORT=sim
+// (faults from AMGO_SIM_SEED, AMGO_SIM_LOSS, ...: sim.ParseOptions).
+func localJob(n int) ([]transport.Transport, error) {
+	if os.Getenv(EnvTransport) == "sim" {
+		c, err := sim.ParseOptions(nil)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		return sim.NewJob(n, c)
+	}
+	return loop.NewJob(n, nil)
 }
 
 func oneLine(err error) string {
