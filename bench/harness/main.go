@@ -455,7 +455,11 @@ func table(b *strings.Builder, sum map[key]stats, bench, column string, configs 
 		}
 		sizes = p
 	}
-	fmt.Fprintf(b, "\n### %s: %s\n\n| size | %s |\n|---|%s\n", bench, column, strings.Join(cfgs, " | "), strings.Repeat("---:|", len(cfgs)))
+	first := "size"
+	if bench == "match" {
+		first = "queued"
+	}
+	fmt.Fprintf(b, "\n### %s: %s\n\n| %s | %s |\n|---|%s\n", bench, column, first, strings.Join(cfgs, " | "), strings.Repeat("---:|", len(cfgs)))
 	for _, s := range sizes {
 		label := strconv.Itoa(s)
 		if pick != nil {
