@@ -2,19 +2,37 @@ package am
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
 
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/am/transport/loop"
 	"github.com/amgo-hpc/amgo/am/transport/shm"
+	"github.com/amgo-hpc/amgo/am/transport/sim"
 	"github.com/amgo-hpc/amgo/am/transport/transporttest"
+	"github.com/amgo-hpc/amgo/am/transport/udp"
 	"github.com/stretchr/testify/require"
 )
 
 // networks lists every network the endpoint tests run on: every protocol path
-// is tested on every transport.
-var networks = []string{"fake", "loop", "shm", "lossy"}
+// is tested on every transport. "sim" and "udp" are unordered and unreliable:
+// New puts the reliability layer on them.
+var networks = []string{"fake", "loop", "shm", "lossy", "sim", "udp"}
+
+// simSeed is the seed of the sim network: AMGO_SIM_SEED replays a failure
+// that printed seed=N, otherwise a fixed seed per job size.
+func simSeed(t testing.TB, n int) int64 {
+	seed := int64(20261121 + n)
+	if s := os.Getenv(sim.EnvSeed); s != "" {
+		v, err := strconv.ParseInt(s, 10, 64)
+		require.NoError(t, err, sim.EnvSeed)
+		seed = v
+	}
+	t.Logf("sim network seed=%d (replay: %s=%d)", seed, sim.EnvSeed, seed)
+	return seed
+}
 
 var jobSeq sync.Mutex
 var jobN int
@@ -35,30 +53,51 @@ func openJob(t testing.TB, network string, n int) []transport.Transport {
 		trs, err := loop.NewJob(n, nil)
 		require.NoError(t, err)
 		return trs
+	case "sim":
+		// 10% loss, 30% reordering, 1% duplication, in package sim.
+		trs, err := sim.NewJob(n, sim.Config{Seed: simSeed(t, n), Loss: 0.10, Reorder: 0.30, Duplicate: 0.01})
+		require.NoError(t, err)
+		return trs
+	case "udp":
+		jobSeq.Lock()
+		jobN++
+		id := fmt.Sprintf("amtest-udp-%d-%d", jobN, n)
+		jobSeq.Unlock()
+		return openBooted(t, n, id, func(b transport.Bootstrap) (transport.Transport, error) {
+			return udp.New(b, map[string]string{"iface": "127.0.0.1"})
+		})
 	case "shm":
 		jobSeq.Lock()
 		jobN++
 		id := fmt.Sprintf("amtest-%d-%d", jobN, n)
 		jobSeq.Unlock()
-		boots := transporttest.NewBootstraps(n, id)
-		trs := make([]transport.Transport, n)
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		for i := range boots {
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				trs[i], errs[i] = shm.New(boots[i], map[string]string{"dir": t.TempDir()})
-			}(i)
-		}
-		wg.Wait()
-		for _, err := range errs {
-			require.NoError(t, err)
-		}
-		return trs
+		return openBooted(t, n, id, func(b transport.Bootstrap) (transport.Transport, error) {
+			return shm.New(b, map[string]string{"dir": t.TempDir()})
+		})
 	}
 	t.Fatalf("unknown network %q", network)
 	return nil
+}
+
+// openBooted opens n ranks of a network whose constructor needs a bootstrap,
+// each on its own goroutine (the constructors fence).
+func openBooted(t testing.TB, n int, id string, open func(transport.Bootstrap) (transport.Transport, error)) []transport.Transport {
+	boots := transporttest.NewBootstraps(n, id)
+	trs := make([]transport.Transport, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range boots {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			trs[i], errs[i] = open(boots[i])
+		}(i)
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	return trs
 }
 
 // forEachNetwork runs body on n fresh endpoints over every network.
