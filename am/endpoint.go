@@ -5,13 +5,15 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/amgo-hpc/amgo/am/internal/reliable"
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/flowctl"
-	"github.com/amgo-hpc/amgo/am/internal/reliable"
 	"github.com/amgo-hpc/amgo/handlers"
 	"github.com/amgo-hpc/amgo/internal/pmi"
 	"github.com/amgo-hpc/amgo/internal/wire"
@@ -28,7 +30,27 @@ var (
 	ErrInHandler = errors.New("am: request from inside a handler would block")
 	ErrConfig    = errors.New("am: invalid configuration")
 	ErrNotMedium = errors.New("am: only a medium request's payload can be retained")
+	// ErrPeerDead is matched by a *PeerError: a rank of the job has failed.
+	ErrPeerDead = errors.New("am: peer failed")
 )
+
+// PeerError reports a rank that failed (its process died, its connection broke
+// without a goodbye, or it closed its endpoint while the job still needed it),
+// as the network reported it. It matches ErrPeerDead and, through Err,
+// transport.ErrPeer. Once a rank is recorded dead, every later request to it
+// fails at once with its PeerError (see DeadPeers).
+type PeerError struct {
+	Rank int   // the failed rank
+	Err  error // the network's report
+}
+
+func (e *PeerError) Error() string { return fmt.Sprintf("am: rank %d failed: %v", e.Rank, e.Err) }
+
+// Is makes errors.Is(err, ErrPeerDead) true.
+func (e *PeerError) Is(target error) bool { return target == ErrPeerDead }
+
+// Unwrap returns the network's report.
+func (e *PeerError) Unwrap() error { return e.Err }
 
 // Config tunes an endpoint. The zero value gives the defaults.
 type Config struct {
@@ -48,6 +70,13 @@ type Config struct {
 	// that is dropped (malformed, unknown handler, bad reservation). By default
 	// drops are logged with log/slog at warning level, at most once per second.
 	OnDrop func(error)
+	// Progress, if positive, starts a progress goroutine: when no goroutine has
+	// polled the endpoint for that long, it polls, so that handlers run and
+	// protocols advance (a rendezvous store, credit returns) while the program
+	// computes for long stretches between calls (DESIGN.md "an optional
+	// progress goroutine"; the seed: "a timer may be used to periodically poll").
+	// 0: off. AMGO_PROGRESS (a Go duration, e.g. 100us) sets it.
+	Progress time.Duration
 }
 
 func (c *Config) fill() error {
@@ -143,8 +172,19 @@ type Endpoint struct {
 
 	bar barrierState
 
+	dead      []atomic.Pointer[PeerError] // by rank: set once, when the rank is found dead
+	deaths    atomic.Int64                // ranks recorded dead: the epoch blocked waits compare
+	deadMu    sync.Mutex
+	deadOrder []int        // dead ranks in the order they were recorded (deadMu)
+	lastProbe atomic.Int64 // unix ns of the last liveness probe
+
 	boot     *pmi.Client // set by Open: the launcher connection
 	abortJob func()      // set by RunLocal: ends the in-process job
+
+	progressHooks []func()      // run by the progress goroutine after its polls
+	progressStop  chan struct{} // closed by Close
+	progressDone  chan struct{}
+	progressOnce  sync.Once
 }
 
 // rxState is the receive side, used only by the polling goroutine.
@@ -157,6 +197,8 @@ type rxState struct {
 	pending []freeRange // per source: coalesced frees not yet sent
 	dirty   []int       // sources with a pending free (possibly sent since)
 	idle    int         // polls in a row that found nothing
+	lastErr error       // the last peer failure Poll returned, and its rank (a cache:
+	lastBad int         // networks repeat a dead peer's error on every idle poll)
 	c       struct{ requests, replies, acks, bytes, drops uint64 }
 }
 
@@ -188,6 +230,7 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 		cfg:      cfg,
 		peers:    make([]peer, tr.Size()),
 		recvBufs: make([]byte, tr.Size()*cfg.BufferBytes),
+		dead:     make([]atomic.Pointer[PeerError], tr.Size()),
 	}
 	if p, ok := tr.(transport.Putter); ok && caps.Put {
 		ep.putter = p
@@ -213,6 +256,10 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 	ep.rx.pending = make([]freeRange, ep.size)
 	ep.rx.dirty = make([]int, 0, ep.size)
 	if err := ep.registerInternal(); err != nil {
+		return nil, err
+	}
+	if _, err := ep.table.RegisterReserved(handlers.Entry{Index: probeHandler, Name: "am.probe", NArgs: 0,
+		Fn: func(*handlers.Token, []uint64, []byte) {}}); err != nil {
 		return nil, err
 	}
 	return ep, nil
@@ -254,6 +301,9 @@ func (ep *Endpoint) checkDst(dst int) error {
 	}
 	if ep.closed.Load() {
 		return ErrClosed
+	}
+	if pe := ep.dead[dst].Load(); pe != nil {
+		return pe
 	}
 	return nil
 }
@@ -298,6 +348,10 @@ func (ep *Endpoint) RequestMediumPiggyback(dst int, h handlers.Index, payload []
 func (ep *Endpoint) requestShort(dst int, h handlers.Index, args []uint64) error {
 	if err := ep.checkDst(dst); err != nil {
 		return err
+	}
+	if h == barrierHandler && ep.deaths.Load() > 0 {
+		// A barrier is over every rank: with one dead it can never complete.
+		return ep.firstDead()
 	}
 	if err := ep.table.CheckSend(h, len(args)); err != nil {
 		return err
@@ -383,6 +437,9 @@ func (ep *Endpoint) Store(dst int, h handlers.Index, addr uint64, data []byte, a
 				p.noPut = true
 				p.mu.Unlock()
 			default:
+				if pe := ep.peerFailed(dst, err); pe != nil {
+					return pe
+				}
 				return fmt.Errorf("am: store of %d bytes to rank %d at %#x: %w", len(data), dst, addr, err)
 			}
 		}
@@ -416,12 +473,16 @@ func (ep *Endpoint) Store(dst int, h handlers.Index, addr uint64, data []byte, a
 func (ep *Endpoint) sendRequest(dst int, h *wire.Header, args []uint64, payload []byte) error {
 	if !ep.table.Sealed() {
 		ep.table.Seal() // communication has started
+		ep.startProgress()
 	}
 	res := flowctl.RoundUp(h.EncodedLen() + len(payload) + ep.cfg.ReplyReserve)
 	p := &ep.peers[dst]
 	var b backoff
 	stalled := false // waited for credit (not for the network)
 	for {
+		if pe := ep.dead[dst].Load(); pe != nil {
+			return pe
+		}
 		p.mu.Lock()
 		if len(p.backlog) > 0 {
 			ep.flushBacklogLocked(dst, p)
@@ -448,6 +509,9 @@ func (ep *Endpoint) sendRequest(dst int, h *wire.Header, args []uint64, payload 
 				_ = p.win.Free(off, uint32(res))
 				if !errors.Is(err, transport.ErrWouldBlock) {
 					p.mu.Unlock()
+					if pe := ep.peerFailed(dst, err); pe != nil {
+						return pe
+					}
 					return fmt.Errorf("am: request to rank %d: %w", dst, err)
 				}
 			} else {
@@ -455,8 +519,8 @@ func (ep *Endpoint) sendRequest(dst int, h *wire.Header, args []uint64, payload 
 			}
 		}
 		p.mu.Unlock()
-		if err := ep.progress(&b); err != nil {
-			return err
+		if err := ep.progress(&b); err != nil && !errors.Is(err, ErrPeerDead) {
+			return err // another rank's death does not stop a request to dst
 		}
 	}
 }
@@ -464,6 +528,9 @@ func (ep *Endpoint) sendRequest(dst int, h *wire.Header, args []uint64, payload 
 // sendResponse sends a reply or ack to dst. It never waits: when the network
 // cannot take the packet now it is queued (in order) and sent by a later poll.
 func (ep *Endpoint) sendResponse(dst int, h *wire.Header, args []uint64, payload []byte) error {
+	if pe := ep.dead[dst].Load(); pe != nil {
+		return pe
+	}
 	p := &ep.peers[dst]
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -483,6 +550,9 @@ func (ep *Endpoint) sendResponse(dst int, h *wire.Header, args []uint64, payload
 			return nil
 		}
 		if !errors.Is(err, transport.ErrWouldBlock) {
+			if pe := ep.peerFailed(dst, err); pe != nil {
+				return pe
+			}
 			return fmt.Errorf("am: %s to rank %d: %w", h.Kind, dst, err)
 		}
 		ep.backlogged.Add(1)
@@ -502,6 +572,12 @@ func (ep *Endpoint) flushBacklogLocked(dst int, p *peer) {
 		pkt := p.backlog[0]
 		payload, _ := wire.Decode(pkt, &h, &args) // encoded by us: cannot fail
 		if err := ep.tr.Send(dst, pkt[:len(pkt)-len(payload)], payload); err != nil {
+			if !errors.Is(err, transport.ErrWouldBlock) && ep.peerFailed(dst, err) != nil {
+				// dst is gone: what it was owed can never be delivered.
+				clear(p.backlog)
+				p.backlog = nil
+				ep.backlogged.Add(-1)
+			}
 			return
 		}
 		p.backlog[0] = nil
@@ -531,6 +607,7 @@ const pollBatch = 64
 func (ep *Endpoint) pollLocked() (int, error) {
 	if !ep.table.Sealed() {
 		ep.table.Seal()
+		ep.startProgress()
 	}
 	if ep.backlogged.Load() > 0 {
 		for i := range ep.peers {
@@ -543,6 +620,9 @@ func (ep *Endpoint) pollLocked() (int, error) {
 		}
 	}
 	n, err := ep.tr.Poll((*receiver)(ep), pollBatch)
+	if err != nil {
+		err = ep.pollFailure(err)
+	}
 	// Credit returns for requests answered without a reply wait, coalesced,
 	// for a reply to carry them, until they reach a quarter of the buffer, or
 	// until the endpoint has found nothing to do for idleFlushPolls polls in a
@@ -688,6 +768,9 @@ func (ep *Endpoint) flushFrees() {
 }
 
 func (ep *Endpoint) sendAck(dst int, off, n uint32) {
+	if ep.dead[dst].Load() != nil {
+		return // credit for a dead rank: nobody to return it to
+	}
 	h := wire.Header{Kind: wire.KindAck, Src: uint32(ep.rank), Flags: wire.FlagFree, Off: off, Reserve: n}
 	if err := ep.sendResponse(dst, &h, nil, nil); err != nil {
 		ep.drop(err)
@@ -858,6 +941,11 @@ func (ep *Endpoint) progress(b *backoff) error {
 		}
 		return nil
 	}
+	if time.Since(b.start) >= probeEvery {
+		if pe := ep.maybeProbe(); pe != nil {
+			return pe
+		}
+	}
 	if ep.pollMu.TryLock() {
 		err := ep.tr.Wait(time.Millisecond)
 		ep.pollMu.Unlock()
@@ -884,12 +972,26 @@ func (ep *Endpoint) Expect(d time.Duration) {
 
 // PollUntil polls until cond returns true (GASNET_BLOCKUNTIL): hot at first,
 // then sleeping on the network's wake-up. cond is evaluated on the calling
-// goroutine between polls. Errors: ErrClosed, network errors, ErrInHandler.
+// goroutine between polls. Errors: ErrClosed, network errors, ErrInHandler,
+// and a *PeerError (errors.Is ErrPeerDead) when a rank is found dead while it
+// waits and cond still does not hold: every blocked PollUntil returns then,
+// whichever goroutine noticed the death, so that a wait that depends on the
+// dead rank cannot spin for ever; the caller decides whether to wait again.
+// A PollUntil that starts after a death is not failed by it (DeadPeers lists
+// the dead ranks).
 func (ep *Endpoint) PollUntil(cond func() bool) error {
 	var b backoff
+	epoch := ep.deaths.Load()
 	for !cond() {
-		if err := ep.progress(&b); err != nil {
+		err := ep.progress(&b)
+		if err != nil && !errors.Is(err, ErrPeerDead) {
 			return err
+		}
+		if err != nil || ep.deaths.Load() != epoch {
+			if cond() {
+				return nil
+			}
+			return ep.deadSince(epoch)
 		}
 	}
 	return nil
@@ -903,6 +1005,9 @@ func (ep *Endpoint) Drain(d time.Duration) int {
 	busy := func() int {
 		n := 0
 		for i := range ep.peers {
+			if ep.dead[i].Load() != nil {
+				continue // a dead rank returns no credit
+			}
 			p := &ep.peers[i]
 			p.mu.Lock()
 			if p.win.InUse() > 0 || len(p.backlog) > 0 {
@@ -917,11 +1022,74 @@ func (ep *Endpoint) Drain(d time.Duration) int {
 		if busy() == 0 {
 			return 0
 		}
-		if err := ep.progress(&b); err != nil {
+		if err := ep.progress(&b); err != nil && !errors.Is(err, ErrPeerDead) {
 			break
 		}
 	}
 	return busy()
+}
+
+// OnProgress registers f to run after each poll of the progress goroutine
+// (Config.Progress), outside any handler: a layer above am runs there the
+// work its handlers deferred (the seed's list of stores that "any MPI
+// communication function that explicitly polls" performs). Register before
+// communication starts. f must not block for long.
+func (ep *Endpoint) OnProgress(f func()) {
+	ep.progressHooks = append(ep.progressHooks, f)
+}
+
+// startProgress starts the progress goroutine once, if configured.
+func (ep *Endpoint) startProgress() {
+	if ep.cfg.Progress <= 0 {
+		return
+	}
+	ep.progressOnce.Do(func() {
+		ep.progressStop = make(chan struct{})
+		ep.progressDone = make(chan struct{})
+		go ep.progressLoop(ep.cfg.Progress)
+	})
+}
+
+func (ep *Endpoint) progressLoop(every time.Duration) {
+	defer close(ep.progressDone)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last := ep.polls.Load()
+	for {
+		select {
+		case <-ep.progressStop:
+			return
+		case <-t.C:
+		}
+		if cur := ep.polls.Load(); cur != last {
+			last = cur // someone is polling: nothing to do
+			continue
+		}
+		for i := 0; i < 64; i++ {
+			n, err := ep.Poll()
+			if err != nil || n == 0 {
+				break
+			}
+		}
+		for _, f := range ep.progressHooks {
+			f()
+		}
+		ep.flushPending()
+		last = ep.polls.Load()
+	}
+}
+
+// stopProgress ends the progress goroutine, if it runs.
+func (ep *Endpoint) stopProgress() {
+	ep.progressOnce.Do(func() {}) // no goroutine may start after this
+	if ep.progressStop != nil {
+		select {
+		case <-ep.progressStop:
+		default:
+			close(ep.progressStop)
+		}
+		<-ep.progressDone
+	}
 }
 
 // flushPending sends the credit returns this endpoint still owes its peers.
@@ -942,8 +1110,191 @@ func (ep *Endpoint) Close() error {
 	ep.flushPending()
 	ep.Drain(time.Second)
 	ep.closed.Store(true)
+	ep.stopProgress()
 	ep.pollMu.Lock()
 	defer ep.pollMu.Unlock()
 	ep.unregisterAll()
 	return ep.tr.Close()
+}
+
+// Dead peers.
+//
+// A network reports a failed rank as an error wrapping transport.ErrPeer, from
+// Send or Put to that rank, or from Poll. The endpoint records the rank once
+// (peerFailed), fails every later request to it at once (checkDst), drops what
+// it owed the rank, and makes every blocked PollUntil return the rank's
+// *PeerError (the deaths epoch). A network that repeats the report on every
+// Poll (shm and tcp do, while nothing else arrives) is heard once: later
+// reports of a known death are swallowed, so that traffic from live ranks keeps
+// flowing. Networks that cannot see a silent peer die (loop: a closed rank; tcp
+// without a connection to it; the reliability layer with nothing outstanding)
+// are covered by a liveness probe: a wait that has found nothing for
+// probeEvery sends each live peer a probe packet (a short reply to a no-op
+// handler, no credit), and a Send that fails with transport.ErrPeer records the
+// rank.
+
+// probeHandler is the reserved no-op handler of liveness probes.
+const probeHandler handlers.Index = 254
+
+// probeEvery is how long a blocked wait finds nothing before the endpoint
+// probes its peers, and how often it probes at most.
+var probeEvery = 500 * time.Millisecond
+
+// DeadPeers lists the ranks recorded dead, in the order they were found.
+func (ep *Endpoint) DeadPeers() []int {
+	ep.deadMu.Lock()
+	defer ep.deadMu.Unlock()
+	return append([]int(nil), ep.deadOrder...)
+}
+
+// PeerFailure returns rank's *PeerError if the rank has been recorded dead, nil
+// otherwise.
+func (ep *Endpoint) PeerFailure(rank int) error {
+	if rank < 0 || rank >= ep.size {
+		return nil
+	}
+	if pe := ep.dead[rank].Load(); pe != nil {
+		return pe
+	}
+	return nil
+}
+
+// Deaths is the number of ranks recorded dead so far: a layer above compares it
+// with the value it last acted on to learn of new deaths with one atomic load.
+func (ep *Endpoint) Deaths() int { return int(ep.deaths.Load()) }
+
+// peerFailed records that rank failed if err reports it (wraps
+// transport.ErrPeer), and returns the rank's *PeerError; nil when err is
+// another kind of error. The first report of a rank is kept.
+func (ep *Endpoint) peerFailed(rank int, err error) *PeerError {
+	if !errors.Is(err, transport.ErrPeer) || rank < 0 || rank >= ep.size || rank == ep.rank {
+		return nil
+	}
+	if pe := ep.dead[rank].Load(); pe != nil {
+		return pe
+	}
+	var pe *PeerError
+	if !errors.As(err, &pe) || pe.Rank != rank {
+		pe = &PeerError{Rank: rank, Err: err}
+	}
+	ep.deadMu.Lock()
+	if ep.dead[rank].CompareAndSwap(nil, pe) {
+		ep.deadOrder = append(ep.deadOrder, rank)
+		ep.deaths.Add(1)
+	}
+	ep.deadMu.Unlock()
+	return ep.dead[rank].Load()
+}
+
+// pollFailure turns an error from the network's Poll into what Poll returns: a
+// new death as its *PeerError (once), a known death as nil, anything else as is.
+// Runs under pollMu.
+func (ep *Endpoint) pollFailure(err error) error {
+	if !errors.Is(err, transport.ErrPeer) {
+		return err
+	}
+	rank := -1
+	if err == ep.rx.lastErr {
+		rank = ep.rx.lastBad
+	} else if rank = failedRank(err, ep.rank, ep.size); rank >= 0 {
+		ep.rx.lastErr, ep.rx.lastBad = err, rank
+	}
+	if rank < 0 {
+		return err // a failure the network does not attribute: report it as is
+	}
+	if ep.dead[rank].Load() != nil {
+		return nil
+	}
+	return ep.peerFailed(rank, err)
+}
+
+// failedRank finds the rank a network's peer error names: a PeerRank method
+// in the chain (the convention of docs/porting.md), am's own *PeerError, or
+// else the first "rank N" in the message that is not self (how shm and tcp word
+// theirs: "shm: rank 2 (pid 7) exited without closing", "tcp: connection from
+// rank 0 to rank 2 lost", "reliable: rank 2: ..."). -1 if none.
+func failedRank(err error, self, size int) int {
+	var pr interface{ PeerRank() int }
+	if errors.As(err, &pr) {
+		if r := pr.PeerRank(); r >= 0 && r < size && r != self {
+			return r
+		}
+	}
+	var pe *PeerError
+	if errors.As(err, &pe) {
+		return pe.Rank
+	}
+	msg := err.Error()
+	for i := 0; ; {
+		k := strings.Index(msg[i:], "rank ")
+		if k < 0 {
+			return -1
+		}
+		i += k + len("rank ")
+		j := i
+		for j < len(msg) && msg[j] >= '0' && msg[j] <= '9' {
+			j++
+		}
+		if j > i && j-i < 10 {
+			if r, _ := strconv.Atoi(msg[i:j]); r != self && r < size {
+				return r
+			}
+		}
+	}
+}
+
+// firstDead returns the *PeerError of the first rank recorded dead.
+func (ep *Endpoint) firstDead() error {
+	ep.deadMu.Lock()
+	defer ep.deadMu.Unlock()
+	if len(ep.deadOrder) == 0 {
+		return nil
+	}
+	return ep.dead[ep.deadOrder[0]].Load()
+}
+
+// deadSince returns the *PeerError of the first rank recorded dead after the
+// first epoch deaths.
+func (ep *Endpoint) deadSince(epoch int64) error {
+	ep.deadMu.Lock()
+	defer ep.deadMu.Unlock()
+	if int(epoch) >= len(ep.deadOrder) {
+		return nil
+	}
+	return ep.dead[ep.deadOrder[epoch]].Load()
+}
+
+// maybeProbe sends a liveness probe to every peer not known dead, at most once
+// per probeEvery for the endpoint, and returns the *PeerError of the first
+// rank it finds dead. A peer whose lock is busy, or whose network refuses the
+// probe for now, is being talked to: it is skipped.
+func (ep *Endpoint) maybeProbe() error {
+	now := time.Now().UnixNano()
+	last := ep.lastProbe.Load()
+	if now-last < int64(probeEvery) || !ep.lastProbe.CompareAndSwap(last, now) {
+		return nil
+	}
+	h := wire.Header{Kind: wire.KindReplyShort, Handler: uint8(probeHandler), Src: uint32(ep.rank)}
+	var found error
+	for dst := range ep.peers {
+		if dst == ep.rank || ep.dead[dst].Load() != nil {
+			continue
+		}
+		p := &ep.peers[dst]
+		if !p.mu.TryLock() {
+			continue
+		}
+		var err error
+		if len(p.backlog) == 0 {
+			n := wire.Encode(p.scratch[:], &h, nil)
+			err = ep.tr.Send(dst, p.scratch[:n], nil)
+		}
+		p.mu.Unlock()
+		if err != nil && !errors.Is(err, transport.ErrWouldBlock) {
+			if pe := ep.peerFailed(dst, err); pe != nil && found == nil {
+				found = pe
+			}
+		}
+	}
+	return found
 }
