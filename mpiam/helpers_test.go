@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime/debug"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,15 +18,41 @@ import (
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/am/transport/loop"
 	"github.com/amgo-hpc/amgo/am/transport/shm"
+	"github.com/amgo-hpc/amgo/am/transport/sim"
+	"github.com/amgo-hpc/amgo/am/transport/tcp"
 	"github.com/amgo-hpc/amgo/am/transport/transporttest"
+	"github.com/amgo-hpc/amgo/am/transport/udp"
 	"github.com/stretchr/testify/require"
 )
 
-// networks lists the networks every semantics test runs on: ranks as
-// goroutines over the loop network (what RunLocal uses), and ranks as
-// goroutines of this process over the shared-memory transport (rings in a
-// shared file, futex doorbells, single-copy puts), which processes use.
-var networks = []string{"loop", "shm"}
+// networks lists the networks every semantics test runs on, ranks always
+// being goroutines of this process: the loop network (what RunLocal uses);
+// the shared-memory transport (rings in a shared file, futex doorbells,
+// single-copy puts), which processes use; tcp and udp over loopback; and sim,
+// the seeded faulty network (10% loss, 30% reordering, 1% duplication; the
+// seed is printed, AMGO_SIM_SEED replays it). udp and sim are unordered and
+// lossy: am puts its reliability layer on them.
+var networks = []string{"loop", "shm", "tcp", "udp", "sim"}
+
+// simSeed is the seed of a sim job: AMGO_SIM_SEED, else a fixed one.
+func simSeed(t testing.TB) int64 {
+	seed := int64(424242)
+	if s := os.Getenv(sim.EnvSeed); s != "" {
+		v, err := strconv.ParseInt(s, 10, 64)
+		require.NoError(t, err, sim.EnvSeed)
+		seed = v
+	}
+	t.Logf("sim network seed=%d (replay: %s=%d)", seed, sim.EnvSeed, seed)
+	return seed
+}
+
+// openSim opens n ranks of a sim job with 10% loss, 30% reordering and 1%
+// duplication.
+func openSim(t testing.TB, n int) []transport.Transport {
+	trs, err := sim.NewJob(n, sim.Config{Seed: simSeed(t), Loss: 0.10, Reorder: 0.30, Duplicate: 0.01})
+	require.NoError(t, err)
+	return trs
+}
 
 // jobTimeout ends a job that has not finished: a deadlock shows as a failure
 // with every goroutine's stack rather than as a hung test binary.
@@ -139,6 +166,16 @@ func runJobErr(t testing.TB, nw string, n int, cfg Config, body rankBody) error 
 		require.NoError(t, err)
 	case "shm":
 		trs = openShm(t, n)
+	case "tcp":
+		trs = openBooted(t, n, "tcp", func(b transport.Bootstrap) (transport.Transport, error) {
+			return tcp.New(b, map[string]string{"iface": "127.0.0.1"})
+		})
+	case "udp":
+		trs = openBooted(t, n, "udp", func(b transport.Bootstrap) (transport.Transport, error) {
+			return udp.New(b, map[string]string{"iface": "127.0.0.1"})
+		})
+	case "sim":
+		trs = openSim(t, n)
 	default:
 		t.Fatalf("unknown network %q", nw)
 	}
@@ -150,6 +187,26 @@ func runJobErr(t testing.TB, nw string, n int, cfg Config, body rankBody) error 
 }
 
 var shmJobs atomic.Int64
+
+// openBooted opens n ranks of a network whose constructor needs a bootstrap
+// (they fence), each on its own goroutine, over an in-memory key-value space.
+func openBooted(t testing.TB, n int, name string, open func(transport.Bootstrap) (transport.Transport, error)) []transport.Transport {
+	id := fmt.Sprintf("mpiamtest-%s-%d-%d-%d", name, os.Getpid(), shmJobs.Add(1), n)
+	boots := transporttest.NewBootstraps(n, id)
+	trs := make([]transport.Transport, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range boots {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			trs[i], errs[i] = open(boots[i])
+		}(i)
+	}
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+	return trs
+}
 
 // openShm opens n ranks of one shared-memory job in this process.
 func openShm(t testing.TB, n int) []transport.Transport {

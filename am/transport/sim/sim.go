@@ -170,6 +170,8 @@ type Transport struct {
 
 	waiters atomic.Int32
 	bell    chan struct{}
+	timerMu sync.Mutex // guards timer: Wait does not allocate one per call
+	timer   *time.Timer
 }
 
 // NewJob opens the n ranks of a simulated job in this process; element i is
@@ -515,12 +517,28 @@ func (t *Transport) Wait(d time.Duration) error {
 	if n := t.next(); n >= 0 && n < until {
 		until = n
 	}
-	tm := time.NewTimer(time.Duration(until - now))
+	sleep := time.Duration(until - now)
+	if !t.timerMu.TryLock() {
+		// Another goroutine waits with the timer: take a fresh one.
+		tm := time.NewTimer(sleep)
+		defer tm.Stop()
+		select {
+		case <-t.bell:
+		case <-tm.C:
+		}
+		return nil
+	}
+	defer t.timerMu.Unlock()
+	if t.timer == nil {
+		t.timer = time.NewTimer(sleep)
+	} else {
+		t.timer.Reset(sleep)
+	}
 	select {
 	case <-t.bell:
-	case <-tm.C:
+	case <-t.timer.C:
 	}
-	tm.Stop()
+	t.timer.Stop()
 	return nil
 }
 
