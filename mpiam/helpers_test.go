@@ -47,9 +47,17 @@ func simSeed(t testing.TB) int64 {
 }
 
 // openSim opens n ranks of a sim job with 10% loss, 30% reordering and 1%
-// duplication.
-func openSim(t testing.TB, n int) []transport.Transport {
-	trs, err := sim.NewJob(n, sim.Config{Seed: simSeed(t), Loss: 0.10, Reorder: 0.30, Duplicate: 0.01})
+// duplication. nw is "sim", or "sim+K" for the seed plus K (jobs that run at
+// the same time with different faults).
+func openSim(t testing.TB, nw string, n int) []transport.Transport {
+	seed := simSeed(t)
+	if k, ok := strings.CutPrefix(nw, "sim+"); ok {
+		off, err := strconv.ParseInt(k, 10, 64)
+		require.NoError(t, err, "network %q", nw)
+		seed += off
+		t.Logf("%s: seed=%d (replay: %s=%d, one job)", nw, seed, sim.EnvSeed, seed)
+	}
+	trs, err := sim.NewJob(n, sim.Config{Seed: seed, Loss: 0.10, Reorder: 0.30, Duplicate: 0.01})
 	require.NoError(t, err)
 	return trs
 }
@@ -175,9 +183,12 @@ func runJobErr(t testing.TB, nw string, n int, cfg Config, body rankBody) error 
 			return udp.New(b, map[string]string{"iface": "127.0.0.1"})
 		})
 	case "sim":
-		trs = openSim(t, n)
+		trs = openSim(t, nw, n)
 	default:
-		t.Fatalf("unknown network %q", nw)
+		if !strings.HasPrefix(nw, "sim+") {
+			t.Fatalf("unknown network %q", nw)
+		}
+		trs = openSim(t, nw, n)
 	}
 	err := runRanks(t, nw, trs, cfg, &eps, &epsMu, body)
 	if timedOut.Load() {
