@@ -26,6 +26,9 @@ const (
 	EnvTransport = "AMGO_TRANSPORT"
 	// EnvLoopSize is the number of goroutine ranks of a loop job (default 1).
 	EnvLoopSize = "AMGO_LOOP_SIZE"
+	// EnvProgress sets Config.Progress (a Go duration): a progress goroutine
+	// that polls when the program has not for that long.
+	EnvProgress = "AMGO_PROGRESS"
 	// EnvBufferBytes overrides Config.BufferBytes.
 	EnvBufferBytes = "AMGO_BUFFER_BYTES"
 )
@@ -35,6 +38,13 @@ const (
 var ErrRankFailed = errors.New("am: another rank of the job failed")
 
 func (c *Config) fromEnv() error {
+	if v := os.Getenv(EnvProgress); v != "" && c.Progress == 0 {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return fmt.Errorf("%w: %s=%q is not a duration", ErrConfig, EnvProgress, v)
+		}
+		c.Progress = d
+	}
 	if v := os.Getenv(EnvBufferBytes); v != "" && c.BufferBytes == 0 {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -177,6 +187,9 @@ func (ep *Endpoint) Abort(code int, msg string) error {
 // network when AMGO_TRANSPORT=sim. It returns when all have finished; see Run
 // for how a failing rank ends the job.
 func RunLocal(n int, cfg Config, fn func(ep *Endpoint) error) error {
+	if err := cfg.fromEnv(); err != nil {
+		return err
+	}
 	trs, err := localJob(n)
 	if err != nil {
 		return err
@@ -233,6 +246,7 @@ func RunLocal(n int, cfg Config, fn func(ep *Endpoint) error) error {
 	}
 	for _, ep := range eps {
 		if ep.closed.Load() {
+			ep.stopProgress()
 			ep.unregisterAll()
 			_ = ep.tr.Close()
 		} else {

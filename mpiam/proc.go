@@ -153,6 +153,9 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		}
 	}
 	p.world = p.newComm(0, ep.Rank(), ep.Size(), nil)
+	// With a progress goroutine (AMGO_PROGRESS), deferred protocol work
+	// (rendezvous stores, clear-to-sends) also runs while the program computes.
+	ep.OnProgress(p.runDeferred)
 	return p, nil
 }
 
