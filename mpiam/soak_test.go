@@ -79,7 +79,7 @@ func TestSoak(t *testing.T) {
 	msgs := jobs * perPeer * soakRanks * (soakRanks - 1)
 	t.Logf("soak: %d messages: %d job(s) of %d ranks over sim, %d rounds each", msgs, jobs, soakRanks, rounds)
 	old := jobTimeout
-	jobTimeout = max(jobTimeout, time.Duration(perPeer)*10*time.Millisecond)
+	jobTimeout = max(jobTimeout, time.Duration(perPeer)*40*time.Millisecond)
 	start := time.Now()
 	if jobs == 1 {
 		soakJob(t, "sim", rounds)

@@ -101,8 +101,12 @@ type Partition struct {
 // Death is the moment a rank stops: At since NewJob (if positive), or after
 // its AfterSends-th Send (if positive), whichever comes first.
 type Death struct {
-	Rank       int
-	At         time.Duration
+	// Rank is the rank that dies.
+	Rank int
+	// At is when it dies, since NewJob; 0 means not by time.
+	At time.Duration
+	// AfterSends makes it die once it has made this many Sends (to any
+	// rank); 0 means not by count. The count is deterministic, the time not.
 	AfterSends int64
 }
 
