@@ -469,3 +469,24 @@ func TestPiggybackOnRequestsAndReplies(t *testing.T) {
 		require.EqualValues(t, 3, s.RequestsSent, "no extra messages")
 	})
 }
+
+// The same range registered twice stays registered until unregistered twice;
+// a partly overlapping range is refused.
+func TestSegmentRegistrationsAreCounted(t *testing.T) {
+	eps := newFakeEndpoints(t, newFakeNet(1), Config{})
+	buf := make([]byte, 4096)
+	a, err := eps[0].RegisterSegment(buf)
+	require.NoError(t, err)
+	b, err := eps[0].RegisterSegment(buf)
+	require.NoError(t, err)
+	require.Equal(t, a, b)
+	_, err = eps[0].RegisterSegment(buf[100:200])
+	require.ErrorIs(t, err, ErrSegment)
+	require.NoError(t, eps[0].UnregisterSegment(a))
+	_, err = eps[0].lookupRegion(a.Addr, 10)
+	require.NoError(t, err, "still registered once")
+	require.NoError(t, eps[0].UnregisterSegment(b))
+	_, err = eps[0].lookupRegion(a.Addr, 10)
+	require.ErrorIs(t, err, ErrSegment)
+	require.ErrorIs(t, eps[0].UnregisterSegment(a), ErrSegment)
+}

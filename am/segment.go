@@ -24,10 +24,14 @@ type segment struct {
 	base uint64
 	buf  []byte
 	pin  *runtime.Pinner
+	refs int // registrations of exactly this range
 }
 
 // RegisterSegment makes buf a Store destination and returns the name peers
-// use for it. buf must not be empty and must not overlap a registered segment.
+// use for it. buf must not be empty and must not partly overlap a registered
+// segment; registering exactly the same range again is counted, and it stays
+// registered until unregistered as many times (several pending receives into
+// one buffer, as benchmarks post them).
 // It is pinned (runtime.Pinner) so that its address stays valid for
 // single-copy puts from other processes. Errors: ErrSegment.
 func (ep *Endpoint) RegisterSegment(buf []byte) (Segment, error) {
@@ -38,6 +42,10 @@ func (ep *Endpoint) RegisterSegment(buf []byte) (Segment, error) {
 	ep.segMu.Lock()
 	defer ep.segMu.Unlock()
 	i := sort.Search(len(ep.segs), func(i int) bool { return ep.segs[i].base >= base })
+	if i < len(ep.segs) && ep.segs[i].base == base && len(ep.segs[i].buf) == len(buf) {
+		ep.segs[i].refs++
+		return Segment{Addr: base, Len: len(buf)}, nil
+	}
 	if i < len(ep.segs) && ep.segs[i].base < base+uint64(len(buf)) {
 		return Segment{}, fmt.Errorf("%w: [%#x,+%d) overlaps a registered segment", ErrSegment, base, len(buf))
 	}
@@ -48,7 +56,7 @@ func (ep *Endpoint) RegisterSegment(buf []byte) (Segment, error) {
 	p.Pin(unsafe.SliceData(buf))
 	ep.segs = append(ep.segs, segment{})
 	copy(ep.segs[i+1:], ep.segs[i:])
-	ep.segs[i] = segment{base: base, buf: buf, pin: p}
+	ep.segs[i] = segment{base: base, buf: buf, pin: p, refs: 1}
 	return Segment{Addr: base, Len: len(buf)}, nil
 }
 
@@ -61,6 +69,9 @@ func (ep *Endpoint) UnregisterSegment(s Segment) error {
 	i := sort.Search(len(ep.segs), func(i int) bool { return ep.segs[i].base >= s.Addr })
 	if i == len(ep.segs) || ep.segs[i].base != s.Addr || len(ep.segs[i].buf) != s.Len {
 		return fmt.Errorf("%w: [%#x,+%d) is not registered", ErrSegment, s.Addr, s.Len)
+	}
+	if ep.segs[i].refs--; ep.segs[i].refs > 0 {
+		return nil
 	}
 	ep.segs[i].pin.Unpin()
 	ep.segs = append(ep.segs[:i], ep.segs[i+1:]...)
