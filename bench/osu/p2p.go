@@ -105,30 +105,18 @@ type window struct {
 	reqs []*mpiam.Request
 }
 
-// recvBuffers are the receive buffers of a window. OSU posts every receive of
-// a window into the same buffer. amgo registers a rendezvous receive buffer as
-// an AM segment and segments must not overlap, so above LargeThreshold (8 KiB;
-// amgo's eager limit is 16016 bytes) each receive of the window gets its own
-// buffer; up to it they share one, as in OSU.
+// recvBuffers are the receive buffers of a window: as in OSU, every receive
+// of a window goes into the same buffer (amgo counts the registrations of one
+// rendezvous receive buffer, so pending receives may share it).
 type recvBuffers struct {
 	shared []byte
-	slots  [][]byte
 }
 
 func newRecvBuffers(maxSize, win int) *recvBuffers {
-	rb := &recvBuffers{shared: fill(maxSize, 'r')}
-	if maxSize > osu.LargeThreshold {
-		for j := 0; j < win; j++ {
-			rb.slots = append(rb.slots, fill(maxSize, 'r'))
-		}
-	}
-	return rb
+	return &recvBuffers{shared: fill(maxSize, 'r')}
 }
 
 func (rb *recvBuffers) slot(j, size int) []byte {
-	if size > osu.LargeThreshold {
-		return rb.slots[j][:size]
-	}
 	return rb.shared[:size]
 }
 
