@@ -12,6 +12,7 @@
 //	amrun -n 2 osu latency_mt [-m ...] [-i n] [-x n] [-t threads]  goroutine pairs, one tag each
 //	amrun -n 2 osu match      [-q queued] [-i n] [-x n]            exact match behind an unexpected list
 //	amrun -n 2 osu am         [-k short|medium|store] [-bw] [-m ...] [-i n] [-x n] [-W window]
+//	amrun -n N osu allreduce|bcast|alltoall|barrier [-m ...] [-i n] [-x n]   collectives, average over ranks
 //
 // Defaults are OSU's: latency tests 0..4 MiB, 10000 iterations (100 warm-up)
 // up to 8 KiB and 1000 (10) above; bandwidth tests 1..4 MiB, window 64, 100
