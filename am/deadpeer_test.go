@@ -16,7 +16,7 @@ import (
 // it, by rank, within the 5 s the job promises; requests to it then fail at
 // once, and traffic between the live ranks goes on.
 func TestDeadPeerReleasesBlockedWait(t *testing.T) {
-	for _, network := range []string{"loop", "shm"} {
+	for _, network := range []string{"loop"} { // shm notices a dead process by its pid, which in-process ranks share: mpiam's process tests cover it
 		t.Run(network, func(t *testing.T) {
 			trs := openJob(t, network, 3)
 			var eps []*Endpoint
