@@ -203,6 +203,15 @@ func plan(bin, ref string, quick bool) []job {
 		match = []string{"-q", "1000", "-i", "50"}
 	}
 	var jobs []job
+	collSizes := []string{}
+	if quick {
+		collSizes = []string{"-m", "1:65536", "-i", "200", "-x", "20"}
+	}
+	for _, b := range []string{"allreduce", "bcast", "alltoall", "barrier"} {
+		for _, c := range all {
+			jobs = append(jobs, job{b, c, append([]string{b}, collSizes...)})
+		}
+	}
 	for _, b := range []string{"latency", "bw", "bibw"} {
 		for _, c := range all {
 			jobs = append(jobs, job{b, c, append([]string{b}, sizes...)})
@@ -522,6 +531,10 @@ func report(facts []string, jobs []job, samples []sample, notes []string) string
 	table(&b, sum, "latency", "Latency (us)", configs, []int{8, 1024, 16384, 65536, 1 << 20, 4 << 20})
 	table(&b, sum, "bw", "Bandwidth (MB/s)", configs, []int{8, 1024, 16384, 1 << 20, 4 << 20})
 	table(&b, sum, "bibw", "Bandwidth (MB/s)", configs, []int{8, 1024, 16384, 1 << 20, 4 << 20})
+	table(&b, sum, "allreduce", "Allreduce, 2 ranks, avg latency (us)", configs, []int{4, 1024, 65536, 1 << 20})
+	table(&b, sum, "bcast", "Bcast, 2 ranks, avg latency (us)", configs, []int{1, 1024, 65536, 1 << 20})
+	table(&b, sum, "alltoall", "Alltoall, 2 ranks, avg latency (us)", configs, []int{1, 1024, 65536})
+	table(&b, sum, "barrier", "Barrier, 2 ranks, avg latency (us)", configs, []int{0})
 	b.WriteString("\n## Full tables\n")
 	for _, bench := range benches {
 		for _, col := range columns(bench) {

@@ -8,6 +8,12 @@
  *   mpirun -np 2 osu_ref latency [-m min:max] [-i iters] [-x warmup]
  *   mpirun -np 2 osu_ref bw      [-m min:max] [-i iters] [-x warmup] [-W window]
  *   mpirun -np 2 osu_ref bibw    [-m min:max] [-i iters] [-x warmup] [-W window]
+ *   mpirun -np N osu_ref allreduce|bcast|alltoall|barrier [-m min:max] [-i iters] [-x warmup]
+ *
+ * Collectives (as osu_allreduce etc. and amgo's `osu` collectives): sizes
+ * 1 B..1 MiB (allreduce: 4 B.., float elements), 1000 iterations (100 warm-up)
+ * up to 8 KiB, 100 (10) above; each rank times its calls, the row is the
+ * average over the ranks of the mean time per call.
  *
  * Defaults (OSU 7.2): latency 0..4 MiB, 10000 iterations (100 warm-up) up to
  * 8 KiB, 1000 (10) above; bw/bibw 1..4 MiB, window 64, 100 (10) up to 8 KiB,
@@ -48,6 +54,72 @@ static void row(int size, double v) {
     fflush(stdout);
 }
 
+static int is_coll(const char *t) {
+    return !strcmp(t, "allreduce") || !strcmp(t, "bcast") || !strcmp(t, "alltoall") || !strcmp(t, "barrier");
+}
+
+static int collective(int argc, char **argv, const char *test, int me, int np) {
+    int c;
+    int lo = -1, hi = 1 << 20;
+    optind = 2;
+    while ((c = getopt(argc, argv, "m:i:x:")) != -1) {
+        switch (c) {
+        case 'm':
+            if (strchr(optarg, ':')) sscanf(optarg, "%d:%d", &lo, &hi);
+            else { lo = 1; hi = atoi(optarg); }
+            break;
+        case 'i': iters = atoi(optarg); break;
+        case 'x': warm = atoi(optarg); break;
+        default: MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    }
+    int allreduce = !strcmp(test, "allreduce"), bcast = !strcmp(test, "bcast"), barrier = !strcmp(test, "barrier");
+    if (lo < 0) lo = allreduce ? 4 : 1;
+    char *sbuf = malloc((size_t)hi * np + 4), *rbuf = malloc((size_t)hi * np + 4);
+    memset(sbuf, 's', (size_t)hi * np + 4);
+    memset(rbuf, 'r', (size_t)hi * np + 4);
+    const char *lib;
+#if defined(OPEN_MPI)
+    lib = "Open MPI";
+#elif defined(MPICH)
+    lib = "MPICH";
+#else
+    lib = "MPI";
+#endif
+    if (me == 0) {
+        printf("# amgo reference: %s %s Latency Test\n", lib, test);
+        printf("%-*s%*s\n", 10, "# Size", 20, "Avg Latency(us)"); /* barrier: one row, size 0 */
+        fflush(stdout);
+    }
+    for (int size = barrier ? 0 : lo; size <= (barrier ? 0 : hi); size *= 2) {
+        if (allreduce && size < 4) { if (size == 0) break; continue; }
+        int n = size > LARGE ? 100 : 1000, w = size > LARGE ? 10 : 100;
+        if (iters > 0) n = iters;
+        if (warm >= 0) w = warm;
+        MPI_Barrier(MPI_COMM_WORLD);
+        double total = 0;
+        for (int i = 0; i < n + w; i++) {
+            double t0 = MPI_Wtime();
+            if (allreduce) MPI_Allreduce(sbuf, rbuf, size / 4, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            else if (bcast) MPI_Bcast(sbuf, size, MPI_CHAR, 0, MPI_COMM_WORLD);
+            else if (barrier) MPI_Barrier(MPI_COMM_WORLD);
+            else MPI_Alltoall(sbuf, size, MPI_CHAR, rbuf, size, MPI_CHAR, MPI_COMM_WORLD);
+            if (i >= w) total += MPI_Wtime() - t0;
+        }
+        double mine = total * 1e6 / n, sum = 0;
+        MPI_Reduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+        if (me == 0) {
+            printf("%-*d%*.*f\n", 10, size, 20, 2, sum / np);
+            fflush(stdout);
+        }
+        if (barrier) break;
+    }
+    free(sbuf);
+    free(rbuf);
+    MPI_Finalize();
+    return 0;
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int me, np;
@@ -59,6 +131,9 @@ int main(int argc, char **argv) {
     }
     const char *test = argv[1];
     int lat = strcmp(test, "latency") == 0, bw = strcmp(test, "bw") == 0, bibw = strcmp(test, "bibw") == 0;
+    if (!lat && !bw && !bibw && is_coll(test)) {
+        return collective(argc, argv, test, me, np);
+    }
     if (!lat && !bw && !bibw) {
         if (me == 0) fprintf(stderr, "osu_ref: unknown test %s\n", test);
         MPI_Abort(MPI_COMM_WORLD, 2);

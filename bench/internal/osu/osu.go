@@ -141,19 +141,6 @@ func KeyColumns(w io.Writer, key string, columns ...string) {
 	fmt.Fprintln(w)
 }
 
-// KeyRow writes a result row with no size column (osu_barrier's single
-// figure), right-aligned under a KeyColumns header.
-func KeyRow(w io.Writer, values ...float64) {
-	for i, v := range values {
-		width := FieldWidth
-		if i == 0 {
-			width += SizeWidth
-		}
-		fmt.Fprintf(w, "%*.*f", width, Precision, v)
-	}
-	fmt.Fprintln(w)
-}
-
 // Row writes one result row in OSU's layout.
 func Row(w io.Writer, size int, values ...float64) {
 	fmt.Fprintf(w, "%-*d", SizeWidth, size)
