@@ -901,6 +901,7 @@ type backoff struct {
 	start     time.Time
 	stalled   time.Time // when the poll lock was first found busy with no poll finishing since
 	lastPolls uint64
+	asleep    time.Time // when this wait first slept: a long wait probes for dead peers
 }
 
 // progress polls once on behalf of a blocked caller and paces the retry.
@@ -941,7 +942,9 @@ func (ep *Endpoint) progress(b *backoff) error {
 		}
 		return nil
 	}
-	if time.Since(b.start) >= probeEvery {
+	if b.asleep.IsZero() {
+		b.asleep = time.Now()
+	} else if time.Since(b.asleep) >= probeEvery {
 		if pe := ep.maybeProbe(); pe != nil {
 			return pe
 		}

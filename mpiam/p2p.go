@@ -99,7 +99,7 @@ func (p *proc) startSend(r *Request) error {
 			delete(p.reqs, r.id)
 			p.mu.Unlock()
 		}
-		err = fmt.Errorf("%w: send to rank %d, tag %d: %v", ErrOther, r.peer, r.tag, err)
+		err = p.netErr(c, world, fmt.Sprintf("send to rank %d, tag %d", r.peer, r.tag), err)
 		r.complete(Status{Err: err})
 		return err
 	}
@@ -129,7 +129,7 @@ func (p *proc) sendEager(c *Comm, buf []byte, dest, tag int, mode Mode, pb uint6
 	}
 	mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("%w: send to rank %d, tag %d: %v", ErrOther, dest, tag, err)
+		return p.netErr(c, world, fmt.Sprintf("send to rank %d, tag %d", dest, tag), err)
 	}
 	return nil
 }
@@ -142,10 +142,17 @@ func (p *proc) startRecv(r *Request) error {
 		return nil
 	}
 	spec := match.Spec{Context: c.ctx, Source: int32(r.peer), Tag: int32(r.tag)}
+	p.syncDeaths()
 	p.mu.Lock()
+	if err := p.refuseRecvLocked(c, r.peer, r.tag); err != nil {
+		p.mu.Unlock()
+		r.complete(Status{Source: r.peer, Tag: r.tag, Err: err})
+		return err
+	}
 	m, env, h, ok := p.eng.Post(spec, r)
 	if !ok {
 		r.handle = h
+		p.notePostedLocked(r)
 		p.mu.Unlock()
 		return nil
 	}
@@ -175,7 +182,7 @@ func (p *proc) completePostedLocked(r *Request, m *inMsg, env match.Envelope) er
 		err = p.ep.RequestShort(dst, hCTS, args[:]...)
 	}
 	if err != nil {
-		err = fmt.Errorf("%w: clear-to-send to rank %d: %v", ErrOther, env.Source, err)
+		err = p.netErr(r.comm, dst, fmt.Sprintf("clear-to-send to rank %d", env.Source), err)
 		r.complete(Status{Source: int(env.Source), Tag: int(env.Tag), Err: err})
 	}
 	return nil
@@ -503,6 +510,9 @@ func (c *Comm) probeWait(src, tag int) (Status, error) {
 	}
 	err := c.p.waitFor(func() bool {
 		found, st, perr = c.probe(src, tag)
+		if !found && perr == nil {
+			perr = c.p.sourceFailed(c, src, tag)
+		}
 		return found || perr != nil
 	})
 	if err == nil {
@@ -554,11 +564,18 @@ func (c *Comm) mprobe(src, tag int) (*Message, Status, error) {
 	}
 	var msg *Message
 	var st Status
+	var ferr error
 	err := c.p.waitFor(func() bool {
 		var ok bool
 		ok, msg, st, _ = c.improbe(src, tag)
-		return ok
+		if !ok {
+			ferr = c.p.sourceFailed(c, src, tag)
+		}
+		return ok || ferr != nil
 	})
+	if err == nil && ferr != nil {
+		return nil, Status{}, ferr
+	}
 	return msg, st, err
 }
 

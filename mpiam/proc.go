@@ -1,6 +1,7 @@
 package mpiam
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -109,6 +110,8 @@ type proc struct {
 	tools  []Tool        // interposition hooks (tool.go); nil: none, one branch per call
 	pbTool Piggybacker   // the tool whose value rides on every outgoing message, if any
 	drops  atomic.Uint64 // protocol messages ignored (misbehaving peer)
+
+	fail failures // failed ranks and what to fail with them (failure.go)
 }
 
 func newProc(ep *am.Endpoint) (*proc, error) {
@@ -289,6 +292,7 @@ func (p *proc) completeMatchesLocked(out []match.Match[*Request, *inMsg], tok *h
 		x := &out[i]
 		r, m := x.Recv, x.Msg
 		r.handle = match.PostedHandle{}
+		p.matchedLocked(r)
 		if !m.rndv {
 			p.finishEagerLocked(r, m, x.Env)
 			if m != cur {
@@ -417,7 +421,7 @@ func (p *proc) releaseMsg(m *inMsg) {
 		m.heap = nil
 	}
 	if m.kept {
-		if err := p.ep.Release(m.retained); err != nil {
+		if err := p.ep.Release(m.retained); err != nil && !errors.Is(err, am.ErrPeerDead) {
 			p.dropped(err)
 		}
 		m.kept = false
@@ -499,6 +503,10 @@ func (p *proc) wrapNet(err error) error {
 	if err == nil {
 		return nil
 	}
+	var pe *am.PeerError
+	if errors.As(err, &pe) {
+		return &ProcFailedError{Rank: pe.Rank, WorldRank: pe.Rank, Op: "rendezvous", Err: pe}
+	}
 	return fmt.Errorf("%w: %v", ErrOther, err)
 }
 
@@ -507,23 +515,36 @@ func (p *proc) dropped(err error) {
 	logDrop(p.ep.Rank(), err)
 }
 
-// waitFor polls (and runs deferred protocol work) until cond holds.
+// waitFor polls (and runs deferred protocol work) until cond holds. When a
+// rank fails meanwhile, it fails what involved the rank (which may satisfy
+// cond with an error status) and, if cond still does not hold, waits again:
+// the wait did not depend on that rank.
 func (p *proc) waitFor(cond func() bool) error {
+	p.syncDeaths()
 	if cond() {
 		return nil
 	}
-	err := p.ep.PollUntil(func() bool {
-		p.runDeferred()
-		return cond()
-	})
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrOther, err)
+	for {
+		err := p.ep.PollUntil(func() bool {
+			p.runDeferred()
+			return cond()
+		})
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, am.ErrPeerDead) {
+			return fmt.Errorf("%w: %v", ErrOther, err)
+		}
+		p.syncDeaths()
+		if cond() {
+			return nil
+		}
 	}
-	return nil
 }
 
 // progress polls once and runs deferred work (Test, Iprobe).
 func (p *proc) progress() {
 	_, _ = p.ep.Poll()
+	p.syncDeaths()
 	p.runDeferred()
 }

@@ -154,6 +154,7 @@ func (r *Request) cancel() error {
 	}
 	if _, ok := p.eng.Cancel(r.handle); ok {
 		r.handle = match.PostedHandle{}
+		p.matchedLocked(r)
 		r.complete(Status{Source: r.peer, Tag: r.tag, Cancelled: true})
 	}
 	return nil
