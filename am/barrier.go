@@ -37,7 +37,7 @@ func (ep *Endpoint) registerInternal() error {
 // Barrier blocks until every rank of the job has entered it (a dissemination
 // barrier over short requests: ceil(log2 n) rounds, one message per rank per
 // round; Hensgen, Finkel and Manber 1988). It polls while it waits. Errors:
-// ErrClosed, network errors.
+// ErrClosed, a *PeerError (ErrPeerDead) naming a rank that died, network errors.
 func (ep *Endpoint) Barrier() error {
 	b := &ep.bar
 	b.mu.Lock()

@@ -20,8 +20,9 @@ import (
 
 // Environment variables read by Run and Open.
 const (
-	// EnvTransport names the network: "loop" (ranks as goroutines in this
-	// process) or "shm" (one rank per process on this host). amrun sets it.
+	// EnvTransport names the network: "shm" (one rank per process on this
+	// host), "tcp" or "udp" (processes on any hosts), "loop" or "sim" (ranks as
+	// goroutines of this process; sim injects faults). amrun sets it.
 	// Default: shm under a launcher, loop for a program started alone.
 	EnvTransport = "AMGO_TRANSPORT"
 	// EnvLoopSize is the number of goroutine ranks of a loop job (default 1).

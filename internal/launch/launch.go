@@ -52,8 +52,8 @@ type Spec struct {
 	Prog string
 	Args []string
 	// Transport is given to ranks as AMGO_TRANSPORT; "" means "shm". With
-	// "loop" one process is started (PMI_SIZE=1) with AMGO_LOOP_SIZE=N and
-	// runs the N ranks as goroutines.
+	// "loop" or "sim" one process is started (PMI_SIZE=1) with
+	// AMGO_LOOP_SIZE=N and runs the N ranks as goroutines.
 	Transport string
 	// Iface, if set, is given to ranks as AMGO_IFACE: the network interface
 	// (a name such as "eth0", or an IP address) that network transports
@@ -187,7 +187,7 @@ func Run(ctx context.Context, spec Spec) error {
 	defer os.RemoveAll(jobDir)
 
 	nproc := spec.N
-	if spec.Transport == "loop" {
+	if inProcess(spec.Transport) {
 		nproc = 1
 	}
 	aborts := make(chan abortEvent, nproc)
@@ -304,11 +304,15 @@ func rankEnv(base []string, transport, jobDir string, n int) []string {
 		}
 	}
 	env = append(env, "AMGO_TRANSPORT="+transport, "AMGO_JOB_DIR="+jobDir)
-	if transport == "loop" {
+	if inProcess(transport) {
 		env = append(env, "AMGO_LOOP_SIZE="+strconv.Itoa(n))
 	}
 	return env
 }
+
+// inProcess reports whether a network runs the job's ranks as goroutines of
+// one process: loop, and sim (the simulated faulty network).
+func inProcess(transport string) bool { return transport == "loop" || transport == "sim" }
 
 // start launches rank r with its end of a fresh socketpair as fd 3.
 func (j *job) start(r, nproc int, path string, env []string, outMu, errMu *sync.Mutex) error {
