@@ -34,6 +34,31 @@ import (
 // lossy: am puts its reliability layer on them.
 var networks = []string{"loop", "shm", "tcp", "udp", "sim"}
 
+// notOn lists the tests (by name prefix) that do not run on some of the
+// networks, and why: the rest of the suite runs on all of them.
+var notOn = []struct{ test, networks, why string }{
+	// The wildcard variant hangs in about 1 run in 10-15 on loop and shm
+	// as well (job timeout, three goroutines in Waitall). It looks like an
+	// unsafe MPI program: a goroutine's rendezvous send can wait for a
+	// wildcard receive that eager messages from goroutines already in later
+	// iterations took, while every goroutine waits. It keeps its old
+	// exposure (loop, shm) until it is fixed.
+	{"TestConcurrentGoroutines_MPI41_11_6/wildcard=true/", "tcp udp sim", "the wildcard variant hangs now and then on every network (see notOn)"},
+	// 1000 synchronous rounds take 14 s at 10% loss (each tail loss waits
+	// for a retransmission timeout); udp runs it, and the soak covers
+	// every send path under loss.
+	{"TestPersistentRequests_MPI41_3_9/", "sim", "timeout-bound at 10% loss; runs on udp, and TestSoak covers sim"},
+}
+
+// skipOn skips test t on network nw when notOn says so.
+func skipOn(t testing.TB, nw string) {
+	for _, n := range notOn {
+		if strings.HasPrefix(t.Name()+"/", n.test) && strings.Contains(" "+n.networks+" ", " "+nw+" ") {
+			t.Skipf("not on %s: %s", nw, n.why)
+		}
+	}
+}
+
 // simSeed is the seed of a sim job: AMGO_SIM_SEED, else a fixed one.
 func simSeed(t testing.TB) int64 {
 	seed := int64(424242)
@@ -140,6 +165,7 @@ func runRankBody(t testing.TB, nw string, ep *am.Endpoint, body rankBody) (err e
 // runJobErr is runJob returning the job's error.
 func runJobErr(t testing.TB, nw string, n int, cfg Config, body rankBody) error {
 	t.Helper()
+	skipOn(t, nw)
 	var eps []*am.Endpoint
 	var epsMu sync.Mutex
 	var finished atomic.Bool
