@@ -275,3 +275,36 @@ func TestSendPollNoAllocs(t *testing.T) {
 type countRx struct{ n int }
 
 func (c *countRx) Deliver(int, []byte) { c.n++ }
+
+// IPv6 loopback works as IPv4 does (skipped where ::1 is missing).
+func TestIPv6(t *testing.T) {
+	if c, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback}); err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	} else {
+		c.Close()
+	}
+	ts := openJob(t, 2, map[string]string{"iface": "::1"})
+	require.True(t, strings.HasPrefix(ts[0].Addr(), "[::1]:"), ts[0].Addr())
+	require.NoError(t, ts[0].Send(1, []byte("v6"), nil))
+	var r rec
+	pollFor(t, ts[1], &r, 1)
+	require.Len(t, r.pkts, 1)
+	require.Equal(t, "v6", string(r.pkts[0]))
+}
+
+// The conformance suite with datagrams that fit a 1500-byte Ethernet MTU.
+func TestConformanceSmallDatagrams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	transporttest.Run(t, func(t *testing.T, n int) []transport.Transport {
+		raw := openJob(t, n, map[string]string{"max_packet": "1452"})
+		ts := make([]transport.Transport, n)
+		for r := range raw {
+			w, err := reliable.Wrap(raw[r], wrapCfg, nil)
+			require.NoError(t, err)
+			ts[r] = &seqShim{Transport: w, scratch: make([][wire.MaxHeaderLen]byte, n)}
+		}
+		return ts
+	})
+}
