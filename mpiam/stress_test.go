@@ -79,6 +79,15 @@ func TestConcurrentGoroutines_MPI41_11_6(t *testing.T) {
 			eachNetwork(t, ranks, func(r *rk, w *Comm) {
 				e := r.eagerLimit(w)
 				sizes := []int{8, 1000, e + 1, 3 * e}
+				if wildcard {
+					// With wildcard receives a rendezvous send may find every
+					// receive taken by later eager messages while every rank's
+					// goroutines wait for their own rendezvous sends: an unsafe
+					// program in any MPI (it hung about 1 run in 10). Eager
+					// sends complete without a receive, so the wildcard half
+					// stays within what MPI promises.
+					sizes = []int{8, 1000, e / 2, e}
+				}
 				var wg sync.WaitGroup
 				counts := make([]int, ranks*workers) // wildcard: by sender goroutine
 				var countMu sync.Mutex
