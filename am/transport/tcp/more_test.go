@@ -11,7 +11,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/netip"
 	"runtime"
 	"syscall"
 	"testing"
@@ -413,25 +412,8 @@ func TestPutBothWays(t *testing.T) {
 	require.Equal(t, bytes.Repeat([]byte{1}, size), bufs[1])
 }
 
-func TestListenAddr(t *testing.T) {
-	lo := netip.MustParseAddr("127.0.0.1")
-	a, err := listenAddr(map[string]string{"iface": "lo"})
-	require.NoError(t, err)
-	require.Equal(t, lo, a)
-	a, err = listenAddr(map[string]string{"iface": "127.0.0.1"})
-	require.NoError(t, err)
-	require.Equal(t, lo, a)
-	_, err = listenAddr(map[string]string{"iface": "0.0.0.0"})
-	require.Error(t, err)
-	_, err = listenAddr(map[string]string{"iface": "::"})
-	require.Error(t, err)
-	_, err = listenAddr(map[string]string{"iface": "nosuchif0"})
-	require.Error(t, err)
-	t.Setenv("AMGO_IFACE", "")
-	a, err = listenAddr(nil)
-	require.NoError(t, err)
-	require.True(t, a.Is4() && !a.IsUnspecified(), "%v", a)
-
+func TestBadSecret(t *testing.T) {
+	var err error
 	// A secret that is not hex of 16 bytes or more is an error.
 	for _, s := range []string{"zz", "0011"} {
 		_, err = New(transporttest.NewBootstraps(1, "bad-secret")[0], map[string]string{"secret": s, "iface": "lo"})

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/amgo-hpc/amgo/am/transport"
+	"github.com/amgo-hpc/amgo/am/transport/internal/netaddr"
 )
 
 func init() {
@@ -254,7 +255,7 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 			return nil, fmt.Errorf("tcp: rank 0: publish job secret: %w", err)
 		}
 	}
-	ip, err := listenAddr(opts)
+	ip, err := netaddr.Choose(opts)
 	if err != nil {
 		return nil, fmt.Errorf("tcp: rank %d: %w", rank, err)
 	}

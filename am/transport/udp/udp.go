@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/amgo-hpc/amgo/am/transport"
+	"github.com/amgo-hpc/amgo/am/transport/internal/netaddr"
 )
 
 func init() {
@@ -203,7 +204,7 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 			return nil, fmt.Errorf("udp: rank 0: publish job secret: %w", err)
 		}
 	}
-	ip, err := bindAddr(opts)
+	ip, err := netaddr.Choose(opts)
 	if err != nil {
 		return nil, fmt.Errorf("udp: rank %d: %w", rank, err)
 	}

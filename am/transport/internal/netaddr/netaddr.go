@@ -1,6 +1,8 @@
 //go:build linux
 
-package udp
+// Package netaddr chooses the address a socket-based transport (tcp, udp)
+// binds to: the interface the job uses, never every interface.
+package netaddr
 
 import (
 	"context"
@@ -12,13 +14,17 @@ import (
 	"time"
 )
 
-// bindAddr picks the address to bind to, as package tcp picks the one it
-// listens on: option "iface" or AMGO_IFACE (an IP address, or an interface
-// name whose first IPv4 address, else first global IPv6 address, is used);
-// otherwise the IPv4 address the host name resolves to when it is local,
-// else 127.0.0.1. Never the unspecified address.
-func bindAddr(opts map[string]string) (netip.Addr, error) {
-	s := strings.TrimSpace(opt(opts, "iface", "AMGO_IFACE"))
+// Choose picks the address to bind to: option "iface" or AMGO_IFACE (an IP
+// address, or an interface name whose first IPv4 address, else first global
+// IPv6 address, is used); otherwise the IPv4 address the host name resolves to
+// when it is local, else 127.0.0.1. Never the unspecified address: that is an
+// error.
+func Choose(opts map[string]string) (netip.Addr, error) {
+	s, ok := opts["iface"]
+	if !ok {
+		s = os.Getenv("AMGO_IFACE")
+	}
+	s = strings.TrimSpace(s)
 	if s == "" {
 		return defaultAddr(), nil
 	}
