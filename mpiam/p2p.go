@@ -266,41 +266,44 @@ func (c *Comm) recv(buf []byte, src, tag int) (Status, error) {
 	return st, err
 }
 
+// sendCall is a blocking send in mode, under the tools' hooks when any.
+func (c *Comm) sendCall(call Call, b []byte, dest, tag int, mode Mode) error {
+	if c.hooked() {
+		return c.p.hookErr(&Event{Call: call, Comm: c, Peer: dest, Tag: tag, Bytes: len(b), Mode: mode},
+			func() error { return c.send(b, dest, tag, mode) })
+	}
+	return c.send(b, dest, tag, mode)
+}
+
+// isendCall starts a send in mode, under the tools' hooks when any.
+func (c *Comm) isendCall(call Call, b []byte, dest, tag int, mode Mode) (*Request, error) {
+	if c.hooked() {
+		return c.p.hookReq(&Event{Call: call, Comm: c, Peer: dest, Tag: tag, Bytes: len(b), Mode: mode},
+			func() (*Request, error) { return c.isend(b, dest, tag, mode) })
+	}
+	return c.isend(b, dest, tag, mode)
+}
+
 // Send is a standard-mode blocking send (MPI_Send, MPI-4.1 §3.2.1) of buf to rank
 // dest of c with tag (0..TagUB). Up to the eager limit it returns once the data
 // is on its way (buffered at the receiver); above it, once the data has been
 // stored into the matching receive buffer (rendezvous). Errors: ErrComm,
 // ErrRank, ErrTag, ErrOther (network).
 func Send[T Elem](c *Comm, buf []T, dest, tag int) error {
-	if c.hooked() {
-		b := bytesOf(buf)
-		return c.p.hookErr(&Event{Call: CallSend, Comm: c, Peer: dest, Tag: tag, Bytes: len(b), Mode: Standard},
-			func() error { return c.send(b, dest, tag, Standard) })
-	}
-	return c.send(bytesOf(buf), dest, tag, Standard)
+	return c.sendCall(CallSend, bytesOf(buf), dest, tag, Standard)
 }
 
 // Bsend is a buffered-mode send (MPI_Bsend, MPI-4.1 §3.4): the message is copied
 // into the buffer attached with BufferAttach and Bsend returns; ErrBuffer when the
 // attached buffer lacks len(buf)*size + BsendOverhead bytes.
 func Bsend[T Elem](c *Comm, buf []T, dest, tag int) error {
-	if c.hooked() {
-		b := bytesOf(buf)
-		return c.p.hookErr(&Event{Call: CallBsend, Comm: c, Peer: dest, Tag: tag, Bytes: len(b), Mode: Buffered},
-			func() error { return c.send(b, dest, tag, Buffered) })
-	}
-	return c.send(bytesOf(buf), dest, tag, Buffered)
+	return c.sendCall(CallBsend, bytesOf(buf), dest, tag, Buffered)
 }
 
 // Ssend is a synchronous-mode send (MPI_Ssend, MPI-4.1 §3.4): it returns only
 // once the matching receive has started (a rendezvous handshake at every size).
 func Ssend[T Elem](c *Comm, buf []T, dest, tag int) error {
-	if c.hooked() {
-		b := bytesOf(buf)
-		return c.p.hookErr(&Event{Call: CallSsend, Comm: c, Peer: dest, Tag: tag, Bytes: len(b), Mode: Synchronous},
-			func() error { return c.send(b, dest, tag, Synchronous) })
-	}
-	return c.send(bytesOf(buf), dest, tag, Synchronous)
+	return c.sendCall(CallSsend, bytesOf(buf), dest, tag, Synchronous)
 }
 
 // Rsend is a ready-mode send (MPI_Rsend, MPI-4.1 §3.4): the matching receive must
@@ -308,54 +311,29 @@ func Ssend[T Elem](c *Comm, buf []T, dest, tag int) error {
 // its receive is posted, the receive that matches it completes with
 // ErrReadyNotPosted (data intact) so that the erroneous program is reported.
 func Rsend[T Elem](c *Comm, buf []T, dest, tag int) error {
-	if c.hooked() {
-		b := bytesOf(buf)
-		return c.p.hookErr(&Event{Call: CallRsend, Comm: c, Peer: dest, Tag: tag, Bytes: len(b), Mode: Ready},
-			func() error { return c.send(b, dest, tag, Ready) })
-	}
-	return c.send(bytesOf(buf), dest, tag, Ready)
+	return c.sendCall(CallRsend, bytesOf(buf), dest, tag, Ready)
 }
 
 // Isend starts a standard-mode send (MPI_Isend) and returns its request. buf
 // must not be modified until the request completes.
 func Isend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
-	if c.hooked() {
-		b := bytesOf(buf)
-		return c.p.hookReq(&Event{Call: CallIsend, Comm: c, Peer: dest, Tag: tag, Bytes: len(b), Mode: Standard},
-			func() (*Request, error) { return c.isend(b, dest, tag, Standard) })
-	}
-	return c.isend(bytesOf(buf), dest, tag, Standard)
+	return c.isendCall(CallIsend, bytesOf(buf), dest, tag, Standard)
 }
 
 // Ibsend starts a buffered-mode send (MPI_Ibsend); see Bsend.
 func Ibsend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
-	if c.hooked() {
-		b := bytesOf(buf)
-		return c.p.hookReq(&Event{Call: CallIbsend, Comm: c, Peer: dest, Tag: tag, Bytes: len(b), Mode: Buffered},
-			func() (*Request, error) { return c.isend(b, dest, tag, Buffered) })
-	}
-	return c.isend(bytesOf(buf), dest, tag, Buffered)
+	return c.isendCall(CallIbsend, bytesOf(buf), dest, tag, Buffered)
 }
 
 // Issend starts a synchronous-mode send (MPI_Issend); it completes once the
 // matching receive has started.
 func Issend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
-	if c.hooked() {
-		b := bytesOf(buf)
-		return c.p.hookReq(&Event{Call: CallIssend, Comm: c, Peer: dest, Tag: tag, Bytes: len(b), Mode: Synchronous},
-			func() (*Request, error) { return c.isend(b, dest, tag, Synchronous) })
-	}
-	return c.isend(bytesOf(buf), dest, tag, Synchronous)
+	return c.isendCall(CallIssend, bytesOf(buf), dest, tag, Synchronous)
 }
 
 // Irsend starts a ready-mode send (MPI_Irsend); see Rsend.
 func Irsend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
-	if c.hooked() {
-		b := bytesOf(buf)
-		return c.p.hookReq(&Event{Call: CallIrsend, Comm: c, Peer: dest, Tag: tag, Bytes: len(b), Mode: Ready},
-			func() (*Request, error) { return c.isend(b, dest, tag, Ready) })
-	}
-	return c.isend(bytesOf(buf), dest, tag, Ready)
+	return c.isendCall(CallIrsend, bytesOf(buf), dest, tag, Ready)
 }
 
 // Recv receives into buf from rank src (or AnySource, ProcNull) with tag (or
