@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/amgo-hpc/amgo/am/transport"
+	settings "github.com/amgo-hpc/amgo/am/transport/internal/opts"
 	"github.com/amgo-hpc/amgo/internal/futex"
 	"github.com/amgo-hpc/amgo/internal/ring"
 )
@@ -115,7 +116,7 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 	if size < 1 || rank < 0 || rank >= size {
 		return nil, fmt.Errorf("shm: bad job shape: rank %d of %d", rank, size)
 	}
-	ringBytes, err := sizeOpt(opts, "ring_bytes", "AMGO_SHM_RING_BYTES", DefaultRingBytes)
+	ringBytes, err := settings.Bytes(opts, "ring_bytes", "AMGO_SHM_RING_BYTES", DefaultRingBytes, 1, 1<<30)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +125,7 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 	}
 	ringBytes = roundPow2(ringBytes)
 	spin := DefaultSpin
-	if s := opt(opts, "spin", "AMGO_SHM_SPIN"); s != "" {
+	if s := settings.Get(opts, "spin", "AMGO_SHM_SPIN"); s != "" {
 		if spin, err = time.ParseDuration(s); err != nil || spin < 0 {
 			return nil, fmt.Errorf("shm: bad spin %q: want a duration such as 15us", s)
 		}
@@ -227,32 +228,6 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 	return t, nil
 }
 
-func opt(opts map[string]string, key, env string) string {
-	if v, ok := opts[key]; ok {
-		return v
-	}
-	return os.Getenv(env)
-}
-
-func sizeOpt(opts map[string]string, key, env string, def int) (int, error) {
-	s := strings.TrimSpace(opt(opts, key, env))
-	if s == "" {
-		return def, nil
-	}
-	mul := 1
-	switch {
-	case strings.HasSuffix(s, "k"), strings.HasSuffix(s, "K"):
-		mul, s = 1<<10, s[:len(s)-1]
-	case strings.HasSuffix(s, "m"), strings.HasSuffix(s, "M"):
-		mul, s = 1<<20, s[:len(s)-1]
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("shm: bad %s %q: want a byte count such as 65536 or 64k", key, opt(opts, key, env))
-	}
-	return n * mul, nil
-}
-
 func roundPow2(n int) int {
 	c := 1
 	for c < n {
@@ -264,7 +239,7 @@ func roundPow2(n int) int {
 // jobDir returns the directory for this job's files and whether New created it
 // (and so should remove it).
 func jobDir(b transport.Bootstrap, opts map[string]string) (string, bool, error) {
-	if d := opt(opts, "dir", "AMGO_JOB_DIR"); d != "" {
+	if d := settings.Get(opts, "dir", "AMGO_JOB_DIR"); d != "" {
 		return d, false, nil
 	}
 	id := strings.Map(func(r rune) rune {

@@ -9,10 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/am/transport/internal/netaddr"
+	settings "github.com/amgo-hpc/amgo/am/transport/internal/opts"
 )
 
 func init() {
@@ -194,55 +193,29 @@ func New(b transport.Bootstrap, opts map[string]string) (transport.Transport, er
 	return t, nil
 }
 
-func opt(opts map[string]string, key, env string) string {
-	if v, ok := opts[key]; ok {
-		return v
-	}
-	return os.Getenv(env)
-}
-
-func sizeOpt(opts map[string]string, key, env string, def int) (int, error) {
-	s := strings.TrimSpace(opt(opts, key, env))
-	if s == "" {
-		return def, nil
-	}
-	mul := 1
-	switch {
-	case strings.HasSuffix(s, "k"), strings.HasSuffix(s, "K"):
-		mul, s = 1<<10, s[:len(s)-1]
-	case strings.HasSuffix(s, "m"), strings.HasSuffix(s, "M"):
-		mul, s = 1<<20, s[:len(s)-1]
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 || n > 1<<30 {
-		return 0, fmt.Errorf("tcp: bad %s %q: want a byte count such as 4194304 or 4m", key, opt(opts, key, env))
-	}
-	return n * mul, nil
-}
-
 func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 	rank, size := b.Rank(), b.Size()
 	if size < 1 || rank < 0 || rank >= size {
 		return nil, fmt.Errorf("tcp: bad job shape: rank %d of %d", rank, size)
 	}
-	sendq, err := sizeOpt(opts, "sendq_bytes", "AMGO_TCP_SENDQ_BYTES", DefaultSendQueue)
+	sendq, err := settings.Bytes(opts, "sendq_bytes", "AMGO_TCP_SENDQ_BYTES", DefaultSendQueue, 1, 1<<30)
 	if err != nil {
 		return nil, err
 	}
 	spin := DefaultSpin
-	if s := opt(opts, "spin", "AMGO_TCP_SPIN"); s != "" {
+	if s := settings.Get(opts, "spin", "AMGO_TCP_SPIN"); s != "" {
 		if spin, err = time.ParseDuration(s); err != nil || spin < 0 {
 			return nil, fmt.Errorf("tcp: bad spin %q: want a duration such as 20us", s)
 		}
 	}
 	port := 0
-	if s := opt(opts, "port", "AMGO_TCP_PORT"); s != "" {
+	if s := settings.Get(opts, "port", "AMGO_TCP_PORT"); s != "" {
 		if port, err = strconv.Atoi(s); err != nil || port < 0 || port > 65535 {
 			return nil, fmt.Errorf("tcp: bad port %q", s)
 		}
 	}
 	var secret []byte
-	if s := opt(opts, "secret", "AMGO_JOB_SECRET"); s != "" {
+	if s := settings.Get(opts, "secret", "AMGO_JOB_SECRET"); s != "" {
 		if secret, err = hex.DecodeString(s); err != nil || len(secret) < 16 {
 			return nil, fmt.Errorf("tcp: rank %d: AMGO_JOB_SECRET must be at least 16 bytes in hex", rank)
 		}

@@ -10,10 +10,8 @@ import (
 	"fmt"
 	"hash"
 	"net/netip"
-	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/am/transport/internal/netaddr"
+	settings "github.com/amgo-hpc/amgo/am/transport/internal/opts"
 )
 
 func init() {
@@ -139,59 +138,33 @@ func New(b transport.Bootstrap, opts map[string]string) (transport.Transport, er
 	return t, nil
 }
 
-func opt(opts map[string]string, key, env string) string {
-	if v, ok := opts[key]; ok {
-		return v
-	}
-	return os.Getenv(env)
-}
-
-func sizeOpt(opts map[string]string, key, env string, def, lo, hi int) (int, error) {
-	s := strings.TrimSpace(opt(opts, key, env))
-	if s == "" {
-		return def, nil
-	}
-	mul := 1
-	switch {
-	case strings.HasSuffix(s, "k"), strings.HasSuffix(s, "K"):
-		mul, s = 1<<10, s[:len(s)-1]
-	case strings.HasSuffix(s, "m"), strings.HasSuffix(s, "M"):
-		mul, s = 1<<20, s[:len(s)-1]
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n*mul < lo || n*mul > hi {
-		return 0, fmt.Errorf("udp: bad %s %q: want a byte count in [%d, %d]", key, opt(opts, key, env), lo, hi)
-	}
-	return n * mul, nil
-}
-
 func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 	rank, size := b.Rank(), b.Size()
 	if size < 1 || rank < 0 || rank >= size {
 		return nil, fmt.Errorf("udp: bad job shape: rank %d of %d", rank, size)
 	}
-	bufBytes, err := sizeOpt(opts, "buf_bytes", "AMGO_UDP_BUF_BYTES", DefaultBufBytes, 64<<10, 1<<30)
+	bufBytes, err := settings.Bytes(opts, "buf_bytes", "AMGO_UDP_BUF_BYTES", DefaultBufBytes, 64<<10, 1<<30)
 	if err != nil {
 		return nil, err
 	}
-	maxPacket, err := sizeOpt(opts, "max_packet", "AMGO_UDP_MAX_PACKET", MaxPacket, MinPacket, MaxPacket)
+	maxPacket, err := settings.Bytes(opts, "max_packet", "AMGO_UDP_MAX_PACKET", MaxPacket, MinPacket, MaxPacket)
 	if err != nil {
 		return nil, err
 	}
 	spin := DefaultSpin
-	if s := opt(opts, "spin", "AMGO_UDP_SPIN"); s != "" {
+	if s := settings.Get(opts, "spin", "AMGO_UDP_SPIN"); s != "" {
 		if spin, err = time.ParseDuration(s); err != nil || spin < 0 {
 			return nil, fmt.Errorf("udp: bad spin %q: want a duration such as 20us", s)
 		}
 	}
 	port := 0
-	if s := opt(opts, "port", "AMGO_UDP_PORT"); s != "" {
+	if s := settings.Get(opts, "port", "AMGO_UDP_PORT"); s != "" {
 		if port, err = strconv.Atoi(s); err != nil || port < 0 || port > 65535 {
 			return nil, fmt.Errorf("udp: bad port %q", s)
 		}
 	}
 	var secret []byte
-	if s := opt(opts, "secret", "AMGO_JOB_SECRET"); s != "" {
+	if s := settings.Get(opts, "secret", "AMGO_JOB_SECRET"); s != "" {
 		if secret, err = hex.DecodeString(s); err != nil || len(secret) < 16 {
 			return nil, fmt.Errorf("udp: rank %d: AMGO_JOB_SECRET must be at least 16 bytes in hex", rank)
 		}
