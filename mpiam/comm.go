@@ -18,6 +18,10 @@ type Comm struct {
 	ranks []int // communicator rank -> world rank; nil means identity (world)
 	freed atomic.Bool
 
+	// sendSeq numbers the messages to each rank of c (MPI-4.1 §3.5
+	// non-overtaking), guarded by the sender's lock of that rank's world rank.
+	sendSeq []uint32
+
 	collSeq atomic.Uint32 // collective calls started on c: tags of their messages
 	coll    *Comm         // c's collective context (ctx+1), nil for that one itself
 }
@@ -56,14 +60,14 @@ func (c *Comm) collective() *Comm {
 	if c.coll != nil {
 		return c.coll
 	}
-	return &Comm{p: c.p, ctx: c.ctx + 1, rank: c.rank, size: c.size, ranks: c.ranks}
+	return c // c carries collective traffic itself
 }
 
 // newComm makes a communicator over the given world ranks (nil: identity) with
 // context ctx, and its collective context.
 func (p *proc) newComm(ctx uint32, rank, size int, ranks []int) *Comm {
-	c := &Comm{p: p, ctx: ctx, rank: rank, size: size, ranks: ranks}
-	c.coll = &Comm{p: p, ctx: ctx + 1, rank: rank, size: size, ranks: ranks}
+	c := &Comm{p: p, ctx: ctx, rank: rank, size: size, ranks: ranks, sendSeq: make([]uint32, size)}
+	c.coll = &Comm{p: p, ctx: ctx + 1, rank: rank, size: size, ranks: ranks, sendSeq: make([]uint32, size)}
 	return c
 }
 

@@ -75,7 +75,8 @@ func (p *proc) startSend(r *Request) error {
 	}
 	mu := &p.sendMu[world]
 	mu.Lock()
-	seq := p.seq[world].Next(c.ctx, int32(r.peer))
+	seq := c.sendSeq[r.peer]
+	c.sendSeq[r.peer]++
 	a0, a1, a2 := envelope(c.ctx, c.rank, r.tag, seq, flags)
 	var err error
 	pb, hasPB := r.pbOut, r.hasPBOut
@@ -119,7 +120,8 @@ func (p *proc) sendEager(c *Comm, buf []byte, dest, tag int, mode Mode, pb uint6
 	}
 	mu := &p.sendMu[world]
 	mu.Lock()
-	seq := p.seq[world].Next(c.ctx, int32(dest))
+	seq := c.sendSeq[dest]
+	c.sendSeq[dest]++
 	a0, a1, a2 := envelope(c.ctx, c.rank, tag, seq, flags)
 	var err error
 	if hasPB {

@@ -91,10 +91,6 @@ type proc struct {
 	nextCtx        uint32
 
 	sendMu []sync.Mutex // by world rank: orders sequence numbers with their sends
-	// seq holds the sequence counters by world rank of the destination,
-	// each guarded by that rank's sendMu: SendSeq is not safe for concurrent
-	// use, and goroutines sending to different ranks run at once.
-	seq []match.SendSeq
 
 	msgPool  sync.Pool
 	payloads payloadPool
@@ -121,7 +117,6 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		reqs:    map[uint64]*Request{},
 		nextID:  1,
 		sendMu:  make([]sync.Mutex, ep.Size()),
-		seq:     make([]match.SendSeq, ep.Size()),
 		nextCtx: 2,
 	}
 	p.msgPool.New = func() any { return new(inMsg) }
