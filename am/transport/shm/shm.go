@@ -74,6 +74,8 @@ type Transport struct {
 
 	closed    atomic.Bool
 	anyDead   atomic.Bool
+	deaths    atomic.Int32 // peers found dead
+	reported  atomic.Int32 // deaths Poll has reported (Wait wakes only for newer ones)
 	lastCheck atomic.Int64 // unix nanoseconds of the last dead-peer check
 
 	// Written by every Poll: on cache lines of their own, away from what
@@ -429,6 +431,7 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 		for src := range t.peers {
 			if t.peers[src].dead.Load() {
 				if _, ok := t.in[src].Peek(); !ok {
+					t.reported.Store(t.deaths.Load())
 					return 0, t.deadErr(src)
 				}
 			}
@@ -438,14 +441,16 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 }
 
 // arrived reports whether any inbound ring seems to hold a packet (or a peer
-// has died, which Poll reports): Wait's readiness check.
+// has died since Poll last reported a death): Wait's readiness check. A death
+// already reported does not keep Wait from sleeping, so ranks that wait on
+// after a failure do not spin a core.
 func (t *Transport) arrived() bool {
 	for _, c := range t.in {
 		if c.Pending() {
 			return true
 		}
 	}
-	return t.anyDead.Load()
+	return t.deaths.Load() != t.reported.Load()
 }
 
 // checkPeers looks for peers that exited without closing, at most every
@@ -464,6 +469,7 @@ func (t *Transport) checkPeers(force bool) {
 		if err := unix.Kill(p.pid, 0); errors.Is(err, unix.ESRCH) && p.state.Load() != stateClosed {
 			p.dead.Store(true)
 			t.anyDead.Store(true)
+			t.deaths.Add(1)
 		}
 	}
 }
