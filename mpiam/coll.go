@@ -143,8 +143,15 @@ func (x coll) recv(b []byte, src, step int) error {
 // sendrecv exchanges with two peers without deadlock: the receive is posted
 // first.
 func (x coll) sendrecv(sb []byte, dest int, rb []byte, src int, step int) error {
-	rr, err := x.cc.irecv(rb, src, x.tag+step)
-	if err != nil {
+	cc := x.cc
+	if err := cc.checkRecv(src, x.tag+step); err != nil {
+		return err
+	}
+	// A pooled request: it is complete, and referenced by nothing, once
+	// wait returns.
+	rr := cc.newRecv(rb, src, x.tag+step, true)
+	defer cc.p.reqPool.Put(rr)
+	if err := cc.p.startRecv(rr); err != nil {
 		return err
 	}
 	if err := x.send(sb, dest, step); err != nil {

@@ -1,0 +1,26 @@
+package mpiam
+
+import (
+	"testing"
+)
+
+// BenchmarkAllreduce8B measures a 2-rank in-process Allreduce of one float64
+// (recursive doubling: one exchange), per call.
+func BenchmarkAllreduce8B(b *testing.B) {
+	err := RunLocal(2, Config{}, func(w *Comm) error {
+		s, r := []float64{1}, []float64{0}
+		if w.Rank() == 0 {
+			b.ReportAllocs()
+			b.ResetTimer()
+		}
+		for i := 0; i < b.N; i++ {
+			if err := Allreduce(w, s, r, Sum[float64]()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
