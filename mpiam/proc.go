@@ -185,43 +185,27 @@ func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 	m.size = len(payload)
 	m.payload = payload
 	m.pb, m.hasPB = tok.Piggyback()
-	p.mu.Lock()
-	out, err := p.eng.Arrive(env, m, p.matchBuf[:0])
-	if err != nil {
-		p.mu.Unlock()
-		p.msgPool.Put(m)
-		p.dropped(fmt.Errorf("eager message from rank %d: %w", m.src, err))
+	out, mine, ok := p.arriveLocked(env, m, "eager message")
+	if !ok {
 		return
 	}
-	mine := false
-	for _, x := range out {
-		if x.Msg == m {
-			mine = true
-		}
-	}
 	if !mine {
-		// Unexpected (or held for order): copy the data out of the per-peer
-		// buffer and let the handler's return free the sender's space. The
-		// seed keeps the space until a receive takes the message, but the
-		// sender allocates that space in ring order (flowctl): one message
-		// kept there stops the ring from advancing, and once the sender has
-		// sent a buffer's worth after it, the sender can neither start another
-		// send (an Isend must return whatever the receiver does, MPI-4.1 §3.7)
-		// nor store rendezvous data that the receiver waits for: both ranks
-		// would wait for ever. Unexpected messages cost receiver memory
-		// instead, as in Open MPI ob1 and MPICH.
-		// Up to the limit per source; past it the message keeps its space in
-		// the per-peer buffer (the seed's protocol), which back-pressures a
-		// sender that floods this rank with messages nobody receives, so that
-		// memory stays bounded.
-		if used := &p.unexpBytes[m.src]; used.Load()+int64(len(payload)) <= int64(p.unexpLimit) {
-			m.heap = p.payloads.get(len(payload))
-			m.payload = (*m.heap)[:len(payload)]
-			copy(m.payload, payload)
-			used.Add(int64(len(payload)))
-		} else if buf, r, err := tok.Retain(); err == nil {
-			m.payload, m.retained, m.kept = buf, r, true
-		} else {
+		// Unexpected (or held for order). Up to the limit per source the data
+		// is copied out of the per-peer buffer and the handler's return frees
+		// the sender's space: the sender allocates that space in ring order
+		// (flowctl), so one message kept there would stop the ring, and a
+		// sender that sent a buffer's worth after it could neither start an
+		// Isend nor store rendezvous data the receiver waits for. Past the
+		// limit the message keeps its space (the seed's protocol), which
+		// back-pressures a sender that floods this rank, so memory stays
+		// bounded.
+		used := &p.unexpBytes[m.src]
+		if used.Load()+int64(len(payload)) > int64(p.unexpLimit) {
+			if buf, r, err := tok.Retain(); err == nil {
+				m.payload, m.retained, m.kept = buf, r, true
+			}
+		}
+		if !m.kept {
 			m.heap = p.payloads.get(len(payload))
 			m.payload = (*m.heap)[:len(payload)]
 			copy(m.payload, payload)
@@ -241,6 +225,27 @@ func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 	}
 }
 
+// arriveLocked takes p.mu and offers m to the matching engine. It returns the
+// matches made and whether m itself was matched; ok false (p.mu released, m
+// recycled, the drop logged) when the engine refused it.
+func (p *proc) arriveLocked(env match.Envelope, m *inMsg, what string) (out []match.Match[*Request, *inMsg], mine, ok bool) {
+	p.mu.Lock()
+	out, err := p.eng.Arrive(env, m, p.matchBuf[:0])
+	if err != nil {
+		p.mu.Unlock()
+		src := m.src
+		p.msgPool.Put(m)
+		p.dropped(fmt.Errorf("%s from rank %d: %w", what, src, err))
+		return nil, false, false
+	}
+	for _, x := range out {
+		if x.Msg == m {
+			mine = true
+		}
+	}
+	return out, mine, true
+}
+
 // onRTS handles a rendezvous request-to-send.
 func (p *proc) onRTS(tok *handlers.Token, a []uint64, _ []byte) {
 	env := unpackEnvelope(a[0], a[1])
@@ -251,19 +256,9 @@ func (p *proc) onRTS(tok *handlers.Token, a []uint64, _ []byte) {
 	m.sendID = a[4]
 	m.src = tok.Source()
 	m.pb, m.hasPB = tok.Piggyback()
-	p.mu.Lock()
-	out, err := p.eng.Arrive(env, m, p.matchBuf[:0])
-	if err != nil {
-		p.mu.Unlock()
-		p.msgPool.Put(m)
-		p.dropped(fmt.Errorf("request-to-send from rank %d: %w", m.src, err))
+	out, mine, ok := p.arriveLocked(env, m, "request-to-send")
+	if !ok {
 		return
-	}
-	mine := false
-	for _, x := range out {
-		if x.Msg == m {
-			mine = true
-		}
 	}
 	if !mine && m.flags&flagReady != 0 {
 		m.notReady = true
