@@ -3,9 +3,7 @@
 package tcp
 
 import (
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -19,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/amgo-hpc/amgo/am/transport"
+	"github.com/amgo-hpc/amgo/am/transport/internal/jobsecret"
 	"github.com/amgo-hpc/amgo/am/transport/internal/netaddr"
 	settings "github.com/amgo-hpc/amgo/am/transport/internal/opts"
 )
@@ -214,19 +213,9 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 			return nil, fmt.Errorf("tcp: bad port %q", s)
 		}
 	}
-	var secret []byte
-	if s := settings.Get(opts, "secret", "AMGO_JOB_SECRET"); s != "" {
-		if secret, err = hex.DecodeString(s); err != nil || len(secret) < 16 {
-			return nil, fmt.Errorf("tcp: rank %d: AMGO_JOB_SECRET must be at least 16 bytes in hex", rank)
-		}
-	} else if rank == 0 {
-		secret = make([]byte, 16)
-		if _, err := rand.Read(secret); err != nil {
-			return nil, fmt.Errorf("tcp: rank 0: draw job secret: %w", err)
-		}
-		if err := b.Put("amgo.secret", hex.EncodeToString(secret)); err != nil {
-			return nil, fmt.Errorf("tcp: rank 0: publish job secret: %w", err)
-		}
+	secret, err := jobsecret.Before(b, opts, "amgo.secret")
+	if err != nil {
+		return nil, fmt.Errorf("tcp: rank %d: %w", rank, err)
 	}
 	ip, err := netaddr.Choose(opts)
 	if err != nil {
@@ -250,12 +239,8 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 		return fail(fmt.Errorf("fence after publishing: %w", err))
 	}
 	if t.secret == nil {
-		s, err := b.Get("amgo.secret")
-		if err != nil {
-			return fail(fmt.Errorf("look up the job secret: %w", err))
-		}
-		if t.secret, err = hex.DecodeString(s); err != nil || len(t.secret) < 16 {
-			return fail(fmt.Errorf("job secret from rank 0 is not hex of 16 bytes or more"))
+		if t.secret, err = jobsecret.After(b, "amgo.secret"); err != nil {
+			return fail(err)
 		}
 	}
 	for r := 0; r < size; r++ {

@@ -3,9 +3,7 @@
 package udp
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
@@ -20,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/amgo-hpc/amgo/am/transport"
+	"github.com/amgo-hpc/amgo/am/transport/internal/jobsecret"
 	"github.com/amgo-hpc/amgo/am/transport/internal/netaddr"
 	settings "github.com/amgo-hpc/amgo/am/transport/internal/opts"
 )
@@ -163,19 +162,9 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 			return nil, fmt.Errorf("udp: bad port %q", s)
 		}
 	}
-	var secret []byte
-	if s := settings.Get(opts, "secret", "AMGO_JOB_SECRET"); s != "" {
-		if secret, err = hex.DecodeString(s); err != nil || len(secret) < 16 {
-			return nil, fmt.Errorf("udp: rank %d: AMGO_JOB_SECRET must be at least 16 bytes in hex", rank)
-		}
-	} else if rank == 0 {
-		secret = make([]byte, 16)
-		if _, err := rand.Read(secret); err != nil {
-			return nil, fmt.Errorf("udp: rank 0: draw job secret: %w", err)
-		}
-		if err := b.Put(SecretKey, hex.EncodeToString(secret)); err != nil {
-			return nil, fmt.Errorf("udp: rank 0: publish job secret: %w", err)
-		}
+	secret, err := jobsecret.Before(b, opts, SecretKey)
+	if err != nil {
+		return nil, fmt.Errorf("udp: rank %d: %w", rank, err)
 	}
 	ip, err := netaddr.Choose(opts)
 	if err != nil {
@@ -200,12 +189,8 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 		return fail(fmt.Errorf("fence after publishing: %w", err))
 	}
 	if secret == nil {
-		s, err := b.Get(SecretKey)
-		if err != nil {
-			return fail(fmt.Errorf("look up the job secret: %w", err))
-		}
-		if secret, err = hex.DecodeString(s); err != nil || len(secret) < 16 {
-			return fail(fmt.Errorf("job secret from rank 0 is not hex of 16 bytes or more"))
+		if secret, err = jobsecret.After(b, SecretKey); err != nil {
+			return fail(err)
 		}
 	}
 	t.key = DeriveKey(secret)
