@@ -118,6 +118,8 @@ type Stats struct {
 	// StoresPut and StoresPacketed count stores by path: single-copy Put, or
 	// fragments through the network.
 	StoresPut, StoresPacketed uint64
+	// Gets counts completed single-copy Gets.
+	Gets uint64
 	// LastDrop describes the most recent drop ("" if none).
 	LastDrop string
 }
@@ -144,6 +146,9 @@ type peer struct {
 type Endpoint struct {
 	tr        transport.Transport
 	putter    transport.Putter
+	getter    transport.Getter
+	noGet     []atomic.Bool // by rank: single-copy get refused by the network for that peer
+	gets      atomic.Uint64 // completed Gets
 	caps      transport.Caps
 	rank      int
 	size      int
@@ -234,6 +239,10 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 	}
 	if p, ok := tr.(transport.Putter); ok && caps.Put {
 		ep.putter = p
+	}
+	if g, ok := tr.(transport.Getter); ok && caps.Get {
+		ep.getter = g
+		ep.noGet = make([]atomic.Bool, tr.Size())
 	}
 	if pt, ok := tr.(transport.PutTargeter); ok {
 		pt.SetPutResolver(func(addr uint64, n int) ([]byte, error) { return ep.lookupRegion(addr, uint64(n)) })
@@ -465,6 +474,59 @@ func (ep *Endpoint) Store(dst int, h handlers.Index, addr uint64, data []byte, a
 		if last {
 			return nil
 		}
+	}
+}
+
+// CanGet reports whether Get from rank src can move n bytes with the network's
+// single copy: the network offers it (Caps.Get), n is at least Caps.PutMin
+// (below it a system call costs more than copying packets), and src has not
+// refused it (EPERM from Cross Memory Attach) or failed.
+func (ep *Endpoint) CanGet(src, n int) bool {
+	return ep.getter != nil && n > 0 && n >= ep.caps.PutMin && uint(src) < uint(ep.size) &&
+		!ep.noGet[src].Load() && ep.dead[src].Load() == nil && !ep.closed.Load()
+}
+
+// Get is a blocking single-copy read (GASNet-EX gex_RMA_GetBlocking; SP AM's
+// am_get without its completion handler, seed: mpi-over-active-messages): it
+// copies len(buf) bytes at addr in rank src's memory into buf and returns
+// when they are there. It runs no handler at either end and sends no packet:
+// the owner learns that the read is done only from a request the caller sends
+// afterwards (the rendezvous protocol's fin). addr must name memory that src
+// gave to this rank and keeps alive and unchanged until then; like a Store's
+// destination on single-copy networks it cannot be checked by src.
+//
+// Only networks with a single-copy read have Get (shared memory: Cross Memory
+// Attach; in-process: a copy); elsewhere ask src to Store the data instead.
+// Errors: ErrRank, ErrClosed, a *PeerError for a failed src, and an error
+// wrapping transport.ErrGetUnsupported when the network or this peer has no
+// single-copy read (see CanGet; a refusal is remembered), or the network's
+// error for an unmapped range.
+func (ep *Endpoint) Get(src int, addr uint64, buf []byte) error {
+	if err := ep.checkDst(src); err != nil {
+		return err
+	}
+	if ep.getter == nil {
+		return fmt.Errorf("am: get from rank %d over %s: %w", src, ep.caps.Name, transport.ErrGetUnsupported)
+	}
+	if len(buf) == 0 {
+		return nil
+	}
+	if ep.noGet[src].Load() {
+		return fmt.Errorf("am: get from rank %d: refused earlier: %w", src, transport.ErrGetUnsupported)
+	}
+	err := ep.getter.Get(src, uintptr(addr), buf)
+	switch {
+	case err == nil:
+		ep.gets.Add(1)
+		return nil
+	case errors.Is(err, transport.ErrGetUnsupported):
+		ep.noGet[src].Store(true)
+		return fmt.Errorf("am: get of %d bytes from rank %d: %w", len(buf), src, err)
+	default:
+		if pe := ep.peerFailed(src, err); pe != nil {
+			return pe
+		}
+		return fmt.Errorf("am: get of %d bytes from rank %d at %#x: %w", len(buf), src, addr, err)
 	}
 }
 
@@ -887,6 +949,7 @@ func (ep *Endpoint) Stats() Stats {
 	s.BytesRecv = ep.rx.c.bytes
 	s.Drops = ep.rx.c.drops
 	ep.pollMu.Unlock()
+	s.Gets = ep.gets.Load()
 	s.UnknownHandler = ep.table.Unknown()
 	ep.dropMu.Lock()
 	s.LastDrop = ep.lastDrop

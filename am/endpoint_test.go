@@ -2,12 +2,15 @@ package am
 
 import (
 	"bytes"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
+	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/flowctl"
 	"github.com/amgo-hpc/amgo/handlers"
 	"github.com/amgo-hpc/amgo/internal/wire"
@@ -489,4 +492,41 @@ func TestSegmentRegistrationsAreCounted(t *testing.T) {
 	_, err = eps[0].lookupRegion(a.Addr, 10)
 	require.ErrorIs(t, err, ErrSegment)
 	require.ErrorIs(t, eps[0].UnregisterSegment(a), ErrSegment)
+}
+
+// Get reads a peer's memory with the network's single copy where it has one
+// (loop, shm) and reports transport.ErrGetUnsupported elsewhere.
+func TestGet(t *testing.T) {
+	forEachNetwork(t, 2, Config{}, func(t *testing.T, eps []*Endpoint) {
+		src := make([]byte, 70000)
+		for i := range src {
+			src[i] = byte(i * 13)
+		}
+		addr := uint64(uintptr(unsafe.Pointer(&src[0])))
+		buf := make([]byte, 50000)
+		caps := eps[1].Transport().Caps()
+		if !caps.Get {
+			require.False(t, eps[1].CanGet(0, len(buf)))
+			require.ErrorIs(t, eps[1].Get(0, addr+100, buf), transport.ErrGetUnsupported)
+			return
+		}
+		require.True(t, eps[1].CanGet(0, len(buf)))
+		require.False(t, eps[1].CanGet(0, 0), "nothing to move")
+		require.False(t, eps[1].CanGet(2, len(buf)), "no such rank")
+		if caps.PutMin > 1 {
+			require.False(t, eps[1].CanGet(0, caps.PutMin-1), "below the single-copy threshold")
+		}
+		require.NoError(t, eps[1].Get(0, addr+100, buf))
+		require.Equal(t, src[100:100+len(buf)], buf)
+		require.NoError(t, eps[1].Get(0, addr, nil), "an empty get is done at once")
+		// From its own memory too.
+		clear(buf)
+		require.NoError(t, eps[0].Get(0, addr+7, buf))
+		require.Equal(t, src[7:7+len(buf)], buf)
+		require.ErrorIs(t, eps[1].Get(2, addr, buf), ErrRank)
+		require.ErrorIs(t, eps[1].Get(-1, addr, buf), ErrRank)
+		require.EqualValues(t, 1, eps[1].Stats().Gets)
+		require.EqualValues(t, 1, eps[0].Stats().Gets)
+		runtime.KeepAlive(src)
+	})
 }

@@ -37,6 +37,10 @@ type Caps struct {
 	// in packets (a system call costs more than copying a few KiB twice); 0 means
 	// Put is always the better path.
 	PutMin int
+	// Get: the transport implements Getter (single-copy reads from memory a peer
+	// named). A Getter may still refuse a particular peer at run time. PutMin
+	// is also the smallest transfer for which a Get beats packets.
+	Get bool
 	// Wakeup: Wait sleeps until traffic arrives rather than for the whole timeout.
 	Wakeup bool
 }
@@ -91,6 +95,19 @@ type Putter interface {
 	Put(dst int, addr uintptr, data []byte) error
 }
 
+// Getter is implemented by transports with a single-copy path out of a peer's
+// memory (shared memory: Cross Memory Attach; in-process: a copy): the
+// receiver-driven half of a rendezvous, GASNet's RMA get.
+type Getter interface {
+	// Get copies len(buf) bytes at address addr in rank src's memory into buf
+	// and returns when they are there. The memory must be what src named to
+	// this rank and keeps alive and unchanged until told the get is done.
+	// ErrGetUnsupported means this peer cannot be reached this way (e.g.
+	// EPERM from process_vm_readv); the caller falls back to asking src to
+	// send the data.
+	Get(src int, addr uintptr, buf []byte) error
+}
+
 // PutResolver maps a destination named by a peer's Put (an address inside a
 // segment this rank registered, and a length in bytes) to the local memory to
 // write, or an error when the range is not registered.
@@ -111,6 +128,7 @@ var (
 	ErrPeer           = errors.New("transport: no such peer")
 	ErrClosed         = errors.New("transport: closed")
 	ErrPutUnsupported = errors.New("transport: single-copy put not available for this peer")
+	ErrGetUnsupported = errors.New("transport: single-copy get not available for this peer")
 )
 
 // Bootstrap is what a transport needs from the launcher to find its peers: the

@@ -110,7 +110,7 @@ func NewJob(n int, opts map[string]string) ([]transport.Transport, error) {
 		}
 	}
 	j.caps = transport.Caps{Name: "loop", Ordered: true, Reliable: true,
-		MaxPacket: j.ranks[0].out[0].MaxRecord(), Put: true, Wakeup: true}
+		MaxPacket: j.ranks[0].out[0].MaxRecord(), Put: true, Get: true, Wakeup: true}
 	ts := make([]transport.Transport, n)
 	for i, t := range j.ranks {
 		ts[i] = t
@@ -124,7 +124,7 @@ func (t *Transport) Rank() int { return t.rank }
 // Size is the number of ranks in the job.
 func (t *Transport) Size() int { return len(t.job.ranks) }
 
-// Caps: ordered, reliable, with wake-up and Put; MaxPacket is about half of
+// Caps: ordered, reliable, with wake-up, Put and Get; MaxPacket is about half of
 // ring_bytes.
 func (t *Transport) Caps() transport.Caps { return t.job.caps }
 
@@ -223,6 +223,24 @@ func (t *Transport) Put(dst int, addr uintptr, data []byte) error {
 	// conversion: addr names live memory that dst registered and keeps alive.
 	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
 	copy(unsafe.Slice((*byte)(p), len(data)), data)
+	return nil
+}
+
+// Get copies len(buf) bytes at addr, which rank src named and keeps alive, into
+// buf: every rank shares this address space. Errors: transport.ErrPeer (src
+// out of range), transport.ErrClosed.
+func (t *Transport) Get(src int, addr uintptr, buf []byte) error {
+	if t.closed.Load() {
+		return transport.ErrClosed
+	}
+	if uint(src) >= uint(len(t.out)) {
+		return fmt.Errorf("loop: get from rank %d by rank %d of %d: %w", src, t.rank, len(t.out), transport.ErrPeer)
+	}
+	if len(buf) == 0 {
+		return nil
+	}
+	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
+	copy(buf, unsafe.Slice((*byte)(p), len(buf)))
 	return nil
 }
 

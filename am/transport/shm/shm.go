@@ -97,7 +97,7 @@ type peer struct {
 	state *atomic.Uint32 // in its file header
 	full  int            // consecutive full Sends
 	dead  atomic.Bool
-	noPut atomic.Bool
+	noPut atomic.Bool // cross memory attach refused (puts and gets)
 }
 
 // New opens rank b.Rank()'s shared-memory transport for a job of b.Size() ranks
@@ -225,7 +225,7 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 		os.Remove(dir) // succeeds for the last rank to get here; the others' files are gone too
 	}
 	t.caps = transport.Caps{Name: "shm", Ordered: true, Reliable: true, MaxPacket: maxPacket,
-		Put: true, PutMin: PutMin, Wakeup: true}
+		Put: true, Get: true, PutMin: PutMin, Wakeup: true}
 	t.lastCheck.Store(time.Now().UnixNano())
 	return t, nil
 }
@@ -337,7 +337,7 @@ func (t *Transport) Rank() int { return t.rank }
 // Size is the number of ranks in the job.
 func (t *Transport) Size() int { return t.size }
 
-// Caps: ordered, reliable, with wake-up and Put; MaxPacket is about half of
+// Caps: ordered, reliable, with wake-up, Put and Get; MaxPacket is about half of
 // ring_bytes.
 func (t *Transport) Caps() transport.Caps { return t.caps }
 
@@ -493,48 +493,78 @@ func (t *Transport) Wait(d time.Duration) error {
 // plain copy for this rank itself) and returns when it is there. addr..addr+
 // len(data) must lie in memory dst registered and keeps alive. Errors: an error
 // wrapping transport.ErrPutUnsupported when dst refuses CMA (EPERM; remembered
-// for later Puts), transport.ErrPeer (dst out of range or gone),
+// for later Puts and Gets), transport.ErrPeer (dst out of range or gone),
 // transport.ErrClosed, and a plain error for an address range not mapped in dst
 // (EFAULT).
 func (t *Transport) Put(dst int, addr uintptr, data []byte) error {
+	return t.cma("put", dst, addr, data)
+}
+
+// Get reads len(buf) bytes at addr in rank src's memory into buf with
+// process_vm_readv (a plain copy for this rank itself) and returns when they
+// are there: the receiver-driven single copy of a rendezvous. addr..addr+
+// len(buf) must lie in memory src named and keeps alive. Errors as Put's, with
+// transport.ErrGetUnsupported for a peer that refuses CMA.
+func (t *Transport) Get(src int, addr uintptr, buf []byte) error {
+	return t.cma("get", src, addr, buf)
+}
+
+// cma moves local to (put) or from (get) rank r's memory at addr with Cross
+// Memory Attach, continuing after partial transfers and EINTR.
+func (t *Transport) cma(op string, r int, addr uintptr, local []byte) error {
 	if t.closed.Load() {
 		return transport.ErrClosed
 	}
-	if uint(dst) >= uint(t.size) {
-		return fmt.Errorf("shm: put from rank %d to rank %d of %d: %w", t.rank, dst, t.size, transport.ErrPeer)
+	if uint(r) >= uint(t.size) {
+		return fmt.Errorf("shm: %s from rank %d with rank %d of %d: %w", op, t.rank, r, t.size, transport.ErrPeer)
 	}
-	if len(data) == 0 {
+	if len(local) == 0 {
 		return nil
 	}
-	if dst == t.rank {
-		copy(unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&addr))), len(data)), data)
+	remoteMem := unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&addr))), len(local))
+	if r == t.rank {
+		if op == "put" {
+			copy(remoteMem, local)
+		} else {
+			copy(local, remoteMem)
+		}
 		return nil
 	}
-	p := &t.peers[dst]
+	unsupported := transport.ErrPutUnsupported
+	if op == "get" {
+		unsupported = transport.ErrGetUnsupported
+	}
+	p := &t.peers[r]
 	if p.noPut.Load() {
-		return fmt.Errorf("shm: put to rank %d (pid %d): refused earlier: %w", dst, p.pid, transport.ErrPutUnsupported)
+		return fmt.Errorf("shm: %s with rank %d (pid %d): CMA refused earlier: %w", op, r, p.pid, unsupported)
 	}
-	for off := 0; off < len(data); {
-		local := [1]unix.Iovec{{Base: &data[off]}}
-		local[0].SetLen(len(data) - off)
-		remote := [1]unix.RemoteIovec{{Base: addr + uintptr(off), Len: len(data) - off}}
-		n, err := unix.ProcessVMWritev(p.pid, local[:], remote[:], 0)
+	for off := 0; off < len(local); {
+		iov := [1]unix.Iovec{{Base: &local[off]}}
+		iov[0].SetLen(len(local) - off)
+		remote := [1]unix.RemoteIovec{{Base: addr + uintptr(off), Len: len(local) - off}}
+		var n int
+		var err error
+		if op == "put" {
+			n, err = unix.ProcessVMWritev(p.pid, iov[:], remote[:], 0)
+		} else {
+			n, err = unix.ProcessVMReadv(p.pid, iov[:], remote[:], 0)
+		}
 		switch {
 		case err == nil && n > 0:
 			off += n
 		case errors.Is(err, unix.EINTR):
 		case errors.Is(err, unix.EPERM), errors.Is(err, unix.ENOSYS):
 			p.noPut.Store(true)
-			return fmt.Errorf("shm: put to rank %d (pid %d): process_vm_writev: %v: %w", dst, p.pid, err, transport.ErrPutUnsupported)
+			return fmt.Errorf("shm: %s with rank %d (pid %d): cross memory attach: %v: %w", op, r, p.pid, err, unsupported)
 		case errors.Is(err, unix.ESRCH):
-			return fmt.Errorf("shm: put to rank %d (pid %d): process gone: %w", dst, p.pid, transport.ErrPeer)
+			return fmt.Errorf("shm: %s with rank %d (pid %d): process gone: %w", op, r, p.pid, transport.ErrPeer)
 		case errors.Is(err, unix.EFAULT):
-			return fmt.Errorf("shm: put to rank %d (pid %d): address range [%#x, %#x) not mapped there (or the local buffer is bad): %w",
-				dst, p.pid, addr+uintptr(off), addr+uintptr(len(data)), err)
+			return fmt.Errorf("shm: %s with rank %d (pid %d): address range [%#x, %#x) not mapped there (or the local buffer is bad): %w",
+				op, r, p.pid, addr+uintptr(off), addr+uintptr(len(local)), err)
 		case err == nil:
-			return fmt.Errorf("shm: put to rank %d (pid %d) at %#x: no progress after %d of %d bytes", dst, p.pid, addr, off, len(data))
+			return fmt.Errorf("shm: %s with rank %d (pid %d) at %#x: no progress after %d of %d bytes", op, r, p.pid, addr, off, len(local))
 		default:
-			return fmt.Errorf("shm: put to rank %d (pid %d) at %#x, %d bytes: %w", dst, p.pid, addr, len(data), err)
+			return fmt.Errorf("shm: %s with rank %d (pid %d) at %#x, %d bytes: %w", op, r, p.pid, addr, len(local), err)
 		}
 	}
 	return nil
@@ -570,4 +600,7 @@ func (t *Transport) unmap() error {
 	return first
 }
 
-var _ transport.Putter = (*Transport)(nil)
+var (
+	_ transport.Putter = (*Transport)(nil)
+	_ transport.Getter = (*Transport)(nil)
+)

@@ -45,6 +45,7 @@ func Run(t *testing.T, newJob NewJobFunc) {
 	t.Run("TooLarge", func(t *testing.T) { testTooLarge(t, open(t, 2)) })
 	t.Run("BadPeer", func(t *testing.T) { testBadPeer(t, open(t, 2)) })
 	t.Run("Put", func(t *testing.T) { testPut(t, open(t, 2)) })
+	t.Run("Get", func(t *testing.T) { testGet(t, open(t, 2)) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, open(t, 3)) })
 	t.Run("Wait", func(t *testing.T) { testWait(t, open(t, 2)) })
 	t.Run("NoAllocs", func(t *testing.T) { testNoAllocs(t, open(t, 2)) })
@@ -196,6 +197,10 @@ func testCaps(t *testing.T, ts []transport.Transport) {
 		if c0.Put {
 			_, ok := tr.(transport.Putter)
 			require.True(t, ok, "Caps().Put but no Putter")
+		}
+		if c0.Get {
+			_, ok := tr.(transport.Getter)
+			require.True(t, ok, "Caps().Get but no Getter")
 		}
 	}
 }
@@ -386,6 +391,9 @@ func testBadPeer(t *testing.T, ts []transport.Transport) {
 		if p, ok := ts[0].(transport.Putter); ok {
 			require.ErrorIs(t, p.Put(dst, 0, []byte{1}), transport.ErrPeer, "put dst %d", dst)
 		}
+		if g, ok := ts[0].(transport.Getter); ok {
+			require.ErrorIs(t, g.Get(dst, 0, []byte{1}), transport.ErrPeer, "get src %d", dst)
+		}
 	}
 }
 
@@ -417,6 +425,35 @@ func testPut(t *testing.T, ts []transport.Transport) {
 		require.Equal(t, before[c.off+c.n:], buf[c.off+c.n:], "put %+v wrote past its range", c)
 	}
 	runtime.KeepAlive(buf)
+}
+
+func testGet(t *testing.T, ts []transport.Transport) {
+	if !ts[0].Caps().Get {
+		t.Skip("network has no Get")
+	}
+	src := make([]byte, 1<<20) // named by rank 0: pinned and kept alive
+	var pin runtime.Pinner
+	pin.Pin(&src[0])
+	defer pin.Unpin()
+	r := rand.New(rand.NewPCG(7, 8))
+	for i := range src {
+		src[i] = byte(r.Uint32())
+	}
+	base := uintptr(unsafe.Pointer(&src[0]))
+	for _, c := range []struct{ by, from, off, n int }{
+		{1, 0, 0, 1}, {1, 0, 3, 1000}, {1, 0, 4096, 64 << 10}, {1, 0, 0, len(src)}, {0, 0, 17, 5000}, {1, 0, 100, 0},
+	} {
+		buf := make([]byte, c.n+16)
+		err := ts[c.by].(transport.Getter).Get(c.from, base+uintptr(c.off), buf[8:8+c.n])
+		if errors.Is(err, transport.ErrGetUnsupported) {
+			t.Skipf("get %d <- %d unsupported here: %v", c.by, c.from, err)
+		}
+		require.NoError(t, err, "get %+v", c)
+		require.Equal(t, src[c.off:c.off+c.n], buf[8:8+c.n], "get %+v", c)
+		require.Equal(t, make([]byte, 8), buf[:8], "get %+v wrote before its buffer", c)
+		require.Equal(t, make([]byte, 8), buf[8+c.n:], "get %+v wrote past its buffer", c)
+	}
+	runtime.KeepAlive(src)
 }
 
 // testConcurrent has every rank send to each peer from its own goroutine while
