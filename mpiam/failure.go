@@ -249,6 +249,7 @@ func (p *proc) failRankLocked(w int, done []func()) []func() {
 			continue
 		}
 		delete(p.reqs, id)
+		r.parts = 0 // parts finishing later leave it alone
 		if r.seg.Len > 0 {
 			_ = p.ep.UnregisterSegment(r.seg)
 			r.seg = am.Segment{}

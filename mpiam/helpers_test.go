@@ -194,6 +194,14 @@ func runJobErr(t testing.TB, nw string, n int, cfg Config, body rankBody) error 
 		var err error
 		trs, err = loop.NewJob(n, nil)
 		require.NoError(t, err)
+	case "loop+noget":
+		// loop with every single-copy get refused, as CMA refuses a peer
+		// that is not ours (EPERM): rendezvous falls back to stores.
+		lt, err := loop.NewJob(n, nil)
+		require.NoError(t, err)
+		for _, tr := range lt {
+			trs = append(trs, refuseGet{tr.(*loop.Transport)})
+		}
 	case "shm":
 		trs = openShm(t, n)
 	case "tcp":
@@ -217,6 +225,13 @@ func runJobErr(t testing.TB, nw string, n int, cfg Config, body rankBody) error 
 		return fmt.Errorf("job timed out after %v (deadlock?): %w", jobTimeout, err)
 	}
 	return err
+}
+
+// refuseGet is a loop transport whose peers all refuse single-copy gets.
+type refuseGet struct{ *loop.Transport }
+
+func (refuseGet) Get(src int, addr uintptr, buf []byte) error {
+	return fmt.Errorf("refused for the test: %w", transport.ErrGetUnsupported)
 }
 
 var shmJobs atomic.Int64

@@ -65,12 +65,14 @@ func (p *proc) startSend(r *Request) error {
 	case Ready:
 		flags = flagReady
 	}
+	var addr uint64
 	if rndv {
+		addr = p.offerAddr(world, r.buf)
 		p.mu.Lock()
-		id := p.nextID
 		p.nextID++
-		r.id = id
-		p.reqs[id] = r
+		r.id = p.nextID
+		r.parts, r.xferErr, r.xferPB, r.xferHasPB = 1, nil, 0, false // the receiver's final word
+		p.reqs[r.id] = r
 		p.mu.Unlock()
 	}
 	mu := &p.sendMu[world]
@@ -85,9 +87,9 @@ func (p *proc) startSend(r *Request) error {
 	}
 	switch {
 	case rndv && hasPB:
-		err = p.ep.RequestShortPiggyback(world, hRTS, pb, a0, a1, a2, uint64(len(r.buf)), r.id)
+		err = p.ep.RequestShortPiggyback(world, hRTS, pb, a0, a1, a2, uint64(len(r.buf)), r.id, addr)
 	case rndv:
-		err = p.ep.RequestShort(world, hRTS, a0, a1, a2, uint64(len(r.buf)), r.id)
+		err = p.ep.RequestShort(world, hRTS, a0, a1, a2, uint64(len(r.buf)), r.id, addr)
 	case hasPB:
 		err = p.ep.RequestMediumPiggyback(world, hEager, r.buf, pb, a0, a1, a2)
 	default:
@@ -170,23 +172,11 @@ func (p *proc) completePostedLocked(r *Request, m *inMsg, env match.Envelope) er
 		p.releaseMsg(m)
 		return nil
 	}
-	args, _, err := p.prepareCTSLocked(r, m, env)
+	plan := p.planRndvLocked(r, m, env)
 	p.mu.Unlock()
 	dst := m.src
 	p.msgPool.Put(m)
-	if err != nil {
-		r.complete(Status{Source: int(env.Source), Tag: int(env.Tag), Err: err})
-		return nil
-	}
-	if pb, ok := p.outgoingPB(); ok {
-		err = p.ep.RequestShortPiggyback(dst, hCTS, pb, args[:]...)
-	} else {
-		err = p.ep.RequestShort(dst, hCTS, args[:]...)
-	}
-	if err != nil {
-		err = p.netErr(r.comm, dst, fmt.Sprintf("clear-to-send to rank %d", env.Source), err)
-		r.complete(Status{Source: int(env.Source), Tag: int(env.Tag), Err: err})
-	}
+	p.runRndv(r, dst, plan)
 	return nil
 }
 

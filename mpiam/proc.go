@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/amgo-hpc/amgo/am"
 	"github.com/amgo-hpc/amgo/handlers"
@@ -31,6 +30,7 @@ const (
 	hCTS                               // short reply or request: receive buffer address (clear-to-send)
 	hData                              // store handler: rendezvous data has landed
 	hFin                               // short request: rendezvous with nothing to store is done
+	hPulled                            // short request: the receiver has read its part of the send buffer
 )
 
 // Message flags, in the envelope's third argument.
@@ -46,6 +46,7 @@ type inMsg struct {
 	src      int     // world rank of the sender
 	size     int     // message bytes
 	sendID   uint64  // rendezvous: the sender's request id
+	addr     uint64  // rendezvous: the send buffer's address, offered for a pull (0: none)
 	payload  []byte  // eager: data (valid during the handler; a copy in heap once queued)
 	heap     *[]byte // the pooled copy payload lives in, if any
 	notReady bool    // a ready send that found no posted receive
@@ -60,15 +61,16 @@ type inMsg struct {
 
 // deferred is work that handlers must not do themselves (the seed: "the handler
 // for the receive buffer address message is not allowed to do the actual data
-// transfer [...] it places the information in a list"); any polling MPI call runs it.
+// transfer [...] it places the information in a list"); any polling MPI call
+// runs it (runDeferred, rndv.go).
 type deferred struct {
+	kind  workKind
 	pb    uint64 // store: the receiver's piggybacked value from the clear-to-send
 	hasPB bool
-	cts   bool     // send a clear-to-send request for recv (else: store send's data)
-	req   *Request // the receive (cts) or the send (store)
-	dst   int      // world rank
-	args  [4]uint64
-	bytes int
+	req   *Request // the receive (cts, pull) or the send (store)
+	dst   int      // world rank of the peer
+	cts   ctsArgs  // cts: what to send; store: what the receiver asked for
+	pull  pullJob  // pull: what to read
 }
 
 // proc is one rank's MPI state: its endpoint, the matching engine, the request
@@ -89,6 +91,7 @@ type proc struct {
 	// handler for another message, recycled once p.mu is dropped.
 	pendingRelease []*inMsg
 	nextCtx        uint32
+	rndvSplit      int // EnvRndvSplit: smallest rendezvous split between store and get (0: never)
 
 	sendMu []sync.Mutex // by world rank: orders sequence numbers with their sends
 
@@ -130,6 +133,11 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		p.unexpLimit = n
 	}
 	p.unexpBytes = make([]atomic.Int64, ep.Size())
+	split, err := rndvSplitFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	p.rndvSplit = split
 	p.eagerLimit = ep.MaxMedium()
 	if v := os.Getenv(EnvEagerLimit); v != "" {
 		n, err := strconv.Atoi(v)
@@ -140,10 +148,11 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 	}
 	entries := []handlers.Entry{
 		{Index: hEager, Name: "mpi.eager", NArgs: 3, Fn: p.onEager},
-		{Index: hRTS, Name: "mpi.rts", NArgs: 5, Fn: p.onRTS},
-		{Index: hCTS, Name: "mpi.cts", NArgs: 4, Fn: p.onCTS},
+		{Index: hRTS, Name: "mpi.rts", NArgs: 6, Fn: p.onRTS},
+		{Index: hCTS, Name: "mpi.cts", NArgs: 6, Fn: p.onCTS},
 		{Index: hData, Name: "mpi.data", NArgs: 1, Fn: p.onData},
 		{Index: hFin, Name: "mpi.fin", NArgs: 1, Fn: p.onData},
+		{Index: hPulled, Name: "mpi.pulled", NArgs: 1, Fn: p.onPulled},
 	}
 	for _, e := range entries {
 		if _, err := ep.Register(e); err != nil {
@@ -246,33 +255,6 @@ func (p *proc) arriveLocked(env match.Envelope, m *inMsg, what string) (out []ma
 	return out, mine, true
 }
 
-// onRTS handles a rendezvous request-to-send.
-func (p *proc) onRTS(tok *handlers.Token, a []uint64, _ []byte) {
-	env := unpackEnvelope(a[0], a[1])
-	m := p.newMsg()
-	m.rndv = true
-	m.flags = a[2]
-	m.size = int(a[3])
-	m.sendID = a[4]
-	m.src = tok.Source()
-	m.pb, m.hasPB = tok.Piggyback()
-	out, mine, ok := p.arriveLocked(env, m, "request-to-send")
-	if !ok {
-		return
-	}
-	if !mine && m.flags&flagReady != 0 {
-		m.notReady = true
-	}
-	p.matchBuf = out
-	p.completeMatchesLocked(out, tok, m)
-	rel := p.pendingRelease
-	p.pendingRelease = nil
-	p.mu.Unlock()
-	for _, x := range rel {
-		p.releaseMsg(x)
-	}
-}
-
 // completeMatchesLocked acts on matches made by an arrival in a handler: eager
 // data is copied into the receive buffer; a request-to-send is answered with
 // the receive buffer's address, by reply when it is the message being handled,
@@ -292,23 +274,18 @@ func (p *proc) completeMatchesLocked(out []match.Match[*Request, *inMsg], tok *h
 			}
 			continue
 		}
-		args, n, err := p.prepareCTSLocked(r, m, x.Env)
-		if err != nil {
-			r.complete(Status{Source: int(x.Env.Source), Tag: int(x.Env.Tag), Err: err})
-		}
-		if m == cur && err == nil {
+		plan := p.planRndvLocked(r, m, x.Env)
+		if plan.cts && m == cur {
+			// Answer the message being handled with a reply: no credit needed.
 			var rerr error
 			if p.pbTool != nil {
-				rerr = tok.ReplyShortPiggyback(hCTS, p.pbTool.PiggybackValue(), args[:]...)
+				rerr = tok.ReplyShortPiggyback(hCTS, p.pbTool.PiggybackValue(), plan.args.slice()...)
 			} else {
-				rerr = tok.ReplyShort(hCTS, args[:]...)
+				rerr = tok.ReplyShort(hCTS, plan.args.slice()...)
 			}
-			if rerr != nil {
-				p.queueLocked(deferred{cts: true, req: r, dst: m.src, args: args, bytes: n})
-			}
-		} else if err == nil {
-			p.queueLocked(deferred{cts: true, req: r, dst: m.src, args: args, bytes: n})
+			plan.cts = rerr != nil // queue it as a request if the reply failed
 		}
+		p.queueRndvLocked(r, m.src, plan)
 		p.msgPool.Put(m)
 	}
 }
@@ -325,83 +302,9 @@ func (p *proc) finishEagerLocked(r *Request, m *inMsg, env match.Envelope) {
 	r.complete(st)
 }
 
-// prepareCTSLocked registers the receive buffer for a matched rendezvous and
-// returns the clear-to-send arguments: sender's id, address, bytes to store,
-// receiver's id.
-func (p *proc) prepareCTSLocked(r *Request, m *inMsg, env match.Envelope) (args [4]uint64, n int, err error) {
-	n = min(m.size, len(r.buf))
-	r.status = Status{Source: int(env.Source), Tag: int(env.Tag), Bytes: n, Piggyback: m.pb, HasPiggyback: m.hasPB}
-	if m.size > len(r.buf) {
-		r.status.Err = fmt.Errorf("%w: message of %d bytes from rank %d, tag %d, into a buffer of %d", ErrTruncate, m.size, env.Source, env.Tag, len(r.buf))
-	} else if m.notReady {
-		r.status.Err = fmt.Errorf("%w (from rank %d, tag %d)", ErrReadyNotPosted, env.Source, env.Tag)
-	}
-	var addr uint64
-	if n > 0 {
-		seg, err := p.ep.RegisterSegment(r.buf[:n])
-		if err != nil {
-			// The buffer cannot be a store destination (it overlaps another
-			// receive's: an erroneous program). Ask for nothing, so that the
-			// sender still completes, and fail the receive.
-			r.status.Err = fmt.Errorf("%w: receive buffer for rank %d, tag %d: %v", ErrBuffer, env.Source, env.Tag, err)
-			r.status.Bytes = 0
-			n = 0
-		} else {
-			r.seg = seg
-			addr = seg.Addr
-			// The data will land within about n / (4 GB/s) plus a round
-			// trip: keep polling rather than sleep through it.
-			p.ep.Expect(time.Duration(n/4)*time.Nanosecond + 50*time.Microsecond)
-		}
-	}
-	id := p.nextID
-	p.nextID++
-	r.id = id
-	p.reqs[id] = r
-	return [4]uint64{m.sendID, addr, uint64(n), id}, n, nil
-}
-
 func (p *proc) queueLocked(d deferred) {
 	p.work = append(p.work, d)
 	p.hasWork.Store(true)
-}
-
-// onCTS runs at the sender when the receiver has named its buffer. It only
-// records the fact; the data moves in runDeferred (seed: "the store is
-// performed by the blocked MPI_Send or, for nonblocking MPI_Isends by any MPI
-// communication function that explicitly polls the network").
-func (p *proc) onCTS(tok *handlers.Token, a []uint64, _ []byte) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	r, ok := p.reqs[a[0]]
-	if !ok {
-		p.dropped(fmt.Errorf("clear-to-send from rank %d for unknown send %d", tok.Source(), a[0]))
-		return
-	}
-	delete(p.reqs, a[0])
-	d := deferred{req: r, dst: tok.Source(), args: [4]uint64{a[0], a[1], a[2], a[3]}, bytes: int(a[2])}
-	d.pb, d.hasPB = tok.Piggyback()
-	p.queueLocked(d)
-}
-
-// onData runs at the receiver once rendezvous data has landed (a store's
-// handler) or when there was nothing to store (fin).
-func (p *proc) onData(tok *handlers.Token, a []uint64, _ []byte) {
-	p.mu.Lock()
-	r, ok := p.reqs[a[0]]
-	if ok {
-		delete(p.reqs, a[0])
-	}
-	p.mu.Unlock()
-	if !ok {
-		p.dropped(fmt.Errorf("rendezvous data from rank %d for unknown receive %d", tok.Source(), a[0]))
-		return
-	}
-	if r.seg.Len > 0 {
-		_ = p.ep.UnregisterSegment(r.seg)
-		r.seg = am.Segment{}
-	}
-	r.complete(r.status)
 }
 
 func (p *proc) releaseMsg(m *inMsg) {
@@ -442,51 +345,6 @@ func (pp *payloadPool) get(n int) *[]byte {
 
 func (pp *payloadPool) put(b *[]byte) {
 	pp[payloadClass(cap(*b))].Put(b)
-}
-
-// runDeferred does the protocol work handlers queued: clear-to-send requests
-// for rendezvous receives matched outside the message's own handler, and the
-// stores of rendezvous data whose address has arrived. Any goroutine that waits
-// in MPI runs it; each item runs once.
-func (p *proc) runDeferred() {
-	for p.hasWork.Load() {
-		p.mu.Lock()
-		if len(p.work) == 0 {
-			p.hasWork.Store(false)
-			p.mu.Unlock()
-			return
-		}
-		d := p.work[0]
-		p.work[0] = deferred{}
-		p.work = p.work[1:]
-		if len(p.work) == 0 {
-			p.work = nil
-			p.hasWork.Store(false)
-		}
-		p.mu.Unlock()
-		if d.cts {
-			var err error
-			if p.pbTool != nil {
-				err = p.ep.RequestShortPiggyback(d.dst, hCTS, p.pbTool.PiggybackValue(), d.args[:]...)
-			} else {
-				err = p.ep.RequestShort(d.dst, hCTS, d.args[:]...)
-			}
-			if err != nil {
-				d.req.complete(Status{Source: d.req.status.Source, Tag: d.req.status.Tag, Err: p.wrapNet(err)})
-			}
-			continue
-		}
-		// Store the send's data straight into the receive buffer.
-		r := d.req
-		n := d.bytes
-		var err error
-		if n > 0 {
-			err = p.ep.Store(d.dst, hData, d.args[1], r.buf[:n], d.args[3])
-		} else {
-			err = p.ep.RequestShort(d.dst, hFin, d.args[3])
-		}
-		r.complete(Status{Err: p.wrapNet(err), Piggyback: d.pb, HasPiggyback: d.hasPB})
-	}
 }
 
 func (p *proc) wrapNet(err error) error {

@@ -68,6 +68,12 @@ type Request struct {
 	handle   match.PostedHandle // a posted receive not matched yet
 	seg      am.Segment         // rendezvous receive: the registered buffer
 	id       uint64             // rendezvous: id in proc.reqs
+	// Rendezvous transfer (rndv.go), under proc.mu: parts still to finish,
+	// the first failure, the peer's piggybacked value.
+	parts     int
+	xferErr   error
+	xferPB    uint64
+	xferHasPB bool
 	bblock   bsendBlock         // buffered send: space in the attached buffer
 	pooled   bool               // internal request of a blocking call
 	reported bool               // completion reported by Wait/Test: now null

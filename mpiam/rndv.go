@@ -1,0 +1,441 @@
+package mpiam
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+	"unsafe"
+
+	"github.com/amgo-hpc/amgo/am"
+	"github.com/amgo-hpc/amgo/am/transport"
+	"github.com/amgo-hpc/amgo/handlers"
+	"github.com/amgo-hpc/amgo/mpiam/internal/match"
+)
+
+// The rendezvous protocol (docs/mpi.md "Rendezvous"). The sender announces a
+// message with a request-to-send (RTS) naming its size and, on networks with
+// a single-copy read (am.Endpoint.CanGet), its buffer's address. The receiver,
+// once the message matches a receive, moves the data one of three ways:
+//
+//   - store (the seed's protocol; networks without Get, small messages): a
+//     clear-to-send (CTS) names the receive buffer, the sender Stores the data
+//     there, the store's handler completes the receive;
+//   - pull: the receiver reads the whole message with am Get and tells the
+//     sender with a pulled notice; no CTS, one one-way trip before the copy;
+//   - split (messages of at least the split size): the CTS asks the sender to
+//     store the first part while the receiver pulls the rest, so that both
+//     processes copy at once.
+//
+// A rendezvous request counts the parts still to finish (Request.parts, under
+// proc.mu) and completes when the last one does. The sender's parts are one
+// for the receiver's final word (a pulled notice, or a CTS without ctsMore)
+// plus one per store a CTS asks for.
+
+// EnvRndvSplit sets the smallest rendezvous message, in bytes, that is moved
+// half by the sender's store and half by the receiver's get, both processes
+// copying at once; "off" or 0 turns splitting off. Default
+// DefaultRndvSplitBytes. Only on networks with a single-copy get.
+const EnvRndvSplit = "AMGO_RNDV_SPLIT"
+
+// DefaultRndvSplitBytes is the default of EnvRndvSplit, in bytes.
+const DefaultRndvSplitBytes = 128 << 10
+
+// CTS flags (the sixth argument).
+const (
+	// ctsMore: another message (a pulled notice or a further CTS) follows for
+	// this send; keep it waiting.
+	ctsMore = 1 << iota
+)
+
+type workKind uint8
+
+const (
+	workCTS   workKind = iota + 1 // send a clear-to-send request for a receive
+	workStore                     // store a send's data where the receiver asked
+	workPull                      // receive: optionally a CTS, then get, then the pulled notice
+)
+
+// ctsArgs are a clear-to-send's arguments: which send, where and which part of
+// it to store, which receive to run the store's handler for.
+type ctsArgs struct {
+	sendID, addr, off, n, recvID, flags uint64
+}
+
+func (a *ctsArgs) slice() []uint64 {
+	return (*[6]uint64)(unsafe.Pointer(a))[:]
+}
+
+// pullJob is the receiver's get: bytes [off, n) of the receive buffer from the
+// sender's buffer at addr (already offset), then the pulled notice for sendID.
+type pullJob struct {
+	addr   uint64
+	off, n int
+	sendID uint64
+}
+
+// rndvPlan is how a matched rendezvous moves its data.
+type rndvPlan struct {
+	cts  bool // send args as a clear-to-send
+	args ctsArgs
+	pull bool // run job
+	job  pullJob
+}
+
+func rndvSplitFromEnv() (int, error) {
+	v := os.Getenv(EnvRndvSplit)
+	switch v {
+	case "":
+		return DefaultRndvSplitBytes, nil
+	case "off", "0":
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%w: %s=%q is not a byte count (or off)", ErrArg, EnvRndvSplit, v)
+	}
+	return n, nil
+}
+
+// offerAddr is the address a rendezvous send offers for a pull, or 0 when the
+// receiver could not read it with a single copy. The buffer is on the Go heap
+// (the request holds it), which does not move, and stays alive and unchanged
+// until the receiver's final word.
+func (p *proc) offerAddr(world int, buf []byte) uint64 {
+	if !p.ep.CanGet(world, len(buf)) {
+		return 0
+	}
+	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
+}
+
+// onRTS handles a rendezvous request-to-send: envelope, size, the sender's
+// request id and the address offered for a pull.
+func (p *proc) onRTS(tok *handlers.Token, a []uint64, _ []byte) {
+	env := unpackEnvelope(a[0], a[1])
+	m := p.newMsg()
+	m.rndv = true
+	m.flags = a[2]
+	m.size = int(a[3])
+	m.sendID = a[4]
+	m.addr = a[5]
+	m.src = tok.Source()
+	m.pb, m.hasPB = tok.Piggyback()
+	out, mine, ok := p.arriveLocked(env, m, "request-to-send")
+	if !ok {
+		return
+	}
+	if !mine && m.flags&flagReady != 0 {
+		m.notReady = true
+	}
+	p.matchBuf = out
+	p.completeMatchesLocked(out, tok, m)
+	rel := p.pendingRelease
+	p.pendingRelease = nil
+	p.mu.Unlock()
+	for _, x := range rel {
+		p.releaseMsg(x)
+	}
+}
+
+// planRndvLocked decides how matched rendezvous m reaches receive r, sets r's
+// status (truncation, ready-mode errors) and part count, registers the
+// receive buffer when the sender will store into it, and returns what to send
+// and read. p.mu is held.
+func (p *proc) planRndvLocked(r *Request, m *inMsg, env match.Envelope) rndvPlan {
+	n := min(m.size, len(r.buf))
+	r.status = Status{Source: int(env.Source), Tag: int(env.Tag), Bytes: n, Piggyback: m.pb, HasPiggyback: m.hasPB}
+	if m.size > len(r.buf) {
+		r.status.Err = fmt.Errorf("%w: message of %d bytes from rank %d, tag %d, into a buffer of %d", ErrTruncate, m.size, env.Source, env.Tag, len(r.buf))
+	} else if m.notReady {
+		r.status.Err = fmt.Errorf("%w (from rank %d, tag %d)", ErrReadyNotPosted, env.Source, env.Tag)
+	}
+	r.parts, r.xferErr, r.xferPB, r.xferHasPB = 0, nil, 0, false
+	var plan rndvPlan
+	plan.args.sendID = m.sendID
+	push := n // bytes the sender stores
+	if m.addr != 0 && p.ep.CanGet(m.src, n) {
+		push = 0
+		if p.rndvSplit > 0 && n >= p.rndvSplit {
+			push = (n / 2) &^ 4095
+		}
+		plan.pull = true
+		plan.job = pullJob{addr: m.addr + uint64(push), off: push, n: n, sendID: m.sendID}
+		r.parts = 1
+	}
+	if push == 0 && plan.pull {
+		return plan // the pulled notice is the receiver's only word
+	}
+	plan.cts = true
+	r.parts++
+	if plan.pull {
+		plan.args.flags = ctsMore
+	}
+	if push > 0 {
+		seg, err := p.ep.RegisterSegment(r.buf[:n])
+		if err != nil {
+			// The buffer cannot be a store destination (it overlaps another
+			// receive's: an erroneous program). Ask for nothing, so that the
+			// sender still completes, and fail the receive.
+			r.status.Err = fmt.Errorf("%w: receive buffer for rank %d, tag %d: %v", ErrBuffer, env.Source, env.Tag, err)
+			r.status.Bytes = 0
+			plan.pull = false
+			plan.args.flags = 0
+			r.parts = 1
+			push = 0
+		} else {
+			r.seg = seg
+			plan.args.addr = seg.Addr
+			// The data will land within about push / (4 GB/s) plus a round
+			// trip: keep polling rather than sleep through it.
+			p.ep.Expect(time.Duration(push/4)*time.Nanosecond + 50*time.Microsecond)
+		}
+	}
+	plan.args.n = uint64(push)
+	p.nextID++
+	r.id = p.nextID
+	p.reqs[r.id] = r
+	plan.args.recvID = r.id
+	return plan
+}
+
+// queueRndvLocked queues the deferred part of plan for receive r of a message
+// from world rank src: a clear-to-send still to send, and the pull after it
+// (in one item, so that the sender sees them in that order). p.mu is held.
+func (p *proc) queueRndvLocked(r *Request, src int, plan rndvPlan) {
+	switch {
+	case plan.pull:
+		d := deferred{kind: workPull, req: r, dst: src, pull: plan.job}
+		if plan.cts {
+			d.cts = plan.args
+		}
+		p.queueLocked(d)
+	case plan.cts:
+		p.queueLocked(deferred{kind: workCTS, req: r, dst: src, cts: plan.args})
+	}
+}
+
+// runRndv does plan's work for receive r of a message from world rank src on
+// the calling goroutine (not a handler): the clear-to-send, then the pull.
+func (p *proc) runRndv(r *Request, src int, plan rndvPlan) {
+	d := deferred{req: r, dst: src, pull: plan.job}
+	if plan.cts {
+		d.cts = plan.args
+	}
+	if plan.pull {
+		d.kind = workPull
+	} else if plan.cts {
+		d.kind = workCTS
+	} else {
+		return
+	}
+	p.runWork(d)
+}
+
+// sendCTS sends a clear-to-send request for receive r.
+func (p *proc) sendCTS(d *deferred) error {
+	var err error
+	if p.pbTool != nil {
+		err = p.ep.RequestShortPiggyback(d.dst, hCTS, p.pbTool.PiggybackValue(), d.cts.slice()...)
+	} else {
+		err = p.ep.RequestShort(d.dst, hCTS, d.cts.slice()...)
+	}
+	return err
+}
+
+// onCTS runs at the sender when the receiver has named where to store (part
+// of) the data. It only records the fact; the data moves in runDeferred
+// (seed: "the store is performed by the blocked MPI_Send or, for nonblocking
+// MPI_Isends by any MPI communication function that explicitly polls the
+// network").
+func (p *proc) onCTS(tok *handlers.Token, a []uint64, _ []byte) {
+	args := ctsArgs{sendID: a[0], addr: a[1], off: a[2], n: a[3], recvID: a[4], flags: a[5]}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r, ok := p.reqs[args.sendID]
+	if !ok || r.kind != kindSend || args.off > uint64(len(r.buf)) || args.n > uint64(len(r.buf))-args.off {
+		p.dropped(fmt.Errorf("clear-to-send from rank %d for unknown send %d or outside it ([%d,+%d))",
+			tok.Source(), args.sendID, args.off, args.n))
+		return
+	}
+	r.parts++ // the store
+	if args.flags&ctsMore == 0 {
+		delete(p.reqs, args.sendID)
+		r.parts-- // the receiver's final word
+	}
+	d := deferred{kind: workStore, req: r, dst: tok.Source(), cts: args}
+	d.pb, d.hasPB = tok.Piggyback()
+	p.queueLocked(d)
+}
+
+// onPulled runs at the sender when the receiver has read its part of the send
+// buffer: the receiver's final word.
+func (p *proc) onPulled(tok *handlers.Token, a []uint64, _ []byte) {
+	p.mu.Lock()
+	r, ok := p.reqs[a[0]]
+	if ok && r.kind == kindSend {
+		delete(p.reqs, a[0])
+	}
+	p.mu.Unlock()
+	if !ok || r.kind != kindSend {
+		p.dropped(fmt.Errorf("pulled notice from rank %d for unknown send %d", tok.Source(), a[0]))
+		return
+	}
+	pb, hasPB := tok.Piggyback()
+	p.partDone(r, nil, pb, hasPB)
+}
+
+// onData runs at the receiver once stored rendezvous data has landed (a
+// store's handler) or when there was nothing to store (fin).
+func (p *proc) onData(tok *handlers.Token, a []uint64, _ []byte) {
+	p.mu.Lock()
+	r, ok := p.reqs[a[0]]
+	p.mu.Unlock()
+	if !ok || r.kind != kindRecv {
+		p.dropped(fmt.Errorf("rendezvous data from rank %d for unknown receive %d", tok.Source(), a[0]))
+		return
+	}
+	p.partDone(r, nil, 0, false)
+}
+
+// partDone records that one part of rendezvous request r is over (err: how it
+// failed; pb: a piggybacked value that came with it) and completes r after
+// the last part: a receive with the status planned at the match, a send with
+// the receiver's piggybacked value. A request already failed (parts 0) is left
+// alone.
+func (p *proc) partDone(r *Request, err error, pb uint64, hasPB bool) {
+	p.mu.Lock()
+	if r.parts <= 0 {
+		p.mu.Unlock()
+		return
+	}
+	if err != nil && r.xferErr == nil {
+		r.xferErr = err
+	}
+	if hasPB && !r.xferHasPB {
+		r.xferPB, r.xferHasPB = pb, true
+	}
+	r.parts--
+	if r.parts > 0 {
+		p.mu.Unlock()
+		return
+	}
+	if r.id != 0 && p.reqs[r.id] == r {
+		delete(p.reqs, r.id)
+	}
+	seg := r.seg
+	r.seg = am.Segment{}
+	p.mu.Unlock()
+	if seg.Len > 0 {
+		_ = p.ep.UnregisterSegment(seg)
+	}
+	if r.kind == kindRecv {
+		st := r.status
+		if st.Err == nil && r.xferErr != nil {
+			st.Err = r.xferErr
+		}
+		r.complete(st)
+		return
+	}
+	r.complete(Status{Err: r.xferErr, Piggyback: r.xferPB, HasPiggyback: r.xferHasPB})
+}
+
+// runDeferred does the protocol work handlers queued: clear-to-send requests
+// for rendezvous receives matched outside the message's own handler, the
+// receivers' gets, and the stores of rendezvous data whose address has
+// arrived. Any goroutine that waits in MPI runs it; each item runs once.
+func (p *proc) runDeferred() {
+	for p.hasWork.Load() {
+		p.mu.Lock()
+		if len(p.work) == 0 {
+			p.hasWork.Store(false)
+			p.mu.Unlock()
+			return
+		}
+		d := p.work[0]
+		p.work[0] = deferred{}
+		p.work = p.work[1:]
+		if len(p.work) == 0 {
+			p.work = nil
+			p.hasWork.Store(false)
+		}
+		p.mu.Unlock()
+		p.runWork(d)
+	}
+}
+
+// storeInstead turns the pull of d into a store: it registers the receive
+// buffer if the plan had not, and sends a clear-to-send for the part that was
+// to be read, as the sender's final word. The store's handler finishes the part.
+func (p *proc) storeInstead(d *deferred) error {
+	r, j := d.req, d.pull
+	p.mu.Lock()
+	if r.seg.Len == 0 {
+		seg, err := p.ep.RegisterSegment(r.buf[:j.n])
+		if err != nil {
+			p.mu.Unlock()
+			return fmt.Errorf("%w: receive buffer: %v", ErrBuffer, err)
+		}
+		r.seg = seg
+	}
+	if r.id == 0 || p.reqs[r.id] != r {
+		p.nextID++
+		r.id = p.nextID
+		p.reqs[r.id] = r
+	}
+	cts := deferred{dst: d.dst, cts: ctsArgs{sendID: j.sendID, addr: r.seg.Addr + uint64(j.off), off: uint64(j.off),
+		n: uint64(j.n - j.off), recvID: r.id}}
+	p.mu.Unlock()
+	p.ep.Expect(time.Duration((j.n-j.off)/4)*time.Nanosecond + 50*time.Microsecond)
+	return p.sendCTS(&cts)
+}
+
+// runWork does one item of rendezvous work on the calling goroutine.
+func (p *proc) runWork(d deferred) {
+	r := d.req
+	switch d.kind {
+	case workCTS:
+		if err := p.sendCTS(&d); err != nil {
+			p.partDone(r, p.wrapNet(err), 0, false)
+		}
+	case workStore:
+		// Store the send's data straight into the receive buffer.
+		var err error
+		if d.cts.n > 0 {
+			err = p.ep.Store(d.dst, hData, d.cts.addr, r.buf[d.cts.off:d.cts.off+d.cts.n], d.cts.recvID)
+		} else {
+			err = p.ep.RequestShort(d.dst, hFin, d.cts.recvID)
+		}
+		p.partDone(r, p.wrapNet(err), d.pb, d.hasPB)
+	case workPull:
+		if d.cts.recvID != 0 {
+			if err := p.sendCTS(&d); err != nil {
+				// The store part will not come: fail it too.
+				p.partDone(r, p.wrapNet(err), 0, false)
+				p.partDone(r, p.wrapNet(err), 0, false)
+				return
+			}
+		}
+		j := d.pull
+		err := p.ep.Get(d.dst, j.addr, r.buf[j.off:j.n])
+		if errors.Is(err, transport.ErrGetUnsupported) {
+			// The peer refuses single-copy reads (remembered: later
+			// matches plan stores): ask it to store this part instead.
+			if err = p.storeInstead(&d); err == nil {
+				return
+			}
+		}
+		// Tell the sender even when the get failed, so that its send
+		// completes; the receive reports the failure.
+		var nerr error
+		if p.pbTool != nil {
+			nerr = p.ep.RequestShortPiggyback(d.dst, hPulled, p.pbTool.PiggybackValue(), j.sendID)
+		} else {
+			nerr = p.ep.RequestShort(d.dst, hPulled, j.sendID)
+		}
+		if err == nil {
+			err = nerr
+		}
+		p.partDone(r, p.wrapNet(err), 0, false)
+	}
+}

@@ -1,0 +1,159 @@
+package mpiam
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// rndvSizes are rendezvous sizes that take each path on a network with a
+// single-copy get: a pull just past the eager limit, a pull below the split
+// size, and splits (one of an odd size).
+func rndvSizes(w *Comm) []int {
+	return []int{w.p.eagerLimit + 1000, 100 << 10, DefaultRndvSplitBytes, 1<<20 + 3}
+}
+
+// Every rendezvous path moves the data intact and completes both sides: the
+// store (networks without a get, and synchronous sends below the get
+// threshold), the receiver's pull, and the split between both.
+func TestRendezvousPaths(t *testing.T) {
+	eachNetwork(t, 2, func(r *rk, w *Comm) {
+		ep := w.p.ep
+		canGet := ep.Transport().Caps().Get
+		for i, n := range rndvSizes(w) {
+			before := ep.Stats()
+			if w.Rank() == 0 {
+				req, err := Isend(w, patterned(n, i), 1, i)
+				r.NoError(err)
+				st, err := req.Wait()
+				r.NoError(err)
+				r.Equal(n, st.Bytes)
+			} else {
+				buf := make([]byte, n)
+				st, err := Recv(w, buf, 0, i)
+				r.NoError(err)
+				r.Equal(n, st.Bytes)
+				r.NoError(checkPattern(buf, i), "size %d", n)
+			}
+			r.NoError(w.Barrier())
+			after := ep.Stats()
+			split := canGet && n >= DefaultRndvSplitBytes
+			switch {
+			case w.Rank() == 1 && canGet:
+				r.EqualValues(1, after.Gets-before.Gets, "size %d: the receiver pulls", n)
+			case w.Rank() == 0 && split:
+				r.EqualValues(1, after.StoresPut-before.StoresPut, "size %d: the sender stores half", n)
+			case w.Rank() == 0 && canGet:
+				r.Zero(after.StoresPut+after.StoresPacketed-before.StoresPut-before.StoresPacketed, "size %d: pulled only", n)
+			case w.Rank() == 0:
+				r.EqualValues(1, after.StoresPut+after.StoresPacketed-before.StoresPut-before.StoresPacketed, "size %d: stored", n)
+			}
+		}
+		// A synchronous send below the get threshold is stored in packets.
+		if w.Rank() == 0 {
+			r.NoError(Ssend(w, patterned(100, 9), 1, 99))
+		} else {
+			buf := make([]byte, 100)
+			_, err := Recv(w, buf, 0, 99)
+			r.NoError(err)
+			r.NoError(checkPattern(buf, 9))
+		}
+	})
+}
+
+// With splitting off, large messages are pulled whole.
+func TestRendezvousSplitOff(t *testing.T) {
+	t.Setenv(EnvRndvSplit, "off")
+	runJob(t, "loop", 2, Config{}, func(r *rk, w *Comm) {
+		n := 1 << 20
+		if w.Rank() == 0 {
+			r.NoError(Send(w, patterned(n, 3), 1, 0))
+			r.Zero(w.p.ep.Stats().StoresPut)
+			return
+		}
+		buf := make([]byte, n)
+		_, err := Recv(w, buf, 0, 0)
+		r.NoError(err)
+		r.NoError(checkPattern(buf, 3))
+		r.EqualValues(1, w.p.ep.Stats().Gets)
+	})
+}
+
+func TestRendezvousSplitEnv(t *testing.T) {
+	t.Setenv(EnvRndvSplit, "lots")
+	err := RunLocal(1, Config{}, func(*Comm) error { return nil })
+	r := require.New(t)
+	r.ErrorIs(err, ErrArg)
+	r.ErrorContains(err, EnvRndvSplit)
+}
+
+// A message longer than the receive buffer fills it and reports ErrTruncate
+// on every path; the sender completes without error.
+func TestRendezvousTruncate(t *testing.T) {
+	eachNetwork(t, 2, func(r *rk, w *Comm) {
+		for i, n := range []int{w.p.eagerLimit + 1000, 300 << 10} {
+			if w.Rank() == 0 {
+				r.NoError(Send(w, patterned(n, i), 1, i))
+				continue
+			}
+			short := n - 5000
+			buf := make([]byte, short)
+			st, err := Recv(w, buf, 0, i)
+			r.ErrorIs(err, ErrTruncate, "size %d", n)
+			r.Equal(short, st.Bytes)
+			r.NoError(checkPattern(buf, i), "size %d", n) // a prefix of the pattern
+		}
+	})
+}
+
+// A peer that refuses single-copy gets (CMA's EPERM) gets the data stored
+// instead, for pulls and for the pulled half of splits.
+func TestRendezvousGetRefused(t *testing.T) {
+	runJob(t, "loop+noget", 2, Config{}, func(r *rk, w *Comm) {
+		for i, n := range rndvSizes(w) {
+			if w.Rank() == 0 {
+				r.NoError(Send(w, patterned(n, i), 1, i))
+				continue
+			}
+			buf := make([]byte, n)
+			st, err := Recv(w, buf, 0, i)
+			r.NoError(err, "size %d", n)
+			r.Equal(n, st.Bytes)
+			r.NoError(checkPattern(buf, i), "size %d", n)
+		}
+		r.NoError(w.Barrier())
+		s := w.p.ep.Stats()
+		r.Zero(s.Gets)
+		if w.Rank() == 0 {
+			r.NotZero(s.StoresPut)
+		}
+	})
+}
+
+// Persistent rendezvous requests run the protocol again on every start.
+func TestRendezvousPersistent(t *testing.T) {
+	eachNetwork(t, 2, func(r *rk, w *Comm) {
+		n := DefaultRndvSplitBytes + 4096
+		buf := make([]byte, n)
+		var req *Request
+		var err error
+		if w.Rank() == 0 {
+			req, err = SendInit(w, buf, 1, 5, Standard)
+		} else {
+			req, err = RecvInit(w, buf, 0, 5)
+		}
+		r.NoError(err)
+		for round := range 3 {
+			if w.Rank() == 0 {
+				pattern(buf, round)
+			}
+			r.NoError(req.Start())
+			_, err := req.Wait()
+			r.NoError(err, "round %d", round)
+			if w.Rank() == 1 {
+				r.NoError(checkPattern(buf, round), fmt.Sprintf("round %d", round))
+			}
+		}
+	})
+}
