@@ -63,20 +63,21 @@ type Request struct {
 	tag  int
 	buf  []byte
 
-	done     atomic.Bool
-	status   Status
-	handle   match.PostedHandle // a posted receive not matched yet
-	seg      am.Segment         // rendezvous receive: the registered buffer
-	id       uint64             // rendezvous: id in proc.reqs
+	done   atomic.Bool
+	status Status
+	handle match.PostedHandle // a posted receive not matched yet
+	seg    am.Segment         // rendezvous receive: the registered buffer
+	id     uint64             // rendezvous: id in proc.reqs
+
 	// Rendezvous transfer (rndv.go), under proc.mu: parts still to finish,
 	// the first failure, the peer's piggybacked value.
 	parts     int
 	xferErr   error
 	xferPB    uint64
 	xferHasPB bool
-	bblock   bsendBlock         // buffered send: space in the attached buffer
-	pooled   bool               // internal request of a blocking call
-	reported bool               // completion reported by Wait/Test: now null
+	bblock    bsendBlock // buffered send: space in the attached buffer
+	pooled    bool       // internal request of a blocking call
+	reported  bool       // completion reported by Wait/Test: now null
 
 	pbOut    uint64 // value to piggyback instead of the tool's current one (hasPBOut)
 	hasPBOut bool
