@@ -1,7 +1,7 @@
 // Package shm is amgo's transport between processes on one host: lock-free
 // single-producer single-consumer rings in shared-memory files for packets, a
-// futex doorbell to sleep on, and Cross Memory Attach (process_vm_writev) for
-// single-copy puts. It registers itself as "shm"; open it with
+// futex doorbell to sleep on, and Cross Memory Attach (process_vm_writev,
+// process_vm_readv) for single-copy puts and gets. It registers itself as "shm"; open it with
 // transport.Open("shm", bootstrap, opts) or New.
 //
 // # Files
@@ -30,7 +30,7 @@
 // Wait spins on the rings for a bounded time (option "spin", default 15us: a
 // futex wake-up costs 30-40 us on small VMs) and then sleeps on its doorbell.
 //
-// # Puts
+// # Puts and gets
 //
 // Put writes into a peer's registered memory with process_vm_writev, one copy
 // and no involvement of the peer. New calls prctl(PR_SET_PTRACER,
@@ -39,6 +39,10 @@
 // transport.ErrPutUnsupported, and later Puts to it fail the same way at once;
 // the caller falls back to packets. Put writes give no ordering with packets:
 // the caller sends a packet after Put returns to tell the peer.
+//
+// Get reads a peer's memory with process_vm_readv (transport.Getter), under
+// the same permission: a refusal yields transport.ErrGetUnsupported and is
+// remembered for both directions.
 //
 // # Dead peers
 //
