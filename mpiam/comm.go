@@ -17,6 +17,7 @@ type Comm struct {
 	size  int
 	ranks []int // communicator rank -> world rank; nil means identity (world)
 	freed atomic.Bool
+	noted bool // recorded in p.fail.comms (p.mu): a receive has been posted on c
 
 	// sendSeq numbers the messages to each rank of c (MPI-4.1 §3.5
 	// non-overtaking), guarded by the sender's lock of that rank's world rank.

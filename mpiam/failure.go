@@ -162,26 +162,35 @@ func (p *proc) refuseRecvLocked(c *Comm, src, tag int) error {
 // find its communicator and, for AnySource, the receive. p.mu held.
 func (p *proc) notePostedLocked(r *Request) {
 	c := r.comm
+	if !c.noted {
+		p.noteCommLocked(c)
+	}
+	if r.peer == AnySource {
+		p.fail.anyRcv[r] = struct{}{}
+	}
+}
+
+// noteCommLocked records c in p.fail.comms on its first posted receive. p.mu held.
+func (p *proc) noteCommLocked(c *Comm) {
+	c.noted = true
 	if p.fail.comms == nil {
 		p.fail.comms = map[uint32]*Comm{}
 		p.fail.anyRcv = map[*Request]struct{}{}
 	}
-	if _, ok := p.fail.comms[c.ctx]; !ok {
-		p.fail.comms[c.ctx] = c
-		if p.fail.any.Load() {
-			// The first receive on c since a failure: release what the dead
-			// members left on it.
-			for w, d := range p.fail.dead {
-				if d {
-					for _, f := range p.dropSourceLocked(c, w) {
-						f()
-					}
+	if _, ok := p.fail.comms[c.ctx]; ok {
+		return
+	}
+	p.fail.comms[c.ctx] = c
+	if p.fail.any.Load() {
+		// The first receive on c since a failure: release what the dead
+		// members left on it.
+		for w, d := range p.fail.dead {
+			if d {
+				for _, f := range p.dropSourceLocked(c, w) {
+					f()
 				}
 			}
 		}
-	}
-	if r.peer == AnySource {
-		p.fail.anyRcv[r] = struct{}{}
 	}
 }
 

@@ -95,7 +95,11 @@ type proc struct {
 
 	sendMu []sync.Mutex // by world rank: orders sequence numbers with their sends
 
-	msgPool  sync.Pool
+	msgPool sync.Pool
+	// spareMsg is a recycled inMsg kept for the next eager arrival, used
+	// only by handlers (which run one at a time, under the endpoint's poll
+	// lock): a message matched in its own handler skips the pool.
+	spareMsg *inMsg
 	payloads payloadPool
 
 	unexpLimit int            // bytes of unexpected eager data per source copied out (EnvUnexpectedLimit)
@@ -188,7 +192,13 @@ func (p *proc) newMsg() *inMsg {
 // message's arrival is simply recorded in an unexpected messages list").
 func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 	env := unpackEnvelope(a[0], a[1])
-	m := p.newMsg()
+	m := p.spareMsg
+	if m != nil {
+		p.spareMsg = nil
+		*m = inMsg{}
+	} else {
+		m = p.newMsg()
+	}
 	m.flags = a[2]
 	m.src = tok.Source()
 	m.size = len(payload)
@@ -269,6 +279,8 @@ func (p *proc) completeMatchesLocked(out []match.Match[*Request, *inMsg], tok *h
 			p.finishEagerLocked(r, m, x.Env)
 			if m != cur {
 				p.pendingRelease = append(p.pendingRelease, m)
+			} else if p.spareMsg == nil {
+				p.spareMsg = m // handlers only: see spareMsg
 			} else {
 				p.msgPool.Put(m)
 			}

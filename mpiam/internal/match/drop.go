@@ -35,6 +35,9 @@ func (e *Engine[R, M]) DropContext(ctx uint32, msgs []Message[M], recvs []R) ([]
 		e.freeBucket(b)
 	}
 	delete(e.ctxs, ctx)
+	if e.last == c {
+		e.last = nil
+	}
 	return msgs, recvs
 }
 

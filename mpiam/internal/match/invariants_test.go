@@ -86,8 +86,17 @@ func checkInvariants[R, M any](e *Engine[R, M]) error {
 			}
 			nHeld += p.held.n
 		}
+		for src, p := range c.byRank {
+			if p != nil && c.peers[int32(src)] != p {
+				return fmt.Errorf("byRank[%d] of context %d is not its peer", src, id)
+			}
+		}
+		anySrcTag := 0
 		for k, b := range c.tags {
 			src, tag := int32(k>>32), int32(k)
+			if src == AnySource {
+				anySrcTag += b.recvs.n
+			}
 			if b.ctx != c || b.key != k {
 				return fmt.Errorf("bucket (%d,%d) of context %d mislabelled", src, tag, id)
 			}
@@ -112,6 +121,12 @@ func checkInvariants[R, M any](e *Engine[R, M]) error {
 				return err
 			}
 		}
+		if c.anySrcTag != anySrcTag {
+			return fmt.Errorf("context %d counts %d (AnySource, tag) receives, holds %d", id, c.anySrcTag, anySrcTag)
+		}
+	}
+	if e.last != nil && e.ctxs[e.lastID] != e.last {
+		return fmt.Errorf("cached context %d is stale", e.lastID)
 	}
 	st := e.Stats()
 	if st.Posted != nPosted || st.Unexpected != nUnexp || st.Held != nHeld || e.nIdle != nIdle {

@@ -153,11 +153,18 @@ type peer[R, M any] struct {
 // context is the state of one context id. Peers and tag buckets are looked up
 // per context, so that dropping a context visits only its own.
 type context[R, M any] struct {
-	peers    map[int32]*peer[R, M]
-	tags     map[uint64]*tagBucket[R, M]
-	recvs    recvList[R, M] // (AnySource, AnyTag) receives
-	msgs     msgList[R, M]  // matchable messages with tag >= 0, in matchable order
-	internal msgList[R, M]  // matchable messages with tag < 0
+	peers map[int32]*peer[R, M]
+	// byRank holds the peers of sources below maxByRank too, for the
+	// per-message lookup without hashing.
+	byRank []*peer[R, M]
+	tags   map[uint64]*tagBucket[R, M]
+	// anySrcTag counts the receives queued in (AnySource, tag) buckets: while
+	// none is, an arrival that finds its exact receive needs no second bucket
+	// lookup.
+	anySrcTag int
+	recvs     recvList[R, M] // (AnySource, AnyTag) receives
+	msgs      msgList[R, M]  // matchable messages with tag >= 0, in matchable order
+	internal  msgList[R, M]  // matchable messages with tag < 0
 }
 
 // Engine is the matching engine of one MPI process: posted receives,
@@ -169,6 +176,10 @@ type context[R, M any] struct {
 // pointer to a buffer descriptor); the engine only stores and returns them.
 type Engine[R, M any] struct {
 	ctxs map[uint32]*context[R, M]
+	// last is the context looked up last (nil: none), lastID its id: traffic
+	// mostly stays on one communicator.
+	last   *context[R, M]
+	lastID uint32
 
 	slots       []*recvNode[R, M] // every receive node ever made, by slot
 	freeRecvs   []*recvNode[R, M]
@@ -201,22 +212,44 @@ func New[R, M any]() *Engine[R, M] {
 // s should pass s.Validate; see there for what happens otherwise.
 func (e *Engine[R, M]) Post(s Spec, r R) (m M, env Envelope, h PostedHandle, ok bool) {
 	e.attempts++
-	if x := e.firstMsg(s); x != nil {
+	c := e.contextFor(s.Context)
+	var l *recvList[R, M]
+	var x *msgNode[R, M]
+	switch {
+	case s.Source == AnySource && s.Tag == AnyTag:
+		x, l = c.msgs.head, &c.recvs
+	case s.Tag == AnyTag:
+		p := c.peerFor(s.Source)
+		x, l = p.msgs.head, &p.recvs
+	default: // exact, or (AnySource, tag): the bucket key holds AnySource
+		k := tagKey(s.Source, s.Tag)
+		b := c.tags[k]
+		if b != nil {
+			x = b.msgs.head
+		}
+		if x == nil {
+			if b == nil {
+				b = e.newBucket(c, k)
+			} else {
+				e.wake(b)
+			}
+			l = &b.recvs
+			if s.Source == AnySource {
+				c.anySrcTag++
+			}
+		}
+	}
+	if x != nil {
 		m, env = x.msg, x.env
 		e.removeMsg(x)
 		e.matchesCounted++
 		return m, env, PostedHandle{}, true
 	}
-	c := e.contextFor(s.Context)
-	var l *recvList[R, M]
-	switch {
-	case s.Source == AnySource && s.Tag == AnyTag:
-		l = &c.recvs
-	case s.Tag == AnyTag:
-		l = &c.peerFor(s.Source).recvs
-	default: // exact, or (AnySource, tag): the bucket key holds AnySource
-		l = &e.bucketFor(c, tagKey(s.Source, s.Tag)).recvs
-	}
+	return e.queueRecv(l, s, r)
+}
+
+// queueRecv queues r for s at the tail of l and returns its handle.
+func (e *Engine[R, M]) queueRecv(l *recvList[R, M], s Spec, r R) (m M, env Envelope, h PostedHandle, ok bool) {
 	x := e.newRecv()
 	x.r, x.spec, x.pseq = r, s, e.pseq
 	e.pseq++
@@ -300,7 +333,10 @@ func (e *Engine[R, M]) deliver(p *peer[R, M], env Envelope, m M, out []Match[R, 
 	e.attempts++
 	c := p.ctx
 	exact := c.tags[tagKey(env.Source, env.Tag)]
-	anySrc := c.tags[tagKey(AnySource, env.Tag)]
+	var anySrc *tagBucket[R, M]
+	if c.anySrcTag > 0 {
+		anySrc = c.tags[tagKey(AnySource, env.Tag)]
+	}
 	var best *recvNode[R, M]
 	if exact != nil {
 		best = exact.recvs.head
@@ -324,6 +360,9 @@ func (e *Engine[R, M]) deliver(p *peer[R, M], env Envelope, m M, out []Match[R, 
 		exact = e.newBucket(c, tagKey(env.Source, env.Tag))
 	} else {
 		e.wake(exact)
+	}
+	if anySrc == nil {
+		anySrc = c.tags[tagKey(AnySource, env.Tag)] // not looked up above when it holds no receive
 	}
 	if anySrc == nil {
 		anySrc = e.newBucket(c, tagKey(AnySource, env.Tag))
@@ -394,7 +433,7 @@ func (e *Engine[R, M]) Stats() Stats {
 // firstMsg returns the head of the one unexpected list that holds exactly the
 // messages s matches, in matchable order, or nil.
 func (e *Engine[R, M]) firstMsg(s Spec) *msgNode[R, M] {
-	c := e.ctxs[s.Context]
+	c := e.lookupContext(s.Context)
 	if c == nil {
 		return nil
 	}
@@ -402,7 +441,7 @@ func (e *Engine[R, M]) firstMsg(s Spec) *msgNode[R, M] {
 	case s.Source == AnySource && s.Tag == AnyTag:
 		return c.msgs.head
 	case s.Tag == AnyTag:
-		if p := c.peers[s.Source]; p != nil {
+		if p := c.peer(s.Source); p != nil {
 			return p.msgs.head
 		}
 	default:
@@ -413,34 +452,60 @@ func (e *Engine[R, M]) firstMsg(s Spec) *msgNode[R, M] {
 	return nil
 }
 
-func (e *Engine[R, M]) contextFor(ctx uint32) *context[R, M] {
+// lookupContext returns the context of id ctx, nil if it has none.
+func (e *Engine[R, M]) lookupContext(ctx uint32) *context[R, M] {
+	if c := e.last; c != nil && e.lastID == ctx {
+		return c
+	}
 	c := e.ctxs[ctx]
+	if c != nil {
+		e.last, e.lastID = c, ctx
+	}
+	return c
+}
+
+func (e *Engine[R, M]) contextFor(ctx uint32) *context[R, M] {
+	c := e.lookupContext(ctx)
 	if c == nil {
 		c = &context[R, M]{
 			peers: make(map[int32]*peer[R, M]),
 			tags:  make(map[uint64]*tagBucket[R, M]),
 		}
 		e.ctxs[ctx] = c
+		e.last, e.lastID = c, ctx
 	}
 	return c
 }
 
+// maxByRank bounds context.byRank: sources from it on are found by hashing.
+const maxByRank = 1 << 12
+
+// peer returns the peer of src, nil if it has none.
+func (c *context[R, M]) peer(src int32) *peer[R, M] {
+	if uint32(src) < uint32(len(c.byRank)) {
+		return c.byRank[src]
+	}
+	return c.peers[src]
+}
+
 func (c *context[R, M]) peerFor(src int32) *peer[R, M] {
+	if uint32(src) < uint32(len(c.byRank)) {
+		if p := c.byRank[src]; p != nil {
+			return p
+		}
+	}
 	p := c.peers[src]
 	if p == nil {
 		p = &peer[R, M]{ctx: c}
 		c.peers[src] = p
 	}
-	return p
-}
-
-// bucketFor returns c's bucket for k, about to receive an item.
-func (e *Engine[R, M]) bucketFor(c *context[R, M], k uint64) *tagBucket[R, M] {
-	if b := c.tags[k]; b != nil {
-		e.wake(b)
-		return b
+	if src >= 0 && src < maxByRank {
+		if int(src) >= len(c.byRank) {
+			c.byRank = append(c.byRank, make([]*peer[R, M], int(src)+1-len(c.byRank))...)
+		}
+		c.byRank[src] = p
 	}
-	return e.newBucket(c, k)
+	return p
 }
 
 // newBucket makes an empty bucket for k in c, where k must not be yet.
@@ -524,8 +589,11 @@ func (e *Engine[R, M]) newRecv() *recvNode[R, M] {
 func (e *Engine[R, M]) removeRecv(x *recvNode[R, M]) {
 	l := x.in
 	l.remove(x)
-	if l.bucket != nil {
-		e.releaseIfEmpty(l.bucket)
+	if b := l.bucket; b != nil {
+		if int32(uint32(b.key>>32)) == AnySource {
+			b.ctx.anySrcTag--
+		}
+		e.releaseIfEmpty(b)
 	}
 	e.nPosted--
 	e.freeRecv(x)
