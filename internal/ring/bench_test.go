@@ -2,6 +2,7 @@ package ring
 
 import (
 	"runtime"
+	"strconv"
 	"testing"
 )
 
@@ -70,4 +71,56 @@ func BenchmarkStream(b *testing.B) {
 		}
 	}
 	<-done
+}
+
+// BenchmarkPingPongSizes is BenchmarkPingPong with records of several sizes
+// (the data bytes; each side reads every byte of what it receives), to show
+// what a record costs per cache line it spans.
+func BenchmarkPingPongSizes(b *testing.B) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		b.Skip("needs GOMAXPROCS >= 2: both sides busy-poll")
+	}
+	for _, sz := range []int{8, 48, 56, 64, 88, 120} {
+		b.Run(strconv.Itoa(sz), func(b *testing.B) {
+			pa, ca, _ := newRing(b, 4096)
+			pb, cb, _ := newRing(b, 4096)
+			msg := make([]byte, sz)
+			echo := make([]byte, sz)
+			sum := func(rec []byte) (s byte) {
+				for _, x := range rec {
+					s += x
+				}
+				return s
+			}
+			n := b.N
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for i := 0; i < n; i++ {
+					for {
+						if rec, ok := ca.Peek(); ok {
+							echo[0] = sum(rec)
+							pb.Push(echo, nil)
+							ca.Advance()
+							break
+						}
+					}
+				}
+			}()
+			b.ResetTimer()
+			for i := 0; i < n; i++ {
+				pa.Push(msg, nil)
+				for {
+					if rec, ok := cb.Peek(); ok {
+						msg[1] = sum(rec)
+						cb.Advance()
+						break
+					}
+				}
+			}
+			b.StopTimer()
+			<-done
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/halfrtt")
+		})
+	}
 }

@@ -44,7 +44,9 @@
 // Producer and consumer positions are free-running uint64 byte counts; a
 // position's offset in the data area is pos & (Capacity-1). A record at
 // position pos is an 8-byte header word followed by its data, padded to a
-// multiple of 8 bytes:
+// multiple of 64 bytes (a cache line: every record starts a line, and one of
+// up to 56 data bytes is one line, which the consumer takes from the
+// producer's cache in one transfer instead of two or three):
 //
 //	header word: bits 0..31  data length in bytes
 //	             bit  32     valid (so that an empty record is not the zero word)

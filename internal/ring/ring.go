@@ -13,7 +13,7 @@ import (
 const ControlLen = 256
 
 // MinCapacity is the smallest data area a ring accepts, in bytes.
-const MinCapacity = 64
+const MinCapacity = 256
 
 // MaxCapacity is the largest data area a ring uses, in bytes (record lengths
 // are 32-bit).
@@ -57,7 +57,10 @@ func MaxRecord(capacity int) int {
 	if capacity < MinCapacity {
 		return 0
 	}
-	return ((capacity-8)/2 - 8) &^ 7
+	// Positions are multiples of lineLen, so a pad before a wrapping record
+	// of S bytes is at most S-lineLen: a record of M data bytes (S at most
+	// M+71) fits a drained ring when 2S-lineLen+8 <= capacity.
+	return ((capacity - 88) / 2) &^ 7
 }
 
 // Alloc returns a heap region for a ring with a data area of capacity bytes
@@ -139,7 +142,14 @@ func word(b []byte, off uint64) *atomic.Uint64 {
 	return (*atomic.Uint64)(unsafe.Pointer(&b[off]))
 }
 
-func align8(n uint64) uint64 { return (n + 7) &^ 7 }
+// lineLen is the cache line size: records start on line boundaries.
+const lineLen = 64
+
+// recordSize is the ring space of a record of n data bytes: its header word
+// and data rounded up to whole cache lines, so that every record starts a
+// line and one of up to 56 data bytes takes one line, which the consumer
+// takes from the producer's cache in one transfer.
+func recordSize(n uint64) uint64 { return (8 + n + lineLen - 1) &^ (lineLen - 1) }
 
 // Producer is the sending side of a ring. Its methods must be called by one
 // goroutine at a time.
@@ -189,7 +199,7 @@ func (p *Producer) Push(hdr, payload []byte) bool {
 	if n > p.maxData || p.err != nil {
 		return false
 	}
-	size := 8 + align8(n)
+	size := recordSize(n)
 	off := p.pos & p.mask
 	start, pad := off, uint64(0)
 	if off+size > p.cap {
@@ -309,11 +319,11 @@ func (c *Consumer) Peek() ([]byte, bool) {
 		}
 	}
 	n := w & lenMask
-	if w&^lenMask != validBit || n > c.maxData || off+8+align8(n) > c.cap {
+	if w&^lenMask != validBit || n > c.maxData || off+recordSize(n) > c.cap {
 		c.fail(off, w)
 		return nil, false
 	}
-	c.cur = 8 + align8(n)
+	c.cur = recordSize(n)
 	return c.data[off+8 : off+8+n : off+8+n], true
 }
 

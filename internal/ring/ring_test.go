@@ -25,7 +25,7 @@ func TestInitAndAttach(t *testing.T) {
 	c, err := Capacity(mem)
 	require.NoError(t, err)
 	require.Equal(t, 512, c)
-	require.Equal(t, MaxRecord(512), 240)
+	require.Equal(t, MaxRecord(512), 208)
 
 	_, err = NewConsumer(make([]byte, 1024))
 	require.ErrorIs(t, err, ErrRegion, "uninitialized region")
@@ -35,7 +35,7 @@ func TestInitAndAttach(t *testing.T) {
 
 	mem2, err := Alloc(100)
 	require.NoError(t, err)
-	require.Len(t, mem2, RegionSize(128))
+	require.Len(t, mem2, RegionSize(MinCapacity))
 	_, err = Alloc(MaxCapacity + 1)
 	require.ErrorIs(t, err, ErrRegion)
 }
@@ -102,20 +102,20 @@ func TestMaxRecordAtEveryOffset(t *testing.T) {
 
 func TestFullRing(t *testing.T) {
 	p, c, _ := newRing(t, 256)
-	rec := make([]byte, 24) // 32 bytes per record
+	rec := make([]byte, 24) // one 64-byte line per record
 	pushed := 0
 	for p.Push(rec, nil) {
 		pushed++
 		require.Less(t, pushed, 100)
 	}
 	require.NoError(t, p.Err())
-	require.Equal(t, 7, pushed, "256 bytes hold 7 records of 32 bytes plus the 8-byte slack for the next header word")
+	require.Equal(t, 3, pushed, "256 bytes hold 3 records of a line each plus the slack for the next header word")
 	_, ok := c.Peek()
 	require.True(t, ok)
 	c.Advance()
 	require.True(t, p.Push(rec, nil), "room after one Advance")
 	require.False(t, p.Push(rec, nil))
-	for i := 0; i < 7; i++ {
+	for i := 0; i < 3; i++ {
 		_, ok := c.Peek()
 		require.True(t, ok)
 		c.Advance()
@@ -125,7 +125,7 @@ func TestFullRing(t *testing.T) {
 }
 
 func TestWrapAround(t *testing.T) {
-	p, c, _ := newRing(t, 128) // max record 48
+	p, c, _ := newRing(t, 256) // max record 80
 	var seq uint32
 	var want uint32
 	buf := make([]byte, 48)
@@ -170,8 +170,8 @@ func TestCorruptHeader(t *testing.T) {
 		require.True(t, p.Push(make([]byte, 8), nil))
 		c.Peek()
 		c.Advance()
-		// offset 16 now: 16+8+120 fits but exceeds max record 112; pads must reach the end exactly
-		word(mem, ControlLen+16).Store(w)
+		// offset 64 now: 64+8+120 fits but exceeds max record 80; pads must reach the end exactly
+		word(mem, ControlLen+64).Store(w)
 		_, ok := c.Peek()
 		require.False(t, ok, "%#x", w)
 		require.ErrorIs(t, c.Err(), ErrCorrupt, "%#x", w)
@@ -179,7 +179,7 @@ func TestCorruptHeader(t *testing.T) {
 
 	p, _, mem = newRing(t, 256)
 	word(mem, offTail).Store(1 << 20) // a tail ahead of the producer
-	for p.Push(make([]byte, 100), nil) {
+	for p.Push(make([]byte, 64), nil) {
 	}
 	require.ErrorIs(t, p.Err(), ErrCorrupt)
 }

@@ -70,7 +70,7 @@ func TestFilesAndDirectory(t *testing.T) {
 	dir := fmt.Sprintf("/dev/shm/amgo-%s-%d", id, os.Getuid())
 	_, err := os.Stat(dir)
 	require.ErrorIs(t, err, os.ErrNotExist, "job directory left behind")
-	require.Equal(t, DefaultRingBytes/2-16, ts[0].Caps().MaxPacket)
+	require.Equal(t, ring.MaxRecord(DefaultRingBytes), ts[0].Caps().MaxPacket)
 	for _, tr := range ts {
 		require.NoError(t, tr.Close())
 	}
@@ -112,7 +112,7 @@ func TestOptions(t *testing.T) {
 	require.NoError(t, tr.Close())
 
 	ts := openJob(t, 1, map[string]string{"ring_bytes": "100k", "spin": "1us"}) // rounds up to 128 KiB
-	require.Equal(t, (128<<10)/2-16, ts[0].Caps().MaxPacket)
+	require.Equal(t, ring.MaxRecord(128<<10), ts[0].Caps().MaxPacket)
 	require.NoError(t, ts[0].Close())
 }
 
