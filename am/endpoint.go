@@ -845,17 +845,16 @@ func (ep *Endpoint) Reply(tok *handlers.Token, h handlers.Index, payload []byte,
 	if err := ep.table.CheckSend(h, len(args)); err != nil {
 		return err
 	}
-	size := wire.HeaderLen + 8*len(args) + len(payload)
-	if size > tok.MaxReply {
-		return fmt.Errorf("%w: reply of %d bytes with %d arguments to rank %d (room for %d)",
-			ErrTooLarge, len(payload), len(args), tok.Source(), tok.MaxReply)
-	}
 	src := tok.Source()
 	hdr := wire.Header{Kind: wire.KindReplyShort, Handler: uint8(h), NArgs: uint8(len(args)), Src: uint32(ep.rank),
 		Flags: wire.FlagFree, Off: tok.ReqOff, Reserve: tok.ReqLen}
 	if pb, ok := tok.ReplyPiggyback(); ok {
 		hdr.Flags |= wire.FlagPiggyback
 		hdr.Piggyback = pb
+	}
+	if size := hdr.EncodedLen() + len(payload); size > tok.MaxReply {
+		return fmt.Errorf("%w: reply of %d bytes with %d arguments to rank %d (room for %d)",
+			ErrTooLarge, len(payload), len(args), tok.Source(), tok.MaxReply)
 	}
 	if medium {
 		hdr.Kind = wire.KindReplyMedium

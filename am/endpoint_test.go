@@ -95,7 +95,7 @@ func TestMediumPayloadAndMediumReply(t *testing.T) {
 			require.NoError(t, eps[0].RequestMedium(1, 1, msg, uint64(size)))
 			pollAll(t, eps, func() bool { return echoed.Load() != nil })
 			got := echoed.Load().([]byte)
-			require.GreaterOrEqual(t, len(got), min(size, wire.MaxHeaderLen-wire.HeaderLen), "reply room of at least a short reply")
+			require.GreaterOrEqual(t, len(got), min(size, wire.MaxHeaderLen-wire.HeaderLen-wire.PiggybackExtLen), "reply room of at least a short reply")
 			require.True(t, bytes.Equal(msg[:len(got)], got), "size %d", size)
 		}
 		require.Zero(t, eps[0].Drain(time.Second))

@@ -289,7 +289,7 @@ func (tok *Token) ReplyArgs() []uint64 { return tok.args[:tok.nargs] }
 // MaxReplyMedium is the largest payload, in bytes, that a medium reply with
 // nargs arguments can carry for this request (gex_Token_MaxReplyMedium).
 func (tok *Token) MaxReplyMedium(nargs int) int {
-	n := tok.MaxReply - wire.HeaderLen - 8*nargs
+	n := tok.MaxReply - wire.HeaderLen - wire.PiggybackExtLen - 8*nargs // room for a piggybacked value too
 	if n < 0 {
 		return 0
 	}

@@ -157,8 +157,9 @@ func TestFailedReplyCanBeRetried(t *testing.T) {
 func TestMaxReplyMedium(t *testing.T) {
 	var tok Token
 	tok.MaxReply = 184
-	require.Equal(t, 128, tok.MaxReplyMedium(0))
-	require.Equal(t, 0, tok.MaxReplyMedium(16))
+	require.Equal(t, 184-24-8, tok.MaxReplyMedium(0)) // core header and a piggyback extension
+	require.Equal(t, 184-24-8-128, tok.MaxReplyMedium(16))
+	require.Equal(t, 0, tok.MaxReplyMedium(19))
 	tok.MaxReply = 10
 	require.Equal(t, 0, tok.MaxReplyMedium(0))
 }

@@ -1,7 +1,8 @@
-// Package wire holds amgo's packet format: one fixed-size, versioned, little-endian
-// header that every packet on every transport starts with, followed by up to
-// MaxArgs 64-bit handler arguments and then the payload. It is the only package
-// that reads or writes packet bytes; docs/wire.md documents every field.
+// Package wire holds amgo's packet format: a versioned, little-endian header
+// that every packet on every transport starts with (a 24-byte core, then the
+// extensions its kind and flags call for), followed by up to MaxArgs 64-bit
+// handler arguments and then the payload. It is the only package that reads or
+// writes packet bytes; docs/wire.md documents every field.
 package wire
 
 import (
@@ -11,17 +12,33 @@ import (
 )
 
 // Version is the header version this package writes and the only one it accepts.
-const Version = 1
+const Version = 2
 
-// HeaderLen is the size of the fixed header in bytes. Arguments follow it.
-const HeaderLen = 56
+// HeaderLen is the size of the core header in bytes, the smallest header:
+// the extensions (sequence, store, piggyback) and the arguments follow it.
+const HeaderLen = 24
+
+// Sizes of the header extensions, in bytes.
+const (
+	SeqExtLen       = 8  // seq, ack (FlagSeq)
+	StoreExtLen     = 16 // addr, frag, total (request-store and store-done)
+	PiggybackExtLen = 8  // piggyback (FlagPiggyback)
+)
+
+// SeqOffset and AckOffset are where the sequence extension puts Seq and Ack
+// (when FlagSeq is set): the reliability layer writes them in place.
+const (
+	SeqOffset = HeaderLen
+	AckOffset = HeaderLen + 4
+)
 
 // MaxArgs is the most 64-bit handler arguments a packet carries: 16, the GASNet-EX
 // minimum for gex_AM_MaxArgs() on 64-bit platforms (GASNet-1 spec §AM "MaxArgs").
 const MaxArgs = 16
 
-// MaxHeaderLen is the largest encoded header with arguments, in bytes.
-const MaxHeaderLen = HeaderLen + 8*MaxArgs
+// MaxHeaderLen is the largest encoded header, with every extension and
+// MaxArgs arguments, in bytes (184).
+const MaxHeaderLen = HeaderLen + SeqExtLen + StoreExtLen + PiggybackExtLen + 8*MaxArgs
 
 // Kind says what a packet is.
 type Kind uint8
@@ -78,12 +95,18 @@ const (
 	// FlagFree (replies and acks) says that Off and Reserve name a range of the
 	// destination's reservation in this packet's sender's per-peer buffer that is now free.
 	FlagFree
-	// FlagPiggyback says that Piggyback carries a tool value (seed: tau-piggyback-schemes).
+	// FlagPiggyback says that the piggyback extension carries a tool value
+	// (seed: tau-piggyback-schemes).
 	FlagPiggyback
-	flagAll = FlagLast | FlagFree | FlagPiggyback
+	// FlagSeq says that the sequence extension (Seq, Ack) follows the core:
+	// set on every packet of a network under the reliability layer.
+	FlagSeq
+	flagAll = FlagLast | FlagFree | FlagPiggyback | FlagSeq
 )
 
-// Header is the decoded fixed header. Field sizes on the wire are in docs/wire.md.
+// Header is the decoded header. Field sizes and the extensions that carry
+// Seq/Ack, Addr/Frag/Total and Piggyback are in docs/wire.md; fields whose
+// extension a packet lacks decode as zero, and Encode leaves them out.
 type Header struct {
 	Kind    Kind   // packet kind
 	Handler uint8  // handler index in the receiver's table
@@ -91,11 +114,11 @@ type Header struct {
 	Flags   uint16 // Flag* bits
 	Src     uint32 // sender's rank
 	Len     uint32 // payload bytes after the arguments
-	Seq     uint32 // per-peer sequence number (reliability layer; 0 on reliable networks)
-	Ack     uint32 // cumulative acknowledgement (reliability layer)
+	Seq     uint32 // per-peer sequence number (reliability layer, FlagSeq)
+	Ack     uint32 // cumulative acknowledgement (reliability layer, FlagSeq)
 	Off     uint32 // request: offset of the sender's reservation in the receiver's per-peer buffer; reply/ack with FlagFree: offset freed
 	Reserve uint32 // request: bytes reserved at Off; reply/ack with FlagFree: bytes freed
-	Addr    uint64 // store: address of the destination region, inside memory the receiver registered
+	Addr    uint64 // store kinds: address of the destination region, inside memory the receiver registered
 	Frag    uint32 // store: byte offset of this fragment within the region
 	Total   uint32 // store: bytes of the whole region (the handler's payload)
 	// Piggyback is a tool value carried on every message when FlagPiggyback is set.
@@ -112,11 +135,31 @@ var (
 	ErrLength  = errors.New("wire: payload length does not match packet")
 )
 
-// Encoded length of h with its arguments, in bytes.
-func (h *Header) EncodedLen() int { return HeaderLen + 8*int(h.NArgs) }
+// HasStoreExt reports whether packets of kind k carry the store extension
+// (Addr, Frag, Total): request-store and store-done.
+func (k Kind) HasStoreExt() bool { return k == KindRequestStore || k == KindStoreDone }
+
+// extLen is the size of the extensions a header of kind k with flags carries.
+func extLen(k Kind, flags uint16) int {
+	n := 0
+	if flags&FlagSeq != 0 {
+		n += SeqExtLen
+	}
+	if k.HasStoreExt() {
+		n += StoreExtLen
+	}
+	if flags&FlagPiggyback != 0 {
+		n += PiggybackExtLen
+	}
+	return n
+}
+
+// EncodedLen is the length of h encoded with its arguments, in bytes.
+func (h *Header) EncodedLen() int { return HeaderLen + extLen(h.Kind, h.Flags) + 8*int(h.NArgs) }
 
 // Encode writes h and args (len(args) must equal h.NArgs) into b, which must hold
-// EncodedLen bytes, and returns the number of bytes written. It does not allocate.
+// EncodedLen bytes, and returns the number of bytes written: the core, the
+// extensions h's kind and flags call for, the arguments. It does not allocate.
 func Encode(b []byte, h *Header, args []uint64) int {
 	_ = b[HeaderLen-1]
 	b[0] = Version
@@ -127,15 +170,24 @@ func Encode(b []byte, h *Header, args []uint64) int {
 	binary.LittleEndian.PutUint16(b[6:], 0)
 	binary.LittleEndian.PutUint32(b[8:], h.Src)
 	binary.LittleEndian.PutUint32(b[12:], h.Len)
-	binary.LittleEndian.PutUint32(b[16:], h.Seq)
-	binary.LittleEndian.PutUint32(b[20:], h.Ack)
-	binary.LittleEndian.PutUint32(b[24:], h.Off)
-	binary.LittleEndian.PutUint32(b[28:], h.Reserve)
-	binary.LittleEndian.PutUint64(b[32:], h.Addr)
-	binary.LittleEndian.PutUint64(b[40:], h.Piggyback)
-	binary.LittleEndian.PutUint32(b[48:], h.Frag)
-	binary.LittleEndian.PutUint32(b[52:], h.Total)
+	binary.LittleEndian.PutUint32(b[16:], h.Off)
+	binary.LittleEndian.PutUint32(b[20:], h.Reserve)
 	n := HeaderLen
+	if h.Flags&FlagSeq != 0 {
+		binary.LittleEndian.PutUint32(b[n:], h.Seq)
+		binary.LittleEndian.PutUint32(b[n+4:], h.Ack)
+		n += SeqExtLen
+	}
+	if h.Kind.HasStoreExt() {
+		binary.LittleEndian.PutUint64(b[n:], h.Addr)
+		binary.LittleEndian.PutUint32(b[n+8:], h.Frag)
+		binary.LittleEndian.PutUint32(b[n+12:], h.Total)
+		n += StoreExtLen
+	}
+	if h.Flags&FlagPiggyback != 0 {
+		binary.LittleEndian.PutUint64(b[n:], h.Piggyback)
+		n += PiggybackExtLen
+	}
 	for i := 0; i < int(h.NArgs); i++ {
 		binary.LittleEndian.PutUint64(b[n:], args[i])
 		n += 8
@@ -169,31 +221,39 @@ func Decode(pkt []byte, h *Header, args *[MaxArgs]uint64) (payload []byte, err e
 	if pkt[6] != 0 || pkt[7] != 0 {
 		return nil, fmt.Errorf("%w: reserved bytes 6-7 are %#x %#x, must be zero", ErrFlags, pkt[6], pkt[7])
 	}
-	h.Kind = k
-	h.Handler = pkt[2]
-	h.NArgs = nargs
-	h.Flags = flags
-	h.Src = binary.LittleEndian.Uint32(pkt[8:])
-	h.Len = binary.LittleEndian.Uint32(pkt[12:])
-	h.Seq = binary.LittleEndian.Uint32(pkt[16:])
-	h.Ack = binary.LittleEndian.Uint32(pkt[20:])
-	h.Off = binary.LittleEndian.Uint32(pkt[24:])
-	h.Reserve = binary.LittleEndian.Uint32(pkt[28:])
-	h.Addr = binary.LittleEndian.Uint64(pkt[32:])
-	h.Piggyback = binary.LittleEndian.Uint64(pkt[40:])
-	h.Frag = binary.LittleEndian.Uint32(pkt[48:])
-	h.Total = binary.LittleEndian.Uint32(pkt[52:])
-	n := HeaderLen + 8*int(nargs)
+	n := HeaderLen + extLen(k, flags) + 8*int(nargs)
 	if len(pkt) < n {
-		return nil, fmt.Errorf("%w: %d bytes, %d arguments need %d", ErrShort, len(pkt), nargs, n)
+		return nil, fmt.Errorf("%w: %d bytes, a %s header with flags %#x and %d arguments needs %d", ErrShort, len(pkt), k, flags, nargs, n)
+	}
+	*h = Header{Kind: k, Handler: pkt[2], NArgs: nargs, Flags: flags,
+		Src:     binary.LittleEndian.Uint32(pkt[8:]),
+		Len:     binary.LittleEndian.Uint32(pkt[12:]),
+		Off:     binary.LittleEndian.Uint32(pkt[16:]),
+		Reserve: binary.LittleEndian.Uint32(pkt[20:]),
+	}
+	at := HeaderLen
+	if flags&FlagSeq != 0 {
+		h.Seq = binary.LittleEndian.Uint32(pkt[at:])
+		h.Ack = binary.LittleEndian.Uint32(pkt[at+4:])
+		at += SeqExtLen
+	}
+	if k.HasStoreExt() {
+		h.Addr = binary.LittleEndian.Uint64(pkt[at:])
+		h.Frag = binary.LittleEndian.Uint32(pkt[at+8:])
+		h.Total = binary.LittleEndian.Uint32(pkt[at+12:])
+		at += StoreExtLen
+	}
+	if flags&FlagPiggyback != 0 {
+		h.Piggyback = binary.LittleEndian.Uint64(pkt[at:])
+		at += PiggybackExtLen
 	}
 	for i := 0; i < int(nargs); i++ {
-		args[i] = binary.LittleEndian.Uint64(pkt[HeaderLen+8*i:])
+		args[i] = binary.LittleEndian.Uint64(pkt[at+8*i:])
 	}
 	if uint64(len(pkt)-n) != uint64(h.Len) {
 		return nil, fmt.Errorf("%w: header says %d, packet holds %d", ErrLength, h.Len, len(pkt)-n)
 	}
-	if (k == KindRequestShort || k == KindReplyShort || k == KindAck) && h.Len != 0 {
+	if (k == KindRequestShort || k == KindReplyShort || k == KindAck || k == KindStoreDone) && h.Len != 0 {
 		return nil, fmt.Errorf("%w: %s carries no payload, header says %d", ErrLength, k, h.Len)
 	}
 	return pkt[n:], nil

@@ -14,24 +14,53 @@ func encode(h Header, args []uint64, payload []byte) []byte {
 
 func TestRoundTripEveryKind(t *testing.T) {
 	for k := KindRequestShort; k < kindEnd; k++ {
-		var payload []byte
-		if k != KindRequestShort && k != KindReplyShort && k != KindAck {
-			payload = []byte("payload bytes")
+		for _, flags := range []uint16{0, FlagFree, FlagLast | FlagFree | FlagPiggyback | FlagSeq, FlagSeq, FlagPiggyback} {
+			var payload []byte
+			if k == KindRequestMedium || k == KindRequestStore || k == KindReplyMedium {
+				payload = []byte("payload bytes")
+			}
+			args := []uint64{1, 1 << 63, 42}
+			h := Header{Kind: k, Handler: 200, NArgs: 3, Flags: flags, Src: 7,
+				Len: uint32(len(payload)), Seq: 9, Ack: 8, Off: 4096, Reserve: 320, Addr: 0xdeadbeef00,
+				Frag: 1 << 20, Total: 3 << 20, Piggyback: 0x3ff0000000000000}
+			pkt := encode(h, args, payload)
+			want := h // what the extensions carry; the rest is left out
+			ext := 0
+			if flags&FlagSeq == 0 {
+				want.Seq, want.Ack = 0, 0
+			} else {
+				ext += SeqExtLen
+			}
+			if !k.HasStoreExt() {
+				want.Addr, want.Frag, want.Total = 0, 0, 0
+			} else {
+				ext += StoreExtLen
+			}
+			if flags&FlagPiggyback == 0 {
+				want.Piggyback = 0
+			} else {
+				ext += PiggybackExtLen
+			}
+			require.Len(t, pkt, HeaderLen+ext+24+len(payload))
+			require.Equal(t, h.EncodedLen(), HeaderLen+ext+24)
+			var got Header
+			var gargs [MaxArgs]uint64
+			p, err := Decode(pkt, &got, &gargs)
+			require.NoError(t, err, "%s flags %#x", k, flags)
+			require.Equal(t, want, got)
+			require.Equal(t, args, gargs[:3])
+			require.Equal(t, string(payload), string(p))
 		}
-		args := []uint64{1, 1 << 63, 42}
-		h := Header{Kind: k, Handler: 200, NArgs: 3, Flags: FlagLast | FlagFree | FlagPiggyback, Src: 7,
-			Len: uint32(len(payload)), Seq: 9, Ack: 8, Off: 4096, Reserve: 320, Addr: 0xdeadbeef00,
-			Frag: 1 << 20, Total: 3 << 20, Piggyback: 0x3ff0000000000000}
-		pkt := encode(h, args, payload)
-		require.Len(t, pkt, HeaderLen+24+len(payload))
-		var got Header
-		var gargs [MaxArgs]uint64
-		p, err := Decode(pkt, &got, &gargs)
-		require.NoError(t, err, k.String())
-		require.Equal(t, h, got)
-		require.Equal(t, args, gargs[:3])
-		require.Equal(t, string(payload), string(p))
 	}
+}
+
+// The sequence extension sits where the reliability layer writes it.
+func TestSeqOffsets(t *testing.T) {
+	pkt := encode(Header{Kind: KindRequestStore, Flags: FlagSeq | FlagPiggyback, Seq: 0x11223344, Ack: 0x55667788, Piggyback: 7}, nil, nil)
+	require.Equal(t, []byte{0x44, 0x33, 0x22, 0x11}, pkt[SeqOffset:SeqOffset+4])
+	require.Equal(t, []byte{0x88, 0x77, 0x66, 0x55}, pkt[AckOffset:AckOffset+4])
+	h := Header{Kind: KindStoreDone, Flags: flagAll, NArgs: MaxArgs}
+	require.Equal(t, MaxHeaderLen, h.EncodedLen())
 }
 
 func TestDecodeRejectsMalformed(t *testing.T) {
@@ -43,7 +72,7 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 	}{
 		"empty":          {nil, ErrShort},
 		"short header":   {good[:HeaderLen-1], ErrShort},
-		"version":        {mut(func(b []byte) []byte { b[0] = 2; return b }), ErrVersion},
+		"version":        {mut(func(b []byte) []byte { b[0] = 1; return b }), ErrVersion},
 		"kind zero":      {mut(func(b []byte) []byte { b[1] = 0; return b }), ErrKind},
 		"kind too big":   {mut(func(b []byte) []byte { b[1] = byte(kindEnd); return b }), ErrKind},
 		"too many args":  {mut(func(b []byte) []byte { b[3] = MaxArgs + 1; return b }), ErrArgs},
@@ -53,6 +82,9 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 		"payload short":  {good[:len(good)-1], ErrLength},
 		"payload long":   {append(append([]byte(nil), good...), 'x'), ErrLength},
 		"short with len": {encode(Header{Kind: KindRequestShort, Len: 1}, nil, []byte("x")), ErrLength},
+		"done with len":  {encode(Header{Kind: KindStoreDone, Len: 1}, nil, []byte("x")), ErrLength},
+		"seq ext cut":    {encode(Header{Kind: KindAck, Flags: FlagSeq}, nil, nil)[:HeaderLen+4], ErrShort},
+		"store ext cut":  {encode(Header{Kind: KindStoreDone}, nil, nil)[:HeaderLen+15], ErrShort},
 	}
 	for name, c := range cases {
 		var h Header
@@ -90,6 +122,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add(encode(Header{Kind: KindRequestMedium, Len: 3}, nil, []byte("abc")))
 	f.Add(encode(Header{Kind: KindReplyShort, Flags: FlagFree, Off: 64, Reserve: 256}, nil, nil))
 	f.Add(encode(Header{Kind: KindRequestStore, Flags: FlagLast, Addr: 1 << 40, Frag: 10, Total: 13, Len: 3}, nil, []byte("xyz")))
+	f.Add(encode(Header{Kind: KindRequestMedium, Flags: FlagSeq | FlagPiggyback, Seq: 3, Ack: 2, Piggyback: 9, NArgs: 1, Len: 2}, []uint64{4}, []byte("hi")))
+	f.Add(encode(Header{Kind: KindAck, Flags: FlagSeq, Ack: 5, NArgs: 2}, []uint64{1, 2}, nil))
 	f.Add([]byte{})
 	f.Add([]byte{1, 1, 0, 17})
 	f.Fuzz(func(t *testing.T, pkt []byte) {

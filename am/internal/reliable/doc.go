@@ -6,8 +6,8 @@
 // # Guarantees
 //
 // Between two ranks, in each direction: every packet that Send took is handed
-// up exactly once, in the order Send took it, unchanged except for the header's
-// Seq and Ack fields, which this layer owns. Send never loses a packet to a full
+// up exactly once, in the order Send took it, unchanged (the sequence
+// extension this layer adds on the way is removed on arrival). Send never loses a packet to a full
 // window: it refuses it (ErrWindowFull, transport.ErrWouldBlock through Wrap)
 // and the caller retries. Memory is bounded: at most Window packets per peer
 // wait for acknowledgement and at most Window received packets per peer wait in
@@ -91,9 +91,11 @@
 //
 // # Wire use
 //
-// Data packets are the caller's packets with Seq (bytes 16-19) and Ack (bytes
-// 20-23) of the wire header overwritten. The standalone ack is a wire packet of
-// kind ack (6) without FlagFree, Seq 0, Ack as above, Len 0, and 0 to 16
+// Data packets are the caller's packets with the wire header's sequence
+// extension (wire.FlagSeq: Seq at bytes 24-27, Ack at 28-31) inserted after
+// the 24-byte core; the receiving engine removes it before handing the packet
+// up, so the caller gets back exactly the bytes it sent. The standalone ack is
+// a wire packet of kind ack (6) with FlagSeq only, Seq 0, Ack as above, Len 0, and 0 to 16
 // arguments: bit i of argument k set means packet Ack+1+64k+i has arrived. It
 // is consumed by the engine and never handed up; package am's own acks
 // (credit returns) always carry FlagFree and a sequence number. docs/wire.md,

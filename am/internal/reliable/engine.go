@@ -133,7 +133,7 @@ var (
 	// ErrRank: a rank outside 0..Peers-1.
 	ErrRank = errors.New("reliable: rank out of range")
 	// ErrShortPacket: Send was given fewer bytes than a wire header.
-	ErrShortPacket = errors.New("reliable: packet shorter than a wire header")
+	ErrShortPacket = errors.New("reliable: packet shorter than a wire header, or carrying the sequence extension this layer adds")
 	// ErrMalformed: Receive dropped the packet because it does not decode, names
 	// another source, has sequence number 0 but is not a standalone ack, lies
 	// beyond the receive window, or acknowledges packets never sent. Counted in
@@ -167,7 +167,7 @@ type Message struct {
 // Delivery is a packet to hand up, in order, exactly once.
 type Delivery struct {
 	From int    // source rank
-	Data []byte // the whole packet as sent (with this layer's Seq and Ack); valid until AdvanceDeliveries (or Advance)
+	Data []byte // the whole packet as the sender's caller gave it (this layer's sequence extension removed); valid until AdvanceDeliveries (or Advance)
 }
 
 // Ready is what the engine wants done, collected by Ready or ReadyUpTo.
@@ -209,11 +209,12 @@ type PeerState struct {
 	Dead              bool
 }
 
-// Byte offsets of the fields this layer writes in place. wire.Header documents
-// them; TestHeaderOffsets checks them against wire.Encode.
+// Byte offsets of the fields this layer writes in place: the sequence
+// extension (wire.FlagSeq), which this layer inserts after the core of every
+// packet it sends and removes from every packet it delivers.
 const (
-	seqOffset = 16
-	ackOffset = 20
+	seqOffset = wire.SeqOffset
+	ackOffset = wire.AckOffset
 )
 
 // seqSpace is the number of wire sequence numbers: 1..2^32-1, 0 meaning "not
@@ -374,10 +375,13 @@ func (e *Engine) activate(p *peer) {
 }
 
 // Send takes one packet (an encoded wire header, its arguments and payload) for
-// rank dst: it copies it, stamps the next sequence number into the header's Seq
-// field and queues it for transmission (Ready). The Ack field is stamped when
-// the packet is handed out. Errors: ErrRank, ErrShortPacket, ErrWindowFull
-// (back-pressure: nothing was taken), a *DeadPeerError (ErrPeerDead).
+// rank dst: it copies it with this layer's sequence extension (wire.FlagSeq)
+// inserted after the core, stamps the next sequence number into its Seq field
+// and queues it for transmission (Ready). The Ack field is stamped when the
+// packet is handed out. Errors: ErrRank, ErrShortPacket (shorter than a core
+// header, or already carrying FlagSeq, which belongs to this layer),
+// ErrWindowFull (back-pressure: nothing was taken), a *DeadPeerError
+// (ErrPeerDead).
 func (e *Engine) Send(now time.Time, dst int, pkt []byte) error {
 	return e.SendParts(now, dst, pkt, nil)
 }
@@ -393,7 +397,7 @@ func (e *Engine) SendParts(now time.Time, dst int, hdr, payload []byte) error {
 		return p.deadErr
 	}
 	n := len(hdr) + len(payload)
-	if n < wire.HeaderLen {
+	if len(hdr) < wire.HeaderLen || binary.LittleEndian.Uint16(hdr[4:])&wire.FlagSeq != 0 {
 		return ErrShortPacket
 	}
 	if p.sndNext-p.sndUna >= e.window {
@@ -402,9 +406,13 @@ func (e *Engine) SendParts(now time.Time, dst int, hdr, payload []byte) error {
 	}
 	p.ensure(e.window)
 	seq := p.sndNext
-	buf := e.pool.get(n)
-	copy(buf[copy(buf, hdr):], payload)
+	buf := e.pool.get(n + wire.SeqExtLen)
+	copy(buf, hdr[:wire.HeaderLen])
+	binary.LittleEndian.PutUint16(buf[4:], binary.LittleEndian.Uint16(hdr[4:])|wire.FlagSeq)
 	binary.LittleEndian.PutUint32(buf[seqOffset:], wireSeq(seq))
+	binary.LittleEndian.PutUint32(buf[ackOffset:], 0)
+	at := wire.HeaderLen + wire.SeqExtLen
+	copy(buf[at+copy(buf[at:], hdr[wire.HeaderLen:]):], payload)
 	s := e.sslot(p, seq)
 	*s = sendSlot{buf: buf, firstTx: now, lastTx: now, queued: true}
 	e.txq = append(e.txq, txRef{peer: p.rank, n: seq})
@@ -435,7 +443,7 @@ func (e *Engine) Receive(now time.Time, src int, pkt []byte) error {
 		return ErrMalformed
 	}
 	h := &e.hdr
-	if h.Src != uint32(src) {
+	if h.Src != uint32(src) || h.Flags&wire.FlagSeq == 0 {
 		e.stats.Malformed++
 		return ErrMalformed
 	}
@@ -459,7 +467,7 @@ func (e *Engine) Receive(now time.Time, src int, pkt []byte) error {
 	standalone := h.Seq == 0
 	var n uint64
 	if standalone {
-		if h.Kind != wire.KindAck || h.Flags != 0 || h.Ack == 0 {
+		if h.Kind != wire.KindAck || h.Flags != wire.FlagSeq || h.Ack == 0 {
 			e.stats.Malformed++
 			return ErrMalformed
 		}
@@ -639,8 +647,12 @@ func (e *Engine) onData(now time.Time, p *peer, n uint64, pkt []byte) {
 		e.ackSoon(p)
 		return
 	}
-	s.buf = e.pool.get(len(pkt))
-	copy(s.buf, pkt)
+	// Keep the packet as the sender's caller gave it: without the sequence
+	// extension (Receive checked that it has one).
+	s.buf = e.pool.get(len(pkt) - wire.SeqExtLen)
+	copy(s.buf, pkt[:wire.HeaderLen])
+	binary.LittleEndian.PutUint16(s.buf[4:], binary.LittleEndian.Uint16(pkt[4:])&^wire.FlagSeq)
+	copy(s.buf[wire.HeaderLen:], pkt[wire.HeaderLen+wire.SeqExtLen:])
 	s.have = true
 	if n >= p.rcvHigh {
 		p.rcvHigh = n + 1
@@ -842,7 +854,7 @@ func (e *Engine) ReadyUpTo(maxDeliveries int) Ready {
 }
 
 // encodeAck writes p's standalone ack into p.ackBuf and returns its length:
-// kind ack, no flags, Seq 0, Ack = next sequence number expected, and as many
+// kind ack, flags FlagSeq only, Seq 0, Ack = next sequence number expected, and as many
 // 64-bit arguments as the selective-ack bitmap needs (bit i of argument k:
 // packet Ack+1+64k+i has arrived).
 func (e *Engine) encodeAck(p *peer) int {
@@ -856,7 +868,7 @@ func (e *Engine) encodeAck(p *peer) int {
 		}
 	}
 	h := &e.standaloneHd
-	*h = wire.Header{Kind: wire.KindAck, NArgs: uint8(nargs), Src: uint32(e.cfg.Self), Ack: wireSeq(p.rcvNext)}
+	*h = wire.Header{Kind: wire.KindAck, NArgs: uint8(nargs), Src: uint32(e.cfg.Self), Flags: wire.FlagSeq, Ack: wireSeq(p.rcvNext)}
 	return wire.Encode(p.ackBuf[:], h, sack[:nargs])
 }
 

@@ -50,6 +50,17 @@ func decode(t *testing.T, b []byte) (wire.Header, []uint64) {
 	return h, append([]uint64(nil), args[:h.NArgs]...)
 }
 
+// sequenced is pkt as a sender's engine transmits it: with the sequence
+// extension after the core, carrying seq.
+func sequenced(pkt []byte, seq uint32) []byte {
+	out := make([]byte, 0, len(pkt)+wire.SeqExtLen)
+	out = append(out, pkt[:wire.HeaderLen]...)
+	binary.LittleEndian.PutUint16(out[4:], binary.LittleEndian.Uint16(out[4:])|wire.FlagSeq)
+	out = binary.LittleEndian.AppendUint32(out, seq)
+	out = binary.LittleEndian.AppendUint32(out, 0)
+	return append(out, pkt[wire.HeaderLen:]...)
+}
+
 // feed hands every transmission to its destination engine.
 func feed(t *testing.T, now time.Time, src int, to *Engine, tx []pkt) {
 	for _, p := range tx {
@@ -58,12 +69,11 @@ func feed(t *testing.T, now time.Time, src int, to *Engine, tx []pkt) {
 }
 
 func TestHeaderOffsets(t *testing.T) {
-	h := wire.Header{Kind: wire.KindRequestShort, Seq: 0x11223344, Ack: 0x55667788, Piggyback: 0x0102030405060708}
-	b := make([]byte, wire.HeaderLen)
+	h := wire.Header{Kind: wire.KindRequestShort, Flags: wire.FlagSeq, Seq: 0x11223344, Ack: 0x55667788}
+	b := make([]byte, h.EncodedLen())
 	wire.Encode(b, &h, nil)
-	require.Equal(t, h.Seq, binary.LittleEndian.Uint32(b[seqOffset:]), "wire.Header.Seq moved: update seqOffset")
-	require.Equal(t, h.Ack, binary.LittleEndian.Uint32(b[ackOffset:]), "wire.Header.Ack moved: update ackOffset")
-	require.Equal(t, h.Piggyback, binary.LittleEndian.Uint64(b[piggybackOffset:]), "wire.Header.Piggyback moved (test shim)")
+	require.Equal(t, h.Seq, binary.LittleEndian.Uint32(b[seqOffset:]), "wire's sequence extension moved: update seqOffset")
+	require.Equal(t, h.Ack, binary.LittleEndian.Uint32(b[ackOffset:]), "wire's sequence extension moved: update ackOffset")
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
@@ -152,7 +162,7 @@ func TestStandaloneAckWhenQuarterWindowUnacked(t *testing.T) {
 	h, args := decode(t, btx[0].data)
 	require.Equal(t, wire.KindAck, h.Kind)
 	require.Zero(t, h.Seq)
-	require.Zero(t, h.Flags, "no FlagFree: am's credit acks are different")
+	require.Equal(t, wire.FlagSeq, h.Flags, "the sequence extension only, no FlagFree: am's credit acks are different")
 	require.Equal(t, uint32(5), h.Ack)
 	require.Empty(t, args, "nothing out of order: no selective acks")
 	feed(t, now, 1, a, btx)
@@ -343,7 +353,7 @@ func TestDeadPeerAfterDeadAfterNotBefore(t *testing.T) {
 	require.Same(t, de, err)
 	require.True(t, a.PeerState(1).Dead)
 	require.True(t, a.NextDeadline().IsZero())
-	require.NoError(t, a.Receive(now, 1, testPacket(1, 0, 0, 0)))
+	require.NoError(t, a.Receive(now, 1, sequenced(testPacket(1, 0, 0, 0), 1)))
 	require.Equal(t, uint64(1), a.Stats().FromDead)
 }
 
@@ -672,10 +682,10 @@ func TestStandaloneAckBytesAsDocumented(t *testing.T) {
 	btx, _, _ := collect(b)
 	require.NotEmpty(t, btx)
 	want := []byte{
-		0x01, 0x06, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-		0x00, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-		0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-		0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x06, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+		0x02, 0x06, 0x00, 0x01, 0x08, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // core: v2, ack, 1 arg, FlagSeq, src 1
+		0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // off, reserve
+		0x00, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, // sequence extension: seq 0, ack 7
+		0x06, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // selective acks: 9 and 10
 	}
 	require.Equal(t, want, btx[len(btx)-1].data)
 }

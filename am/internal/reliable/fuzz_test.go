@@ -12,7 +12,7 @@ import (
 // of order). Receive must never panic, must either accept or count every
 // packet, and must keep its windows within bounds.
 func FuzzReceive(f *testing.F) {
-	data := testPacket(1, 0, 0, 3)
+	data := sequenced(testPacket(1, 0, 0, 3), 1)
 	f.Add(data)
 	enc := func(h wire.Header, args ...uint64) []byte {
 		h.NArgs = uint8(len(args))
@@ -20,11 +20,12 @@ func FuzzReceive(f *testing.F) {
 		wire.Encode(b, &h, args)
 		return b
 	}
-	f.Add(enc(wire.Header{Kind: wire.KindAck, Src: 1, Ack: 3}, 0b101))
-	f.Add(enc(wire.Header{Kind: wire.KindAck, Src: 1, Ack: 1<<32 - 1}))
-	f.Add(enc(wire.Header{Kind: wire.KindRequestShort, Src: 1, Seq: 2, Ack: 2}))
-	f.Add(enc(wire.Header{Kind: wire.KindRequestShort, Src: 1, Seq: 1 << 31}))
-	f.Add(enc(wire.Header{Kind: wire.KindAck, Src: 1, Flags: wire.FlagFree, Seq: 3}))
+	f.Add(enc(wire.Header{Kind: wire.KindAck, Src: 1, Flags: wire.FlagSeq, Ack: 3}, 0b101))
+	f.Add(enc(wire.Header{Kind: wire.KindAck, Src: 1, Flags: wire.FlagSeq, Ack: 1<<32 - 1}))
+	f.Add(enc(wire.Header{Kind: wire.KindRequestShort, Src: 1, Flags: wire.FlagSeq, Seq: 2, Ack: 2}))
+	f.Add(enc(wire.Header{Kind: wire.KindRequestShort, Src: 1, Flags: wire.FlagSeq, Seq: 1 << 31}))
+	f.Add(enc(wire.Header{Kind: wire.KindAck, Src: 1, Flags: wire.FlagFree | wire.FlagSeq, Seq: 3}))
+	f.Add(enc(wire.Header{Kind: wire.KindRequestShort, Src: 1, Seq: 2})) // no sequence extension
 	f.Add([]byte{})
 	f.Add(make([]byte, wire.HeaderLen))
 	f.Fuzz(func(t *testing.T, pkt []byte) {
@@ -42,8 +43,7 @@ func FuzzReceive(f *testing.F) {
 		e.Advance()
 		// Packets 3 and 5 from rank 1 arrived: 1, 2 and 4 are missing.
 		for _, seq := range []uint32{3, 5} {
-			p := testPacket(1, 0, uint64(seq), 2)
-			p[seqOffset] = byte(seq)
+			p := sequenced(testPacket(1, 0, uint64(seq), 2), seq)
 			if err := e.Receive(now, 1, p); err != nil {
 				t.Fatal(err)
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/amgo-hpc/amgo/am/transport"
+	"github.com/amgo-hpc/amgo/internal/wire"
 )
 
 // drainBudget bounds how many packets one Poll or Send takes from the
@@ -19,7 +20,7 @@ const drainBudget = 1024
 // cfg.Self are taken from tr; zero fields take the defaults. clock reads the
 // time (nil: time.Now).
 //
-// The result's Caps: Ordered and Reliable true, MaxPacket as tr's, no Put, Name
+// The result's Caps: Ordered and Reliable true, MaxPacket tr's less the 8-byte sequence extension (wire.SeqExtLen), no Put, Name
 // tr's name with "+reliable". Send returns transport.ErrWouldBlock when Window
 // packets to dst are unacknowledged (after first taking in acknowledgements that
 // have arrived). Poll takes in tr's arrivals, runs the timers, transmits and
@@ -48,7 +49,7 @@ func Wrap(tr transport.Transport, cfg Config, clock func() time.Time) (transport
 	}
 	c := tr.Caps()
 	w := &wrapped{tr: tr, eng: e, clock: clock,
-		caps:    transport.Caps{Name: c.Name + "+reliable", Ordered: true, Reliable: true, MaxPacket: c.MaxPacket, Wakeup: c.Wakeup},
+		caps:    transport.Caps{Name: c.Name + "+reliable", Ordered: true, Reliable: true, MaxPacket: c.MaxPacket - wire.SeqExtLen, Wakeup: c.Wakeup},
 		deadErr: make([]error, tr.Size())}
 	w.feed.w = w
 	if e.Config().ProgressInterval > 0 {

@@ -143,55 +143,14 @@ func (t *lossyTr) Wait(d time.Duration) error {
 
 func (t *lossyTr) Close() error { t.closed.Store(true); return nil }
 
-// seqShim lets the conformance suite run over Wrap: the suite numbers its
-// packets in the header's Seq field, which belongs to the reliability layer
-// (docs/wire.md: amgo writes 0 there). The shim carries the suite's number in
-// Piggyback across the layer and puts it back on arrival; nothing else changes.
-type seqShim struct {
-	transport.Transport
-	scratch [][wire.MaxHeaderLen]byte // per destination: Sends to one destination are serialized
-	rx      shimRx
-}
-
-type shimRx struct{ r transport.Receiver }
-
-func (s *shimRx) Deliver(src int, pkt []byte) {
-	if len(pkt) >= wire.HeaderLen {
-		copy(pkt[seqOffset:seqOffset+4], pkt[piggybackOffset:piggybackOffset+4])
-		binary.LittleEndian.PutUint64(pkt[piggybackOffset:], 0)
-	}
-	s.r.Deliver(src, pkt)
-}
-
-func newSeqShim(tr transport.Transport) *seqShim {
-	return &seqShim{Transport: tr, scratch: make([][wire.MaxHeaderLen]byte, tr.Size())}
-}
-
-func (s *seqShim) Send(dst int, hdr, payload []byte) error {
-	if uint(dst) < uint(len(s.scratch)) && len(hdr) >= wire.HeaderLen && len(hdr) <= wire.MaxHeaderLen {
-		b := s.scratch[dst][:len(hdr)]
-		copy(b, hdr)
-		binary.LittleEndian.PutUint64(b[piggybackOffset:], uint64(binary.LittleEndian.Uint32(hdr[seqOffset:])))
-		hdr = b
-	}
-	return s.Transport.Send(dst, hdr, payload)
-}
-
-func (s *seqShim) Poll(r transport.Receiver, max int) (int, error) {
-	s.rx.r = r
-	n, err := s.Transport.Poll(&s.rx, max)
-	s.rx.r = nil
-	return n, err
-}
-
-// wrapJob opens n ranks of Wrap(lossy) behind the shim.
+// wrapJob opens n ranks of Wrap(lossy).
 func wrapJob(t *testing.T, n int, seed uint64, loss, dup, reorder float64, cfg Config) []transport.Transport {
 	_, raw := newLossyJob(n, seed, loss, dup, reorder)
 	ts := make([]transport.Transport, n)
 	for r := range raw {
 		w, err := Wrap(raw[r], cfg, nil)
 		require.NoError(t, err)
-		ts[r] = newSeqShim(w)
+		ts[r] = w
 	}
 	return ts
 }
@@ -229,7 +188,7 @@ func TestWrapCaps(t *testing.T) {
 	_, raw := newLossyJob(3, 1, 0, 0, 0)
 	w, err := Wrap(raw[2], Config{}, nil)
 	require.NoError(t, err)
-	require.Equal(t, transport.Caps{Name: "lossy+reliable", Ordered: true, Reliable: true, MaxPacket: 9000}, w.Caps())
+	require.Equal(t, transport.Caps{Name: "lossy+reliable", Ordered: true, Reliable: true, MaxPacket: 9000 - wire.SeqExtLen}, w.Caps())
 	require.Equal(t, 2, w.Rank())
 	require.Equal(t, 3, w.Size())
 	_, err = Wrap(raw[0], Config{Window: MaxWindow + 1}, nil)

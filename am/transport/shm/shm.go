@@ -521,8 +521,9 @@ func (t *Transport) cma(op string, r int, addr uintptr, local []byte) error {
 	if len(local) == 0 {
 		return nil
 	}
-	remoteMem := unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&addr))), len(local))
 	if r == t.rank {
+		// This process's own memory: only here is addr a pointer.
+		remoteMem := unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&addr))), len(local))
 		if op == "put" {
 			copy(remoteMem, local)
 		} else {

@@ -41,45 +41,6 @@ func testSeed(t testing.TB, def int64) int64 {
 	return seed
 }
 
-// seqShim lets the conformance suite run over reliable.Wrap: the suite
-// numbers its packets in the header's Seq field, which the reliability layer
-// owns (docs/wire.md), so the shim carries the number in Piggyback across the
-// layer and puts it back on arrival (as am/internal/reliable's own test does).
-type seqShim struct {
-	transport.Transport
-	scratch [][wire.MaxHeaderLen]byte
-	rx      shimRx
-}
-
-type shimRx struct{ r transport.Receiver }
-
-const seqOff, pigOff = 16, 40
-
-func (s *shimRx) Deliver(src int, pkt []byte) {
-	if len(pkt) >= wire.HeaderLen {
-		copy(pkt[seqOff:seqOff+4], pkt[pigOff:pigOff+4])
-		binary.LittleEndian.PutUint64(pkt[pigOff:], 0)
-	}
-	s.r.Deliver(src, pkt)
-}
-
-func (s *seqShim) Send(dst int, hdr, payload []byte) error {
-	if uint(dst) < uint(len(s.scratch)) && len(hdr) >= wire.HeaderLen && len(hdr) <= wire.MaxHeaderLen {
-		b := s.scratch[dst][:len(hdr)]
-		copy(b, hdr)
-		binary.LittleEndian.PutUint64(b[pigOff:], uint64(binary.LittleEndian.Uint32(hdr[seqOff:])))
-		hdr = b
-	}
-	return s.Transport.Send(dst, hdr, payload)
-}
-
-func (s *seqShim) Poll(r transport.Receiver, max int) (int, error) {
-	s.rx.r = r
-	n, err := s.Transport.Poll(&s.rx, max)
-	s.rx.r = nil
-	return n, err
-}
-
 // wrapCfg are timers for an in-process network: round trips of microseconds.
 var wrapCfg = reliable.Config{RTOMin: time.Millisecond, RTOInit: 2 * time.Millisecond, RTOMax: 50 * time.Millisecond,
 	AckDelay: 100 * time.Microsecond}
@@ -91,7 +52,7 @@ func wrapJob(t *testing.T, n int, cfg Config) []transport.Transport {
 	for r := range raw {
 		w, err := reliable.Wrap(raw[r], wrapCfg, nil)
 		require.NoError(t, err)
-		ts[r] = &seqShim{Transport: w, scratch: make([][wire.MaxHeaderLen]byte, n)}
+		ts[r] = w
 	}
 	return ts
 }
@@ -268,7 +229,7 @@ func TestPartitionHealsUnderWrap(t *testing.T) {
 	var b [wire.HeaderLen]byte
 	const k = 20
 	for i := 0; i < k; i++ {
-		h := wire.Header{Kind: wire.KindRequestShort, Src: 0, Frag: uint32(i)}
+		h := wire.Header{Kind: wire.KindRequestShort, Src: 0, Off: uint32(i)} // numbered in a core field
 		wire.Encode(b[:], &h, nil)
 		require.NoError(t, ws[0].Send(1, b[:], nil))
 	}
@@ -294,7 +255,7 @@ func (f *fragRec) Deliver(src int, pkt []byte) {
 	var h wire.Header
 	var args [wire.MaxArgs]uint64
 	if _, err := wire.Decode(pkt, &h, &args); err == nil {
-		f.frags = append(f.frags, h.Frag)
+		f.frags = append(f.frags, h.Off)
 	}
 }
 

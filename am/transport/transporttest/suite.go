@@ -93,7 +93,7 @@ func (c *collector) take() []packet {
 // payload bytes, all derived from (src, dst, i) so that check can verify them.
 func build(src, dst, i, nargs, plen int) (hdr, payload []byte) {
 	h := wire.Header{Kind: wire.KindRequestShort, Handler: uint8(i), NArgs: uint8(nargs),
-		Src: uint32(src), Len: uint32(plen), Seq: uint32(i), Addr: uint64(dst)}
+		Src: uint32(src), Len: uint32(plen), Off: uint32(i), Reserve: uint32(dst)}
 	if plen > 0 {
 		h.Kind = wire.KindRequestMedium
 	}
@@ -110,12 +110,14 @@ func build(src, dst, i, nargs, plen int) (hdr, payload []byte) {
 	return hdr, payload
 }
 
-// check verifies that p is the packet build made for (p.src, dst, p.h.Seq).
+// check verifies that p is the packet build made for (p.src, dst, p.h.Off):
+// build numbers packets in Off and names the destination in Reserve, core
+// header fields that no network touches.
 func check(t testing.TB, p packet, dst int) {
 	t.Helper()
-	i := int(p.h.Seq)
+	i := int(p.h.Off)
 	require.Equal(t, uint32(p.src), p.h.Src, "source rank in header vs Deliver")
-	require.Equal(t, uint64(dst), p.h.Addr, "packet from %d for rank %d arrived at %d", p.src, p.h.Addr, dst)
+	require.Equal(t, uint32(dst), p.h.Reserve, "packet from %d for rank %d arrived at %d", p.src, p.h.Reserve, dst)
 	require.Equal(t, uint8(i), p.h.Handler)
 	for k, a := range p.args {
 		require.Equal(t, uint64(p.src)<<48|uint64(dst)<<32|uint64(i)<<8|uint64(k), a, "argument %d", k)
@@ -219,7 +221,7 @@ func testSendPoll(t *testing.T, ts []transport.Transport) {
 		require.NoError(t, ts[0].Send(1, hdr, payload), "shape %+v", s)
 		got := j.await(1, 1)
 		require.Equal(t, 0, got[0].src)
-		require.Equal(t, uint32(i), got[0].h.Seq)
+		require.Equal(t, uint32(i), got[0].h.Off)
 		check(t, got[0], 1)
 		require.Len(t, got[0].args, s.nargs)
 	}
@@ -240,10 +242,10 @@ func testOrder(t *testing.T, ts []transport.Transport) {
 	for k, p := range got {
 		check(t, p, 1)
 		if ts[0].Caps().Ordered {
-			require.Equal(t, uint32(k), p.h.Seq, "packet %d arrived as number %d", p.h.Seq, k)
+			require.Equal(t, uint32(k), p.h.Off, "packet %d arrived as number %d", p.h.Off, k)
 		}
-		require.False(t, seen[p.h.Seq], "packet %d twice", p.h.Seq)
-		seen[p.h.Seq] = true
+		require.False(t, seen[p.h.Off], "packet %d twice", p.h.Off)
+		seen[p.h.Off] = true
 	}
 }
 
@@ -258,7 +260,7 @@ func testSelfSend(t *testing.T, ts []transport.Transport) {
 		for k, p := range got {
 			require.Equal(t, r, p.src)
 			if ts[r].Caps().Ordered {
-				require.Equal(t, uint32(k), p.h.Seq)
+				require.Equal(t, uint32(k), p.h.Off)
 			}
 			check(t, p, r)
 		}
@@ -327,10 +329,10 @@ func testAllToAll(t *testing.T, ts []transport.Transport) {
 				}
 				for _, p := range received {
 					check(t, p, r)
-					if ts[r].Caps().Ordered && int(p.h.Seq) != last[p.src]+1 {
-						return fmt.Errorf("rank %d: packet %d from %d after %d", r, p.h.Seq, p.src, last[p.src])
+					if ts[r].Caps().Ordered && int(p.h.Off) != last[p.src]+1 {
+						return fmt.Errorf("rank %d: packet %d from %d after %d", r, p.h.Off, p.src, last[p.src])
 					}
-					last[p.src] = int(p.h.Seq)
+					last[p.src] = int(p.h.Off)
 				}
 				return nil
 			}()
@@ -360,19 +362,20 @@ func testWouldBlock(t *testing.T, ts []transport.Transport) {
 	for k, p := range got {
 		check(t, p, 1)
 		if ts[0].Caps().Ordered {
-			require.Equal(t, uint32(k), p.h.Seq)
+			require.Equal(t, uint32(k), p.h.Off)
 		}
 	}
 	// Room again: the packet refused before goes through now.
 	hdr, payload := build(0, 1, sent, 1, 200)
 	j.send(0, 1, hdr, payload)
 	got = j.await(1, 1)
-	require.Equal(t, uint32(sent), got[0].h.Seq)
+	require.Equal(t, uint32(sent), got[0].h.Off)
 }
 
 func testTooLarge(t *testing.T, ts []transport.Transport) {
 	max := ts[0].Caps().MaxPacket
-	hdr, payload := build(0, 1, 0, wire.MaxArgs, max-wire.MaxHeaderLen+1)
+	hdr, _ := build(0, 1, 0, wire.MaxArgs, 1)
+	hdr, payload := build(0, 1, 0, wire.MaxArgs, max-len(hdr)+1) // one byte too many
 	require.ErrorIs(t, ts[0].Send(1, hdr, payload), transport.ErrTooLarge)
 	require.ErrorIs(t, ts[0].Send(0, hdr, payload), transport.ErrTooLarge)
 	// Nothing arrived, and the network still works.
@@ -502,11 +505,11 @@ func testConcurrent(t *testing.T, ts []transport.Transport) {
 				}
 				for _, p := range rx.take() {
 					check(t, p, r)
-					if ts[r].Caps().Ordered && int(p.h.Seq) != next[p.src] {
-						errs <- fmt.Errorf("rank %d: packet %d from %d, want %d", r, p.h.Seq, p.src, next[p.src])
+					if ts[r].Caps().Ordered && int(p.h.Off) != next[p.src] {
+						errs <- fmt.Errorf("rank %d: packet %d from %d, want %d", r, p.h.Off, p.src, next[p.src])
 						return
 					}
-					next[p.src] = int(p.h.Seq) + 1
+					next[p.src] = int(p.h.Off) + 1
 					got++
 				}
 				if m == 0 {

@@ -3,7 +3,6 @@
 package udp
 
 import (
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -17,7 +16,6 @@ import (
 	"github.com/amgo-hpc/amgo/am/internal/reliable"
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/am/transport/transporttest"
-	"github.com/amgo-hpc/amgo/internal/wire"
 )
 
 var jobSeq atomic.Int64
@@ -52,45 +50,6 @@ func openJob(t testing.TB, n int, opts map[string]string) []*Transport {
 	return ts
 }
 
-// seqShim lets the conformance suite run over reliable.Wrap: the suite
-// numbers its packets in the header's Seq field, which the reliability layer
-// owns (docs/wire.md), so the shim carries the number in Piggyback across the
-// layer and puts it back on arrival (as am/internal/reliable's own test does).
-type seqShim struct {
-	transport.Transport
-	scratch [][wire.MaxHeaderLen]byte
-	rx      shimRx
-}
-
-type shimRx struct{ r transport.Receiver }
-
-const seqOff, pigOff = 16, 40
-
-func (s *shimRx) Deliver(src int, pkt []byte) {
-	if len(pkt) >= wire.HeaderLen {
-		copy(pkt[seqOff:seqOff+4], pkt[pigOff:pigOff+4])
-		binary.LittleEndian.PutUint64(pkt[pigOff:], 0)
-	}
-	s.r.Deliver(src, pkt)
-}
-
-func (s *seqShim) Send(dst int, hdr, payload []byte) error {
-	if uint(dst) < uint(len(s.scratch)) && len(hdr) >= wire.HeaderLen && len(hdr) <= wire.MaxHeaderLen {
-		b := s.scratch[dst][:len(hdr)]
-		copy(b, hdr)
-		binary.LittleEndian.PutUint64(b[pigOff:], uint64(binary.LittleEndian.Uint32(hdr[seqOff:])))
-		hdr = b
-	}
-	return s.Transport.Send(dst, hdr, payload)
-}
-
-func (s *seqShim) Poll(r transport.Receiver, max int) (int, error) {
-	s.rx.r = r
-	n, err := s.Transport.Poll(&s.rx, max)
-	s.rx.r = nil
-	return n, err
-}
-
 // wrapCfg are timers for loopback: round trips of microseconds.
 var wrapCfg = reliable.Config{RTOMin: time.Millisecond, RTOInit: 2 * time.Millisecond, RTOMax: 50 * time.Millisecond,
 	AckDelay: 100 * time.Microsecond}
@@ -106,7 +65,7 @@ func TestConformance(t *testing.T) {
 		for r := range raw {
 			w, err := reliable.Wrap(raw[r], wrapCfg, nil)
 			require.NoError(t, err)
-			ts[r] = &seqShim{Transport: w, scratch: make([][wire.MaxHeaderLen]byte, n)}
+			ts[r] = w
 		}
 		return ts
 	})
@@ -303,7 +262,7 @@ func TestConformanceSmallDatagrams(t *testing.T) {
 		for r := range raw {
 			w, err := reliable.Wrap(raw[r], wrapCfg, nil)
 			require.NoError(t, err)
-			ts[r] = &seqShim{Transport: w, scratch: make([][wire.MaxHeaderLen]byte, n)}
+			ts[r] = w
 		}
 		return ts
 	})

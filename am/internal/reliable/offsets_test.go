@@ -1,4 +1,0 @@
-package reliable
-
-// piggybackOffset is where wire puts Header.Piggyback; the conformance shim uses it.
-const piggybackOffset = 40
