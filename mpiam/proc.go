@@ -234,8 +234,15 @@ func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 			m.notReady = true
 		}
 	}
+	p.finishArrivalLocked(out, tok, m)
+}
+
+// finishArrivalLocked completes the matches an arrival made in its handler
+// (cur is the arrived message), releases p.mu, and recycles the queued
+// messages those matches consumed.
+func (p *proc) finishArrivalLocked(out []match.Match[*Request, *inMsg], tok *handlers.Token, cur *inMsg) {
 	p.matchBuf = out
-	p.completeMatchesLocked(out, tok, m)
+	p.completeMatchesLocked(out, tok, cur)
 	rel := p.pendingRelease
 	p.pendingRelease = nil
 	p.mu.Unlock()

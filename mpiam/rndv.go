@@ -128,14 +128,7 @@ func (p *proc) onRTS(tok *handlers.Token, a []uint64, _ []byte) {
 	if !mine && m.flags&flagReady != 0 {
 		m.notReady = true
 	}
-	p.matchBuf = out
-	p.completeMatchesLocked(out, tok, m)
-	rel := p.pendingRelease
-	p.pendingRelease = nil
-	p.mu.Unlock()
-	for _, x := range rel {
-		p.releaseMsg(x)
-	}
+	p.finishArrivalLocked(out, tok, m)
 }
 
 // planRndvLocked decides how matched rendezvous m reaches receive r, sets r's
