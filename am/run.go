@@ -3,7 +3,9 @@ package am
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	_ "github.com/amgo-hpc/amgo/am/transport/tcp" // registers "tcp"
 	_ "github.com/amgo-hpc/amgo/am/transport/udp" // registers "udp"
 	"github.com/amgo-hpc/amgo/internal/pmi"
+	"golang.org/x/sys/unix"
 )
 
 // Environment variables read by Run and Open.
@@ -27,6 +30,11 @@ const (
 	EnvTransport = "AMGO_TRANSPORT"
 	// EnvLoopSize is the number of goroutine ranks of a loop job (default 1).
 	EnvLoopSize = "AMGO_LOOP_SIZE"
+	// EnvBindCPU, set by amrun when it binds ranks (amrun --bind-to), is the
+	// CPU this rank's process runs on: Open binds every thread of the process
+	// to it and, unless GOMAXPROCS is set, sets GOMAXPROCS to 1, as a C MPI
+	// process bound to a core runs one thread there.
+	EnvBindCPU = "AMGO_BIND_CPU"
 	// EnvProgress sets Config.Progress (a Go duration): a progress goroutine
 	// that polls when the program has not for that long.
 	EnvProgress = "AMGO_PROGRESS"
@@ -125,6 +133,10 @@ func Open(cfg Config) (*Endpoint, error) {
 	boot, err := pmi.FromEnv()
 	if err != nil {
 		return nil, fmt.Errorf("am: bootstrap: %w", err)
+	}
+	if err := bindFromEnv(); err != nil {
+		_ = boot.Abort(1, oneLine(err))
+		return nil, err
 	}
 	name := os.Getenv(EnvTransport)
 	if name == "" {
@@ -282,4 +294,45 @@ func localJob(n int) ([]transport.Transport, error) {
 
 func oneLine(err error) string {
 	return strings.ReplaceAll(err.Error(), "\n", "; ")
+}
+
+// bindFromEnv binds every thread of this process to the CPU EnvBindCPU names
+// (threads the Go runtime starts later inherit it) and, unless the user set
+// GOMAXPROCS, runs Go code on one thread: several Ps on one CPU would only
+// take turns with the polling thread. A CPU this process may not use is
+// reported (ErrConfig); a thread that cannot be bound is skipped with a log
+// line, since binding only steadies timings.
+func bindFromEnv() error {
+	v := os.Getenv(EnvBindCPU)
+	if v == "" {
+		return nil
+	}
+	cpu, err := strconv.Atoi(v)
+	if err != nil || cpu < 0 || cpu >= 1024 {
+		return fmt.Errorf("%w: %s=%q is not a CPU number", ErrConfig, EnvBindCPU, v)
+	}
+	var allowed unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &allowed); err == nil && !allowed.IsSet(cpu) {
+		return fmt.Errorf("%w: %s=%d: this process may not run on CPU %d", ErrConfig, EnvBindCPU, cpu, cpu)
+	}
+	var set unix.CPUSet
+	set.Set(cpu)
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		slog.Warn("am: binding to a CPU: cannot list this process's threads", "err", err)
+		return nil
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
+			slog.Warn("am: binding a thread to a CPU", "tid", tid, "cpu", cpu, "err", err)
+		}
+	}
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
+	return nil
 }

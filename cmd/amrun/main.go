@@ -1,7 +1,7 @@
 // Command amrun launches an amgo job: N processes of one program that find each
 // other over PMI-1, served by amrun on an inherited socket per rank.
 //
-//	amrun -n N [--transport shm|tcp|udp|loop|sim] [--iface NAME] [--tag-output] [--timeout D] [--jobdir DIR] [--trace DIR] [--profile] prog args...
+//	amrun -n N [--transport shm|tcp|udp|loop|sim] [--iface NAME] [--bind-to core|none] [--tag-output] [--timeout D] [--jobdir DIR] [--trace DIR] [--profile] prog args...
 //
 // See docs/launch.md and package internal/launch.
 package main
@@ -33,6 +33,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	n := fs.Int("n", 1, "number of ranks")
 	transport := fs.String("transport", "shm", "network the ranks use (AMGO_TRANSPORT): shm, tcp, udp; loop or sim (faults injected) for N goroutine ranks in one process")
+	bind := fs.String("bind-to", "", "bind each rank to a CPU of its own: core, or none; default: core when every rank gets a CPU (as Open MPI's mpirun binds 2 or fewer processes), else none")
 	iface := fs.String("iface", "", "network interface (name or IP address) that tcp listens on (AMGO_IFACE); default: the host name's address")
 	tag := fs.Bool("tag-output", false, "prefix each output line with [rank]")
 	timeout := fs.Duration("timeout", 0, "end the job when it runs longer than this (e.g. 30s); 0 means no limit")
@@ -40,7 +41,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	traceDir := fs.String("trace", "", "every rank writes a trace of its MPI events to `DIR` (AMGO_TRACE); read it with amtrace DIR")
 	profile := fs.Bool("profile", false, "profile every rank's MPI calls (AMGO_PROFILE) and print time per routine, raw and compensated for the tool's overhead, per rank and for the job")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: amrun -n N [--transport shm|tcp|udp|loop|sim] [--iface NAME] [--tag-output] [--timeout D] [--jobdir DIR] [--trace DIR] [--profile] prog args...")
+		fmt.Fprintln(stderr, "usage: amrun -n N [--transport shm|tcp|udp|loop|sim] [--iface NAME] [--bind-to core|none] [--tag-output] [--timeout D] [--jobdir DIR] [--trace DIR] [--profile] prog args...")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -83,7 +84,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	err := launch.Run(context.Background(), launch.Spec{
 		N: *n, Prog: fs.Arg(0), Args: fs.Args()[1:],
-		Transport: *transport, Iface: *iface, TagOutput: *tag, Timeout: *timeout, JobDirParent: *jobdir,
+		Transport: *transport, Iface: *iface, Bind: *bind, TagOutput: *tag, Timeout: *timeout, JobDirParent: *jobdir,
 		Stdout: stdout, Stderr: stderr, Signals: sigs, Env: env,
 	})
 	if err != nil {

@@ -55,6 +55,13 @@ type Spec struct {
 	// "loop" or "sim" one process is started (PMI_SIZE=1) with
 	// AMGO_LOOP_SIZE=N and runs the N ranks as goroutines.
 	Transport string
+	// Bind is how ranks are bound to CPUs: "core" binds rank r to the r-th
+	// CPU this process may run on (modulo their number) by giving it
+	// AMGO_BIND_CPU; "none" leaves ranks to the scheduler; "" (auto) binds
+	// when every rank gets a CPU of its own, as Open MPI's mpirun binds two
+	// or fewer processes to cores by default. Goroutine ranks (loop, sim)
+	// are never bound.
+	Bind string
 	// Iface, if set, is given to ranks as AMGO_IFACE: the network interface
 	// (a name such as "eth0", or an IP address) that network transports
 	// (tcp) listen on. "" leaves AMGO_IFACE to the base environment.
@@ -175,6 +182,10 @@ func Run(ctx context.Context, spec Spec) error {
 	if spec.Env == nil {
 		spec.Env = os.Environ()
 	}
+	cpus, err := bindCPUs(spec)
+	if err != nil {
+		return &JobError{Kind: ErrSpec, Rank: -1, Code: 2, Detail: err.Error()}
+	}
 	path, err := exec.LookPath(spec.Prog)
 	if err != nil {
 		return &JobError{Kind: ErrStart, Rank: -1, Code: 127, Detail: err.Error()}
@@ -208,7 +219,7 @@ func Run(ctx context.Context, spec Spec) error {
 		return &JobError{Kind: ErrStart, Rank: -1, Code: 1, Detail: err.Error()}
 	}
 
-	j := &job{spec: spec, srv: srv, exits: make(chan exitEvent, nproc)}
+	j := &job{spec: spec, srv: srv, exits: make(chan exitEvent, nproc), cpus: cpus}
 	defer j.cleanup()
 	secret, err := jobSecret()
 	if err != nil {
@@ -256,6 +267,7 @@ type job struct {
 	conns  []net.Conn
 	exits  chan exitEvent
 	served sync.WaitGroup
+	cpus   []int // rank r is bound to cpus[r%len(cpus)]; nil: not bound
 }
 
 func lastElem(p string) string { return p[strings.LastIndexByte(p, '/')+1:] }
@@ -292,10 +304,44 @@ func jobSecret() (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
+// EnvBindCPU names the CPU a rank binds itself to (package am does it when
+// it opens the rank's endpoint); amrun sets it when it binds ranks.
+const EnvBindCPU = "AMGO_BIND_CPU"
+
+// bindCPUs returns the CPUs ranks are bound to, in rank order (rank r gets
+// element r modulo the length), or nil for no binding.
+func bindCPUs(spec Spec) ([]int, error) {
+	switch spec.Bind {
+	case "", "core", "none":
+	default:
+		return nil, fmt.Errorf("bad binding %q: want core or none", spec.Bind)
+	}
+	if spec.Bind == "none" || inProcess(spec.Transport) {
+		return nil, nil
+	}
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		if spec.Bind == "core" {
+			return nil, fmt.Errorf("binding: reading this process's CPUs: %w", err)
+		}
+		return nil, nil
+	}
+	var cpus []int
+	for c := 0; c < len(set)*64 && len(cpus) < set.Count(); c++ {
+		if set.IsSet(c) {
+			cpus = append(cpus, c)
+		}
+	}
+	if spec.Bind == "" && spec.N > len(cpus) {
+		return nil, nil // oversubscribed: binding would only pile ranks up
+	}
+	return cpus, nil
+}
+
 // rankEnv is base without variables amrun owns, plus the shared ones.
 func rankEnv(base []string, transport, jobDir string, n int) []string {
 	drop := map[string]bool{"PMI_FD": true, "PMI_PORT": true, "PMI_ID": true, "PMI_RANK": true, "PMI_SIZE": true,
-		"PMI_SPAWNED": true, "AMGO_TRANSPORT": true, "AMGO_JOB_DIR": true, "AMGO_LOOP_SIZE": true, "AMGO_JOB_SECRET": true}
+		"PMI_SPAWNED": true, "AMGO_TRANSPORT": true, "AMGO_JOB_DIR": true, "AMGO_LOOP_SIZE": true, "AMGO_JOB_SECRET": true, EnvBindCPU: true}
 	var env []string
 	for _, kv := range base {
 		k, _, _ := strings.Cut(kv, "=")
@@ -333,6 +379,9 @@ func (j *job) start(r, nproc int, path string, env []string, outMu, errMu *sync.
 	cmd := exec.Command(path, j.spec.Args...)
 	cmd.Args[0] = j.spec.Prog
 	cmd.Env = append(env[:len(env):len(env)], "PMI_FD=3", "PMI_RANK="+strconv.Itoa(r), "PMI_SIZE="+strconv.Itoa(nproc))
+	if len(j.cpus) > 0 {
+		cmd.Env = append(cmd.Env, EnvBindCPU+"="+strconv.Itoa(j.cpus[r%len(j.cpus)]))
+	}
 	cmd.ExtraFiles = []*os.File{theirs}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = time.Second // do not wait forever for output held by orphans

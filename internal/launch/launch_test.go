@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/amgo-hpc/amgo/internal/pmi"
 )
@@ -366,4 +367,32 @@ func TestMPICHHydra(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Ranks are bound to CPUs of their own by default, only when each gets one,
+// and never as goroutine ranks.
+func TestBindCPUs(t *testing.T) {
+	var set unix.CPUSet
+	require.NoError(t, unix.SchedGetaffinity(0, &set))
+	n := set.Count()
+	cpus, err := bindCPUs(Spec{N: n, Transport: "shm"})
+	require.NoError(t, err)
+	require.Len(t, cpus, n, "auto: one CPU per rank")
+	for _, c := range cpus {
+		require.True(t, set.IsSet(c))
+	}
+	cpus, err = bindCPUs(Spec{N: n + 1, Transport: "shm"})
+	require.NoError(t, err)
+	require.Nil(t, cpus, "auto: oversubscribed, not bound")
+	cpus, err = bindCPUs(Spec{N: n + 1, Transport: "tcp", Bind: "core"})
+	require.NoError(t, err)
+	require.Len(t, cpus, n, "core: bound round-robin")
+	cpus, err = bindCPUs(Spec{N: 1, Transport: "shm", Bind: "none"})
+	require.NoError(t, err)
+	require.Nil(t, cpus)
+	cpus, err = bindCPUs(Spec{N: 2, Transport: "loop", Bind: "core"})
+	require.NoError(t, err)
+	require.Nil(t, cpus, "goroutine ranks are not bound")
+	_, err = bindCPUs(Spec{N: 2, Transport: "shm", Bind: "socket"})
+	require.Error(t, err)
 }
