@@ -498,7 +498,7 @@ func (c *conn) read() {
 				}
 				dst = t.drop[:min(c.putLeft, len(t.drop))]
 			}
-			k, err := unix.Read(c.fd, dst)
+			k, err := readFd(c.fd, dst)
 			if !c.check(k, err) {
 				return
 			}
@@ -512,7 +512,7 @@ func (c *conn) read() {
 			return
 		}
 		want := len(c.rbuf) - c.w
-		k, err := unix.Read(c.fd, c.rbuf[c.w:])
+		k, err := readFd(c.fd, c.rbuf[c.w:])
 		if !c.check(k, err) {
 			return
 		}

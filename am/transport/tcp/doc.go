@@ -80,6 +80,10 @@
 // whenever a handshake is under way or no connection is open, it also takes
 // epoll's events for the listening socket. No goroutine and no netpoller sit
 // on the data path: the Go netpoller's wake-up costs 30-40 us on small VMs.
+// Reads and sends of at most 128 KiB, and the zero-timeout epoll_wait, are
+// raw system calls (sys.go): they never sleep, so they skip the runtime's
+// entersyscall/exitsyscall, which costs about 0.2 us per 8-byte half round
+// trip here.
 //
 // # Puts
 //

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -468,9 +469,17 @@ func sendv(fd int, a, b, c []byte) (int, error) {
 		return 0, nil
 	}
 	msg := unix.Msghdr{Iov: &iov[0], Iovlen: uint64(k)}
+	raw := len(a)+len(b)+len(c) <= rawMax // see rawMax
 	for {
-		n, _, e := unix.Syscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)),
-			unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		var n uintptr
+		var e syscall.Errno
+		if raw {
+			n, _, e = unix.RawSyscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)),
+				unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		} else {
+			n, _, e = unix.Syscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)),
+				unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		}
 		runtime.KeepAlive(a)
 		runtime.KeepAlive(b)
 		runtime.KeepAlive(c)
@@ -698,7 +707,7 @@ func (t *Transport) pump() {
 
 // events handles what epoll reports ready now.
 func (t *Transport) events() {
-	n, err := unix.EpollWait(t.epfd, t.evs[:], 0)
+	n, err := epollReady(t.epfd, t.evs[:])
 	if err != nil {
 		return
 	}
