@@ -49,6 +49,7 @@ type conn struct {
 	pnonce [16]byte // the peer's
 	eof    bool
 	bye    bool // the peer said goodbye
+	polled bool // in the epoll set (handshakes; open ones beyond directMax)
 
 	rbuf       []byte
 	r, scan, w int // delivered up to r; complete packets up to scan; read up to w
@@ -211,11 +212,7 @@ func (t *Transport) dialStep(c *conn) (done, moved bool) {
 		t.flushLocked(p, c.rank)
 		p.mu.Unlock()
 		t.st.dialed.Add(1)
-		if err := unix.EpollCtl(t.epfd, unix.EPOLL_CTL_ADD, c.fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(c.fd)}); err != nil {
-			p.mu.Lock()
-			t.failLocked(p, c.rank, err)
-			p.mu.Unlock()
-		}
+		// Not in the epoll set yet: the poller's syncPolled decides.
 		t.dialMu.Lock()
 		t.newOpen = append(t.newOpen, c)
 		t.nNew.Add(1)
@@ -251,6 +248,7 @@ func (t *Transport) accept() {
 			unix.Close(fd)
 			continue
 		}
+		c.polled = true
 		t.hs = append(t.hs, c)
 		t.byFd[fd] = c
 		t.settle(c)
@@ -382,6 +380,7 @@ func (t *Transport) opened(c *conn) {
 	t.removeHs(c)
 	c.state = stOpen
 	t.open = append(t.open, c)
+	t.dirty = true
 	p := &t.peers[c.rank]
 	p.mu.Lock()
 	if p.dialing == c {
@@ -440,9 +439,13 @@ func (t *Transport) closeFd(c *conn) {
 		return
 	}
 	delete(t.byFd, c.fd)
-	unix.EpollCtl(t.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
+	if c.polled {
+		unix.EpollCtl(t.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
+		c.polled = false
+	}
 	unix.Close(c.fd)
 	c.fd = -1
+	t.dirty = true // drop it from the direct set
 }
 
 // expireHandshakes refuses connections that have not proved

@@ -156,11 +156,11 @@ func (t *Transport) progress(fd int, spin bool) {
 	if spin {
 		return
 	}
-	fds := [2]unix.PollFd{{Fd: int32(t.epfd), Events: unix.POLLIN}, {Fd: int32(fd), Events: unix.POLLOUT}}
-	n := 2
-	if fd < 0 {
-		n = 1
+	var buf [8]unix.PollFd
+	fds := t.sleepFds(buf[:0])
+	if fd >= 0 {
+		fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLOUT})
 	}
 	ts := unix.NsecToTimespec(int64(time.Millisecond))
-	unix.Ppoll(fds[:n], &ts, nil)
+	unix.Ppoll(fds, &ts, nil)
 }
