@@ -3,13 +3,12 @@ package loop
 import (
 	"fmt"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"github.com/amgo-hpc/amgo/am/transport"
+	settings "github.com/amgo-hpc/amgo/am/transport/internal/opts"
 	"github.com/amgo-hpc/amgo/internal/ring"
 )
 
@@ -65,28 +64,14 @@ func NewJob(n int, opts map[string]string) ([]transport.Transport, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("loop: job of %d ranks", n)
 	}
-	ringBytes := DefaultRingBytes
-	if s := strings.TrimSpace(opts["ring_bytes"]); s != "" {
-		mul := 1
-		switch {
-		case strings.HasSuffix(s, "k"), strings.HasSuffix(s, "K"):
-			mul, s = 1<<10, s[:len(s)-1]
-		case strings.HasSuffix(s, "m"), strings.HasSuffix(s, "M"):
-			mul, s = 1<<20, s[:len(s)-1]
-		}
-		v, err := strconv.Atoi(s)
-		if err != nil || v*mul < ring.MinCapacity || v*mul > 1<<30 {
-			return nil, fmt.Errorf("loop: bad ring_bytes %q: want a byte count in [%d, %d] such as 64k", opts["ring_bytes"], ring.MinCapacity, 1<<30)
-		}
-		ringBytes = v * mul
+	// Options come from opts only (no environment variables: "" below).
+	ringBytes, err := settings.Bytes(opts, "ring_bytes", "", DefaultRingBytes, ring.MinCapacity, 1<<30)
+	if err != nil {
+		return nil, fmt.Errorf("loop: %w", err)
 	}
-	spin := DefaultSpin
-	if s := opts["spin"]; s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 {
-			return nil, fmt.Errorf("loop: bad spin %q: want a duration such as 5us", s)
-		}
-		spin = d
+	spin, err := settings.Duration(opts, "spin", "", DefaultSpin)
+	if err != nil {
+		return nil, fmt.Errorf("loop: %w", err)
 	}
 	j := &job{ranks: make([]*Transport, n)}
 	for r := range j.ranks {

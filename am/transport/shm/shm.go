@@ -126,11 +126,9 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 		return nil, fmt.Errorf("shm: ring_bytes %d out of range [%d, %d]", ringBytes, ring.MinCapacity, 1<<30)
 	}
 	ringBytes = roundPow2(ringBytes)
-	spin := DefaultSpin
-	if s := settings.Get(opts, "spin", "AMGO_SHM_SPIN"); s != "" {
-		if spin, err = time.ParseDuration(s); err != nil || spin < 0 {
-			return nil, fmt.Errorf("shm: bad spin %q: want a duration such as 15us", s)
-		}
+	spin, err := settings.Duration(opts, "spin", "AMGO_SHM_SPIN", DefaultSpin)
+	if err != nil {
+		return nil, fmt.Errorf("shm: %w", err)
 	}
 	// Allow CMA from peers on hosts with Yama ptrace_scope=1. EINVAL: no Yama;
 	// any other failure only means Puts to us may fail with EPERM, which

@@ -213,17 +213,13 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	spin := DefaultSpin
-	if s := settings.Get(opts, "spin", "AMGO_TCP_SPIN"); s != "" {
-		if spin, err = time.ParseDuration(s); err != nil || spin < 0 {
-			return nil, fmt.Errorf("tcp: bad spin %q: want a duration such as 20us", s)
-		}
+	spin, err := settings.Duration(opts, "spin", "AMGO_TCP_SPIN", DefaultSpin)
+	if err != nil {
+		return nil, fmt.Errorf("tcp: %w", err)
 	}
-	port := 0
-	if s := settings.Get(opts, "port", "AMGO_TCP_PORT"); s != "" {
-		if port, err = strconv.Atoi(s); err != nil || port < 0 || port > 65535 {
-			return nil, fmt.Errorf("tcp: bad port %q", s)
-		}
+	port, err := settings.Port(opts, "port", "AMGO_TCP_PORT")
+	if err != nil {
+		return nil, fmt.Errorf("tcp: %w", err)
 	}
 	secret, err := jobsecret.Before(b, opts, "amgo.secret")
 	if err != nil {

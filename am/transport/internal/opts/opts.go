@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Get returns opts[key] if present, else the environment variable env.
@@ -38,4 +39,33 @@ func Bytes(opts map[string]string, key, env string, def, lo, hi int) (int, error
 		return 0, fmt.Errorf("bad %s %q: want a byte count such as 65536 or 64k, in [%d, %d]", key, raw, lo, hi)
 	}
 	return n * mul, nil
+}
+
+// Duration reads a non-negative Go duration (such as 20us) for key: opts[key]
+// if present, else the environment variable env; def when neither is set.
+// Errors: a value that is not such a duration.
+func Duration(opts map[string]string, key, env string, def time.Duration) (time.Duration, error) {
+	s := strings.TrimSpace(Get(opts, key, env))
+	if s == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("bad %s %q: want a non-negative duration such as 20us", key, s)
+	}
+	return d, nil
+}
+
+// Port reads a TCP or UDP port number for key (opts, then env): 1..65535, or
+// 0 (any) when unset. Errors: anything else.
+func Port(opts map[string]string, key, env string) (int, error) {
+	s := strings.TrimSpace(Get(opts, key, env))
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n > 65535 {
+		return 0, fmt.Errorf("bad %s %q: want a port number 0..65535", key, s)
+	}
+	return n, nil
 }

@@ -2,6 +2,7 @@ package opts
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -23,4 +24,31 @@ func TestBytes(t *testing.T) {
 	}
 	_, err = Bytes(map[string]string{"x": "100"}, "x", "", 1, 1000, 1<<30)
 	require.Error(t, err, "below the range")
+}
+
+func TestDurationAndPort(t *testing.T) {
+	d, err := Duration(map[string]string{"spin": "15us"}, "spin", "AMGO_TEST_SPIN", time.Second)
+	require.NoError(t, err)
+	require.Equal(t, 15*time.Microsecond, d)
+	d, err = Duration(nil, "spin", "AMGO_TEST_SPIN", time.Second)
+	require.NoError(t, err)
+	require.Equal(t, time.Second, d, "unset: the default")
+	t.Setenv("AMGO_TEST_SPIN", "2ms")
+	d, err = Duration(nil, "spin", "AMGO_TEST_SPIN", time.Second)
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Millisecond, d)
+	for _, bad := range []string{"x", "-1us", "5"} {
+		_, err = Duration(map[string]string{"spin": bad}, "spin", "", 0)
+		require.ErrorContains(t, err, "bad spin", bad)
+	}
+	p, err := Port(nil, "port", "AMGO_TEST_PORT")
+	require.NoError(t, err)
+	require.Zero(t, p, "unset: any port")
+	p, err = Port(map[string]string{"port": "4242"}, "port", "")
+	require.NoError(t, err)
+	require.Equal(t, 4242, p)
+	for _, bad := range []string{"x", "-1", "65536"} {
+		_, err = Port(map[string]string{"port": bad}, "port", "")
+		require.ErrorContains(t, err, "bad port", bad)
+	}
 }
