@@ -244,9 +244,21 @@ func TestSimultaneousDial(t *testing.T) {
 				require.Equal(t, uint32(i), v, "rank %d packet %d", r, i)
 			}
 		}
-		// Let the loser's close arrive, then check: one connection each, the
-		// one rank 0 dialed.
-		for i := 0; i < 100; i++ {
+		// Let the loser's close arrive (poll until each rank holds one open
+		// connection and none in its handshake, or 10 s pass), then check:
+		// one connection each, the one rank 0 dialed.
+		settled := func() bool {
+			for _, tr := range ts {
+				tr.pollMu.Lock()
+				ok := len(tr.open) == 1 && len(tr.hs) == 0
+				tr.pollMu.Unlock()
+				if !ok {
+					return false
+				}
+			}
+			return true
+		}
+		for deadline := time.Now().Add(10 * time.Second); !settled() && time.Now().Before(deadline); {
 			for j, tr := range ts {
 				_, err := tr.Poll(rx[j], 64)
 				require.NoError(t, err)
