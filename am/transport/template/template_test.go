@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/amgo-hpc/amgo/am"
 	"github.com/amgo-hpc/amgo/am/transport"
@@ -120,7 +121,15 @@ func TestEndpoint(t *testing.T) {
 	for _, err := range errs {
 		require.NoError(t, err)
 	}
-	require.NoError(t, eps[0].PollUntil(func() bool { return sum.Load() == 2*(100+99*100/2) }))
+	// The barrier does not order rank 2's requests to rank 1 before rank 1's
+	// release: poll every rank (rank 1 runs the handlers) until they are in.
+	for deadline := time.Now().Add(20 * time.Second); sum.Load() != 2*(100+99*100/2) || stored.Load() != int64(len(dst)); {
+		for _, ep := range eps {
+			_, err := ep.Poll()
+			require.NoError(t, err)
+		}
+		require.True(t, time.Now().Before(deadline), "sum %d, stored %d after 20 s", sum.Load(), stored.Load())
+	}
 	require.Equal(t, int64(len(dst)), stored.Load())
 	require.Equal(t, bytes.Repeat([]byte{0}, len(dst)/2), dst[:len(dst)/2])
 	require.Equal(t, bytes.Repeat([]byte{2}, len(dst)/2), dst[len(dst)/2:])
