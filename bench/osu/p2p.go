@@ -181,44 +181,53 @@ func streamPair(c *mpiam.Comm, sender bool, peer int, sbuf []byte, rbuf *recvBuf
 // runBW is osu_bw between ranks 0 (sender) and 1 (receiver):
 // MB/s = size * iterations * window / time / 1e6.
 func runBW(args []string) error {
-	o := osu.BandwidthOptions()
-	if err := parse("bw", args, &o, nil); err != nil {
-		return err
-	}
-	return mpiam.Run(mpiam.Config{}, func(world *mpiam.Comm) error {
-		if err := needRanks(world, 2, false); err != nil {
-			return err
+	return runPairBandwidth("bw", "amgo MPI Bandwidth Test over ", args, 1, func() pairMeasure {
+		return func(world *mpiam.Comm, me int, sbuf []byte, rbuf *recvBuffers, size, iters, warmup, win int) (float64, error) {
+			return streamPair(world, me == 0, 1-me, sbuf, rbuf, size, iters, warmup, win)
 		}
-		me := world.Rank()
-		if me == 0 {
-			osu.Header(os.Stdout, "amgo MPI Bandwidth Test over "+network(), "Bandwidth (MB/s)")
-		}
-		sbuf, rbuf := fill(o.MaxSize, 's'), newRecvBuffers(o.MaxSize, o.Window)
-		for _, size := range o.Sizes() {
-			iters, warmup := o.Counts(size)
-			if err := world.Barrier(); err != nil {
-				return err
-			}
-			if me > 1 {
-				continue
-			}
-			el, err := streamPair(world, me == 0, 1-me, sbuf, rbuf, size, iters, warmup, o.Window)
-			if err != nil {
-				return err
-			}
-			if me == 0 {
-				osu.Row(os.Stdout, size, float64(size)*float64(iters)*float64(o.Window)/el/1e6)
-			}
-		}
-		return world.Barrier()
 	})
 }
 
 // runBiBW is osu_bibw: ranks 0 and 1 each post a window of Irecvs and a window
 // of Isends and wait for all; MB/s = 2 * size * iterations * window / time / 1e6.
 func runBiBW(args []string) error {
+	return runPairBandwidth("bibw", "amgo MPI Bi-Directional Bandwidth Test over ", args, 2, func() pairMeasure {
+		var rw, sw window // this rank's (goroutine ranks share the process)
+		var all []*mpiam.Request
+		return func(world *mpiam.Comm, me int, sbuf []byte, rbuf *recvBuffers, size, iters, warmup, win int) (float64, error) {
+			var start time.Time
+			for i := 0; i < iters+warmup; i++ {
+				if i == warmup {
+					start = time.Now()
+				}
+				if err := rw.post(false, world, nil, rbuf, win, size, 1-me); err != nil {
+					return 0, err
+				}
+				if err := sw.post(true, world, sbuf, nil, win, size, 1-me); err != nil {
+					return 0, err
+				}
+				all = append(append(all[:0], sw.reqs...), rw.reqs...)
+				if err := mpiam.Waitall(all, nil); err != nil {
+					return 0, err
+				}
+			}
+			return time.Since(start).Seconds(), nil
+		}
+	})
+}
+
+// pairMeasure runs one size of a two-rank bandwidth test on rank me (0 or 1)
+// and returns rank 0's elapsed seconds.
+type pairMeasure func(world *mpiam.Comm, me int, sbuf []byte, rbuf *recvBuffers, size, iters, warmup, win int) (float64, error)
+
+// runPairBandwidth runs a two-rank OSU bandwidth test: the options and
+// header, then for every size a barrier and measure on ranks 0 and 1 (ranks
+// above wait at the barriers), and rank 0's row of MB/s = dirs * size *
+// iterations * window / rank 0's seconds / 1e6. newMeasure makes each rank's
+// measure (goroutine ranks share the process, so state must be per rank).
+func runPairBandwidth(name, title string, args []string, dirs float64, newMeasure func() pairMeasure) error {
 	o := osu.BandwidthOptions()
-	if err := parse("bibw", args, &o, nil); err != nil {
+	if err := parse(name, args, &o, nil); err != nil {
 		return err
 	}
 	return mpiam.Run(mpiam.Config{}, func(world *mpiam.Comm) error {
@@ -227,11 +236,10 @@ func runBiBW(args []string) error {
 		}
 		me := world.Rank()
 		if me == 0 {
-			osu.Header(os.Stdout, "amgo MPI Bi-Directional Bandwidth Test over "+network(), "Bandwidth (MB/s)")
+			osu.Header(os.Stdout, title+network(), "Bandwidth (MB/s)")
 		}
 		sbuf, rbuf := fill(o.MaxSize, 's'), newRecvBuffers(o.MaxSize, o.Window)
-		var rw, sw window
-		all := make([]*mpiam.Request, 0, 2*o.Window)
+		measure := newMeasure()
 		for _, size := range o.Sizes() {
 			iters, warmup := o.Counts(size)
 			if err := world.Barrier(); err != nil {
@@ -240,25 +248,12 @@ func runBiBW(args []string) error {
 			if me > 1 {
 				continue
 			}
-			var start time.Time
-			for i := 0; i < iters+warmup; i++ {
-				if i == warmup {
-					start = time.Now()
-				}
-				if err := rw.post(false, world, nil, rbuf, o.Window, size, 1-me); err != nil {
-					return err
-				}
-				if err := sw.post(true, world, sbuf, nil, o.Window, size, 1-me); err != nil {
-					return err
-				}
-				all = append(append(all[:0], sw.reqs...), rw.reqs...)
-				if err := mpiam.Waitall(all, nil); err != nil {
-					return err
-				}
+			el, err := measure(world, me, sbuf, rbuf, size, iters, warmup, o.Window)
+			if err != nil {
+				return err
 			}
 			if me == 0 {
-				el := time.Since(start).Seconds()
-				osu.Row(os.Stdout, size, 2*float64(size)*float64(iters)*float64(o.Window)/el/1e6)
+				osu.Row(os.Stdout, size, dirs*float64(size)*float64(iters)*float64(o.Window)/el/1e6)
 			}
 		}
 		return world.Barrier()
