@@ -37,6 +37,7 @@ var (
 
 type block struct {
 	pos   uint64 // position in the unbounded ring, bytes
+	off   uint32 // pos modulo the buffer's size: its offset in the buffer
 	n     uint32 // bytes
 	freed bool
 }
@@ -45,6 +46,7 @@ type block struct {
 type Window struct {
 	size   uint64
 	head   uint64  // next position to hand out
+	hoff   uint64  // head modulo size (kept, so that no path divides)
 	tail   uint64  // oldest position not yet free
 	blocks []block // FIFO of outstanding blocks, ring buffer
 	first  int     // index of the oldest block in blocks
@@ -76,8 +78,8 @@ func (w *Window) InUse() int { return int(w.head - w.tail) }
 // Outstanding is the number of blocks handed out and not yet freed.
 func (w *Window) Outstanding() int {
 	n := 0
-	for i := 0; i < w.count; i++ {
-		if !w.blocks[(w.first+i)%len(w.blocks)].freed {
+	for i, j := 0, w.first; i < w.count; i, j = i+1, w.next(j) {
+		if !w.blocks[j].freed {
 			n++
 		}
 	}
@@ -95,9 +97,10 @@ func (w *Window) Alloc(n int) (off uint32, ok bool, err error) {
 	if n <= 0 || n%Granule != 0 || uint64(n) > w.size {
 		return 0, false, fmt.Errorf("%w: reservation of %d bytes in a %d-byte buffer", ErrBadSize, n, w.size)
 	}
-	pos := w.head
-	if o := pos % w.size; o+uint64(n) > w.size {
+	pos, o := w.head, w.hoff
+	if o+uint64(n) > w.size {
 		pos += w.size - o // skip to the ring's start; the pad frees with its predecessor
+		o = 0
 	}
 	if w.count == 0 {
 		w.tail = pos // nothing outstanding: the pad is free at once
@@ -105,13 +108,26 @@ func (w *Window) Alloc(n int) (off uint32, ok bool, err error) {
 	if pos+uint64(n)-w.tail > w.size {
 		return 0, false, nil
 	}
-	i := (w.first + w.count) % len(w.blocks)
-	w.blocks[i] = block{pos: pos, n: uint32(n)}
+	i := w.first + w.count
+	if i >= len(w.blocks) {
+		i -= len(w.blocks)
+	}
+	w.blocks[i] = block{pos: pos, off: uint32(o), n: uint32(n)}
 	w.count++
-	off = uint32(pos % w.size)
-	w.byOff[off/Granule] = int32(i)
+	w.byOff[o/Granule] = int32(i)
 	w.head = pos + uint64(n)
-	return off, true, nil
+	if w.hoff = o + uint64(n); w.hoff == w.size {
+		w.hoff = 0
+	}
+	return uint32(o), true, nil
+}
+
+// next is the index after i in the ring of blocks.
+func (w *Window) next(i int) int {
+	if i++; i == len(w.blocks) {
+		return 0
+	}
+	return i
 }
 
 // Free releases n bytes at off. The range may cover several consecutive blocks
@@ -126,7 +142,7 @@ func (w *Window) Free(off, n uint32) error {
 	end := off + n
 	for o := off; o < end; {
 		i := w.byOff[o/Granule]
-		if i < 0 || w.blocks[i].freed || uint32(w.blocks[i].pos%w.size) != o {
+		if i < 0 || w.blocks[i].freed || w.blocks[i].off != o {
 			return fmt.Errorf("%w: no block at offset %d (freeing [%d,+%d))", ErrNotAllocated, o, off, n)
 		}
 		o += w.blocks[i].n
@@ -141,7 +157,7 @@ func (w *Window) Free(off, n uint32) error {
 		o += w.blocks[i].n
 	}
 	for w.count > 0 && w.blocks[w.first].freed {
-		w.first = (w.first + 1) % len(w.blocks)
+		w.first = w.next(w.first)
 		w.count--
 	}
 	if w.count > 0 {
