@@ -44,10 +44,11 @@ func envBytes(name string, def int) int {
 // coll is one collective call in progress: its communicator, its collective
 // context and its tag base.
 type coll struct {
-	c   *Comm
-	cc  *Comm
-	tag int
-	pb  *collPB // piggyback bookkeeping when a tool attaches values; nil otherwise
+	c     *Comm
+	cc    *Comm
+	tag   int
+	pb    *collPB // piggyback bookkeeping when a tool attaches values; nil otherwise
+	epoch uint64  // barriers: how many Barrier or Ibarrier calls on c came before this one
 }
 
 // collPB tracks the largest tool value among the messages a rank received
@@ -97,7 +98,7 @@ func (x coll) status(err error) Status {
 // then runs f, under the tools' hooks when tools are attached (the status they
 // see carries the largest piggybacked value the rank received in the call).
 func (c *Comm) runColl(call Call, peer, bytes int, f func(x coll) error) error {
-	x, err := c.startColl()
+	x, err := c.startColl(call)
 	if err != nil || !c.hooked() {
 		if err != nil {
 			return err
@@ -112,11 +113,16 @@ func (c *Comm) runColl(call Call, peer, bytes int, f func(x coll) error) error {
 	return e.Err
 }
 
-func (c *Comm) startColl() (coll, error) {
+// startColl takes the next place in c's order of collective calls for a
+// call of kind call.
+func (c *Comm) startColl(call Call) (coll, error) {
 	if err := c.valid(); err != nil {
 		return coll{}, err
 	}
 	x := coll{c: c, cc: c.collective(), tag: c.collTag()}
+	if call == CallBarrier || call == CallIbarrier {
+		x.epoch = c.barriers.Add(1) - 1
+	}
 	if c.p.pbTool != nil {
 		x.pb = new(collPB)
 	}

@@ -25,6 +25,9 @@ type Comm struct {
 
 	collSeq atomic.Uint32 // collective calls started on c: tags of their messages
 	coll    *Comm         // c's collective context (ctx+1), nil for that one itself
+
+	barriers atomic.Uint64  // Barrier and Ibarrier calls started on c (coll_am.go)
+	bar      *barrierCounts // this rank's arrival counts of c's barrier messages, once looked up
 }
 
 // Rank is the calling process's rank in c (MPI_Comm_rank).
@@ -154,14 +157,20 @@ func (c *Comm) allreduceMaxU32(v uint32) (uint32, error) {
 }
 
 // Barrier blocks until every rank of c has called it (MPI_Barrier): a
-// dissemination barrier, ceil(log2 n) rounds of zero-byte messages on c's
-// collective context.
+// dissemination barrier, ceil(log2 n) rounds of one short active message to
+// a neighbour, counted on arrival without matching (coll_am.go). Errors:
+// ErrComm, ErrProcFailed (a rank of c failed), ErrOther (network).
 func (c *Comm) Barrier() error {
 	return c.runColl(CallBarrier, AnySource, 0, func(x coll) error { return x.barrier() })
 }
 
-// barrier is the dissemination barrier of collective call x.
+// barrier is the dissemination barrier of collective call x: over active
+// messages, or over zero-byte messages on c's collective context when a tool
+// piggybacks values on messages (those ride on point-to-point messages only).
 func (x coll) barrier() error {
+	if x.pb == nil {
+		return x.barrierAM()
+	}
 	c := x.c
 	for dist := 1; dist < c.size; dist *= 2 {
 		to := (c.rank + dist) % c.size

@@ -89,7 +89,7 @@ func since(t testing.TB, died func() time.Time, what string) {
 // Pending operations that involve a rank that dies complete with
 // ErrProcFailed naming it (ULFM's MPI_ERR_PROC_FAILED): a blocking receive
 // from it, a nonblocking one waited on, an AnySource receive, a synchronous
-// send waiting for its handshake and an Allreduce; new operations to and from
+// send waiting for its handshake, a Barrier and an Allreduce; new operations to and from
 // it fail at once; the live ranks keep talking.
 func TestDeadRankLoop(t *testing.T) {
 	const n, victim = 4, 3
@@ -130,7 +130,9 @@ func TestDeadRankLoop(t *testing.T) {
 				since(t, died, "Irecv+Wait")
 				_, err = s.Wait()
 				requireProcFailed(t, err, victim)
-			case 2: // a collective the victim never joins
+			case 2: // collectives the victim never joins
+				requireProcFailed(t, w.Barrier(), victim)
+				since(t, died, "Barrier")
 				err := Allreduce(w, []int64{1}, x[:], Sum[int64]())
 				requireProcFailed(t, err, victim)
 				since(t, died, "Allreduce")
@@ -177,7 +179,7 @@ func TestDeadRankUnderAmrun(t *testing.T) {
 	reExit := regexp.MustCompile(`deadcheck: rank (\d+) exits at (\d+)`)
 	reSaw := regexp.MustCompile(`deadcheck: rank (\d+) (\w+): ErrProcFailed rank (\d+) at (\d+): (.*)`)
 	for _, nw := range []string{"shm", "tcp"} {
-		for _, mode := range []string{"recv", "allreduce"} {
+		for _, mode := range []string{"recv", "allreduce", "barrier"} {
 			t.Run(nw+"/"+mode, func(t *testing.T) {
 				const n = 4
 				cmd := exec.Command(filepath.Join(dir, "amrun"), "-n", strconv.Itoa(n), "--transport", nw,

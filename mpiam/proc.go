@@ -31,6 +31,7 @@ const (
 	hData                               // store handler: rendezvous data has landed
 	hFin                                // short request: rendezvous with nothing to store is done
 	hPulled                             // short request: the receiver has read its part of the send buffer
+	hBarrier                            // short request: a dissemination barrier's message (coll_am.go)
 )
 
 // Message flags, in the envelope's third argument.
@@ -91,6 +92,7 @@ type proc struct {
 	// handler for another message, recycled once p.mu is dropped.
 	pendingRelease []*inMsg
 	nextCtx        uint32
+	barrierCounts  map[uint32]*barrierCounts // by communicator context (coll_am.go)
 	rndvSplit      int // EnvRndvSplit: smallest rendezvous split between store and get (0: never)
 
 	sendMu []sync.Mutex // by world rank: orders sequence numbers with their sends
@@ -157,6 +159,7 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		{Index: hData, Name: "mpi.data", NArgs: 1, Fn: p.onData},
 		{Index: hFin, Name: "mpi.fin", NArgs: 1, Fn: p.onData},
 		{Index: hPulled, Name: "mpi.pulled", NArgs: 1, Fn: p.onPulled},
+		{Index: hBarrier, Name: "mpi.barrier", NArgs: 2, Fn: p.onBarrier},
 	}
 	for _, e := range entries {
 		if _, err := ep.Register(e); err != nil {

@@ -3,11 +3,12 @@
 // part in an exchange and then calls os.Exit(3) while the others are blocked
 // on it; every survivor must get ErrProcFailed naming it.
 //
-// Usage: deadcheck recv|allreduce
+// Usage: deadcheck recv|allreduce|barrier
 //
 //	recv       rank 0 is blocked in Recv from the victim, rank 1 in Wait on an
 //	           Irecv from it, the others in an AnySource Recv
 //	allreduce  the survivors are blocked in an Allreduce the victim never joins
+//	barrier    the survivors are blocked in a Barrier the victim never joins
 //
 // Each survivor prints one line, "deadcheck: rank R <call>: ErrProcFailed rank
 // V at <unix ns>: <error>", checks that new operations with the victim fail at
@@ -30,8 +31,8 @@ import (
 
 func main() {
 	signal.Ignore(syscall.SIGTERM)
-	if len(os.Args) != 2 || (os.Args[1] != "recv" && os.Args[1] != "allreduce") {
-		fmt.Fprintln(os.Stderr, "usage: deadcheck recv|allreduce")
+	if len(os.Args) != 2 || (os.Args[1] != "recv" && os.Args[1] != "allreduce" && os.Args[1] != "barrier") {
+		fmt.Fprintln(os.Stderr, "usage: deadcheck recv|allreduce|barrier")
 		os.Exit(2)
 	}
 	mode := os.Args[1]
@@ -95,6 +96,11 @@ func run(w *mpiam.Comm, mode string) error {
 		call = "Allreduce"
 		err := mpiam.Allreduce(w, []int64{1}, sum, mpiam.Sum[int64]())
 		if err := report(me, call, victim, err); err != nil {
+			return err
+		}
+	case mode == "barrier":
+		call = "Barrier"
+		if err := report(me, call, victim, w.Barrier()); err != nil {
 			return err
 		}
 	case me == 0:
