@@ -25,13 +25,13 @@ const EnvUnexpectedLimit = "AMGO_UNEXPECTED_LIMIT"
 
 // Handler indices mpiam registers on its endpoint.
 const (
-	hEager  handlers.Index = 200 + iota // medium request: envelope + data (eager protocol)
-	hRTS                                // short request: envelope + size (rendezvous request-to-send)
-	hCTS                                // short reply or request: receive buffer address (clear-to-send)
-	hData                               // store handler: rendezvous data has landed
-	hFin                                // short request: rendezvous with nothing to store is done
-	hPulled                             // short request: the receiver has read its part of the send buffer
-	hBarrier                            // short request: a dissemination barrier's message (coll_am.go)
+	hEager   handlers.Index = 200 + iota // medium request: envelope + data (eager protocol)
+	hRTS                                 // short request: envelope + size (rendezvous request-to-send)
+	hCTS                                 // short reply or request: receive buffer address (clear-to-send)
+	hData                                // store handler: rendezvous data has landed
+	hFin                                 // short request: rendezvous with nothing to store is done
+	hPulled                              // short request: the receiver has read its part of the send buffer
+	hBarrier                             // short request: a dissemination barrier's message (coll_am.go)
 )
 
 // Message flags, in the envelope's third argument.
@@ -93,7 +93,7 @@ type proc struct {
 	pendingRelease []*inMsg
 	nextCtx        uint32
 	barrierCounts  map[uint32]*barrierCounts // by communicator context (coll_am.go)
-	rndvSplit      int // EnvRndvSplit: smallest rendezvous split between store and get (0: never)
+	rndvSplit      int                       // EnvRndvSplit: smallest rendezvous split between store and get (0: never)
 
 	sendMu []sync.Mutex // by world rank: orders sequence numbers with their sends
 
