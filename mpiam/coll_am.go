@@ -78,8 +78,10 @@ func (x coll) barrierAM() error {
 	if c.size == 1 {
 		return nil
 	}
-	if c.bar == nil {
-		c.bar = p.barrierCountsFor(c.ctx)
+	bar := c.bar.Load()
+	if bar == nil { // Ibarriers may get here concurrently: all store the same counts
+		bar = p.barrierCountsFor(c.ctx)
+		c.bar.Store(bar)
 	}
 	if err := p.collFailed(c); err != nil {
 		return err
@@ -89,7 +91,7 @@ func (x coll) barrierAM() error {
 		if err := p.ep.RequestShort(to, hBarrier, uint64(c.ctx), uint64(r)); err != nil {
 			return p.netErr(c, to, fmt.Sprintf("barrier on communicator %d", c.ctx), err)
 		}
-		n, want := &c.bar.n[r], x.epoch
+		n, want := &bar.n[r], x.epoch
 		if err := p.waitColl(c, func() bool { return n.Load() > want }); err != nil {
 			return err
 		}

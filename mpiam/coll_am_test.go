@@ -102,3 +102,23 @@ func TestBarrierPerCommunicator(t *testing.T) {
 		return half.Free()
 	}))
 }
+
+// Ibarriers started at once on a fresh communicator, on every rank.
+func TestIbarriersAtOnceOnNewComm(t *testing.T) {
+	require.NoError(t, RunLocal(3, Config{}, func(w *Comm) error {
+		d, err := w.Dup()
+		if err != nil {
+			return err
+		}
+		reqs := make([]*Request, 4)
+		for i := range reqs {
+			if reqs[i], err = d.Ibarrier(); err != nil {
+				return err
+			}
+		}
+		if err := Waitall(reqs, nil); err != nil {
+			return err
+		}
+		return d.Free()
+	}))
+}

@@ -26,8 +26,8 @@ type Comm struct {
 	collSeq atomic.Uint32 // collective calls started on c: tags of their messages
 	coll    *Comm         // c's collective context (ctx+1), nil for that one itself
 
-	barriers atomic.Uint64  // Barrier and Ibarrier calls started on c (coll_am.go)
-	bar      *barrierCounts // this rank's arrival counts of c's barrier messages, once looked up
+	barriers atomic.Uint64                 // Barrier and Ibarrier calls started on c (coll_am.go)
+	bar      atomic.Pointer[barrierCounts] // this rank's arrival counts of c's barrier messages, once looked up
 }
 
 // Rank is the calling process's rank in c (MPI_Comm_rank).
