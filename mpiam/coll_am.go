@@ -31,24 +31,39 @@ import (
 // Ibarriers in flight at once. A Barrier on one rank and an Ibarrier on
 // another match, as before.
 //
-// When a tool piggybacks values on messages (Piggybacker), barriers go over
-// zero-byte point-to-point messages instead, which carry the values.
+// A tool's piggybacked value (Piggybacker) rides in the short message's
+// header. The handler keeps it in a small ring per round, stamped with the
+// message's index among its round's messages; round r of barrier e takes the
+// value stamped e (the neighbour's value from its barrier e when barriers
+// follow one another; with several Ibarriers in flight it may be the
+// neighbour's value from one of the others, or none).
 
 // maxBarrierRounds bounds the rounds of a barrier: ceil(log2 n) for n up to 2^40.
 const maxBarrierRounds = 40
+
+// barrierPBSlots is the depth of the ring of piggybacked values per round.
+const barrierPBSlots = 4
 
 // barrierCounts counts the barrier messages this rank received on one
 // communicator, by round. The handler adds; waiting callers read.
 type barrierCounts struct {
 	n [maxBarrierRounds]atomic.Uint64
+	// pbs holds piggybacked values by round (p.mu); allocated by the first
+	// message that carries one.
+	pbs *[maxBarrierRounds][barrierPBSlots]barrierPB
 }
 
-// barrierCountsFor returns the counts of context ctx, creating them: a
+// barrierPB is a value piggybacked on the message numbered msg (its index
+// among its round's messages).
+type barrierPB struct {
+	msg, v uint64
+	has    bool
+}
+
+// barrierCountsLocked returns the counts of context ctx, creating them: a
 // neighbour may enter a barrier on a communicator before this rank has
-// finished creating it.
-func (p *proc) barrierCountsFor(ctx uint32) *barrierCounts {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// finished creating it. p.mu held.
+func (p *proc) barrierCountsLocked(ctx uint32) *barrierCounts {
 	b := p.barrierCounts[ctx]
 	if b == nil {
 		if p.barrierCounts == nil {
@@ -67,12 +82,38 @@ func (p *proc) onBarrier(tok *handlers.Token, a []uint64, _ []byte) {
 		p.dropped(fmt.Errorf("barrier message from rank %d for context %d, round %d", tok.Source(), a[0], a[1]))
 		return
 	}
-	p.barrierCountsFor(uint32(a[0])).n[a[1]].Add(1)
+	r := a[1]
+	p.mu.Lock()
+	b := p.barrierCountsLocked(uint32(a[0]))
+	if v, ok := tok.Piggyback(); ok {
+		if b.pbs == nil {
+			b.pbs = new([maxBarrierRounds][barrierPBSlots]barrierPB)
+		}
+		k := b.n[r].Load() // handlers run one at a time: this message's index
+		b.pbs[r][k%barrierPBSlots] = barrierPB{msg: k, v: v, has: true}
+	}
+	b.n[r].Add(1)
+	p.mu.Unlock()
 }
 
-// barrierAM is the dissemination barrier of collective call x over active
+// observeBarrierPB gives collective call x the value piggybacked on the
+// round-r message of its barrier, if it carried one.
+func (x coll) observeBarrierPB(b *barrierCounts, r int) {
+	p := x.c.p
+	p.mu.Lock()
+	var s barrierPB
+	if b.pbs != nil {
+		s = b.pbs[r][x.epoch%barrierPBSlots]
+	}
+	p.mu.Unlock()
+	if s.has && s.msg == x.epoch {
+		x.observe(Status{Piggyback: s.v, HasPiggyback: true})
+	}
+}
+
+// barrier is the dissemination barrier of collective call x over active
 // messages.
-func (x coll) barrierAM() error {
+func (x coll) barrier() error {
 	c := x.c
 	p := c.p
 	if c.size == 1 {
@@ -80,7 +121,9 @@ func (x coll) barrierAM() error {
 	}
 	bar := c.bar.Load()
 	if bar == nil { // Ibarriers may get here concurrently: all store the same counts
-		bar = p.barrierCountsFor(c.ctx)
+		p.mu.Lock()
+		bar = p.barrierCountsLocked(c.ctx)
+		p.mu.Unlock()
 		c.bar.Store(bar)
 	}
 	if err := p.collFailed(c); err != nil {
@@ -88,12 +131,22 @@ func (x coll) barrierAM() error {
 	}
 	for r, dist := 0, 1; dist < c.size; r, dist = r+1, dist*2 {
 		to := c.world((c.rank + dist) % c.size)
-		if err := p.ep.RequestShort(to, hBarrier, uint64(c.ctx), uint64(r)); err != nil {
+		var err error
+		if x.pb != nil {
+			pb, _ := x.outgoing()
+			err = p.ep.RequestShortPiggyback(to, hBarrier, pb, uint64(c.ctx), uint64(r))
+		} else {
+			err = p.ep.RequestShort(to, hBarrier, uint64(c.ctx), uint64(r))
+		}
+		if err != nil {
 			return p.netErr(c, to, fmt.Sprintf("barrier on communicator %d", c.ctx), err)
 		}
 		n, want := &bar.n[r], x.epoch
 		if err := p.waitColl(c, func() bool { return n.Load() > want }); err != nil {
 			return err
+		}
+		if x.pb != nil {
+			x.observeBarrierPB(bar, r)
 		}
 	}
 	return nil

@@ -122,3 +122,22 @@ func TestIbarriersAtOnceOnNewComm(t *testing.T) {
 		return d.Free()
 	}))
 }
+
+// A piggybacking tool attached on one rank only changes nothing for the
+// others: barriers still meet (the value rides in the active message's header
+// where there is one).
+func TestBarrierWithToolOnOneRank(t *testing.T) {
+	require.NoError(t, RunLocal(3, Config{}, func(w *Comm) error {
+		if w.Rank() == 0 {
+			if err := w.AddTool(&recorder{value: 7}); err != nil {
+				return err
+			}
+		}
+		for i := 0; i < 10; i++ {
+			if err := w.Barrier(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+}

@@ -89,7 +89,6 @@ func (c *Comm) collTag() int {
 const (
 	tagDupPropose = 1
 	tagDupAgree   = 2
-	tagBarrier    = 3
 )
 
 // Dup returns a new communicator with the same ranks and a new context
@@ -162,24 +161,6 @@ func (c *Comm) allreduceMaxU32(v uint32) (uint32, error) {
 // ErrComm, ErrProcFailed (a rank of c failed), ErrOther (network).
 func (c *Comm) Barrier() error {
 	return c.runColl(CallBarrier, AnySource, 0, func(x coll) error { return x.barrier() })
-}
-
-// barrier is the dissemination barrier of collective call x: over active
-// messages, or over zero-byte messages on c's collective context when a tool
-// piggybacks values on messages (those ride on point-to-point messages only).
-func (x coll) barrier() error {
-	if x.pb == nil {
-		return x.barrierAM()
-	}
-	c := x.c
-	for dist := 1; dist < c.size; dist *= 2 {
-		to := (c.rank + dist) % c.size
-		from := (c.rank - dist + c.size) % c.size
-		if err := x.sendrecv(nil, to, nil, from, tagBarrier); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // Free marks c for deallocation (MPI_Comm_free); later calls on it fail with
