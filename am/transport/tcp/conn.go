@@ -73,6 +73,7 @@ func (t *Transport) dial(p *peer, dst int) error {
 		return fmt.Errorf("tcp: rank %d: socket to dial rank %d: %v: %w", t.rank, dst, err, transport.ErrPeer)
 	}
 	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	t.setCongestion(fd, t.addrs[dst])
 	if err := unix.Connect(fd, t.addrs[dst]); err != nil && !errors.Is(err, unix.EINPROGRESS) {
 		unix.Close(fd)
 		p.err = fmt.Errorf("tcp: rank %d: connect to rank %d: %v: %w", t.rank, dst, err, transport.ErrPeer)
@@ -231,11 +232,12 @@ const acceptSettle = 2 * time.Millisecond
 // accept takes every pending connection and sends each a challenge.
 func (t *Transport) accept() {
 	for {
-		fd, _, err := unix.Accept4(t.lfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		fd, sa, err := unix.Accept4(t.lfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
 		if err != nil {
 			return // EAGAIN, or a transient error; epoll reports the next one
 		}
 		_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+		t.setCongestion(fd, sa)
 		c := newConn(t, fd, -1, false)
 		c.state = stHello
 		var msg [challengeLen]byte
@@ -495,6 +497,7 @@ func (c *conn) read() {
 			var dst []byte
 			if c.putDst != nil {
 				dst = c.putDst[len(c.putDst)-c.putLeft:]
+				dst = dst[:min(len(dst), putChunk)] // under rawMax
 			} else {
 				if t.drop == nil {
 					t.drop = make([]byte, 256<<10)

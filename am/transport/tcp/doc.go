@@ -83,15 +83,18 @@
 // whenever a handshake is under way or no connection is open, it also takes
 // epoll's events for the listening socket. No goroutine and no netpoller sit
 // on the data path: the Go netpoller's wake-up costs 30-40 us on small VMs.
-// Reads and sends of at most 128 KiB, and the zero-timeout epoll_wait, are
-// raw system calls (sys.go): they never sleep, so they skip the runtime's
+// Every read and send (at most 512 KiB plus a put header: put data moves in
+// 512 KiB pieces), and the zero-timeout epoll_wait, is a raw system call
+// (sys.go): it never sleeps, so it skips the runtime's
 // entersyscall/exitsyscall, which costs about 0.2 us per 8-byte half round
-// trip here.
+// trip here and, on a copy longer than sysmon's 20 us tick, a context switch
+// (sysmon hands the P to another thread, which preempts the copying one).
 //
 // # Puts
 //
 // Put (transport.Putter) writes a put frame straight from the caller's
-// buffer and returns when the kernel has taken the last byte. The receiver
+// buffer, at most 512 KiB per sendmsg, and returns when the kernel has taken
+// the last byte. The receiver
 // asks the PutResolver that package am installed (transport.PutTargeter) for
 // the destination of (address, length) and reads the data off the socket
 // straight into it: one copy on each side, as for any TCP transfer, and none
@@ -135,6 +138,24 @@
 //	spin         how long Wait pumps before sleeping, a Go duration
 //	             (default 20us) [AMGO_TCP_SPIN]
 //	secret       the job secret in hex [AMGO_JOB_SECRET]
+//	congestion   TCP congestion control: empty (the default) sets
+//	             LocalCongestion, reno, on connections between ranks of
+//	             one host and leaves the system's elsewhere; "system"
+//	             never sets one; any other name (one of
+//	             /proc/sys/net/ipv4/tcp_allowed_congestion_control, or
+//	             any available one for root) is set on every connection,
+//	             and New fails if the kernel refuses it
+//	             [AMGO_TCP_CONGESTION]
+//
+// # Congestion control
+//
+// The kernel's default congestion control is often bbr, which paces every
+// connection with timers. Between two ranks of one host (a loopback address,
+// or the address this rank listens on) nothing is congested, and the pacing
+// timers' softirqs and the reordering they cause halve the bandwidth of a
+// stream (osu bw at 1 MiB: 4.4-4.8 GB/s under bbr, 8-9 under reno, on the
+// 2-vCPU VM), so those connections get reno unless option "congestion" says
+// otherwise. Connections between hosts keep what the administrator chose.
 //
 // # Performance
 //

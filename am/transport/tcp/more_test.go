@@ -9,14 +9,19 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"net/netip"
+	"os"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/am/transport/transporttest"
@@ -431,4 +436,52 @@ func TestBadSecret(t *testing.T) {
 		_, err = New(transporttest.NewBootstraps(1, "bad-secret")[0], map[string]string{"secret": s, "iface": "lo"})
 		require.Error(t, err)
 	}
+}
+
+// congestionOf is the congestion control of rank from's connection to rank to.
+func congestionOf(t *testing.T, ts []*Transport, from, to int) string {
+	t.Helper()
+	p := &ts[from].peers[to]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	require.NotNil(t, p.c, "rank %d has no connection to rank %d", from, to)
+	cc, err := unix.GetsockoptString(p.c.fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION)
+	require.NoError(t, err)
+	return strings.TrimRight(cc, "\x00")
+}
+
+func TestCongestionControl(t *testing.T) {
+	sys, err := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
+	require.NoError(t, err)
+	system := strings.TrimSpace(string(sys))
+
+	for _, tc := range []struct{ opt, want string }{
+		{"", LocalCongestion}, // same host: both ends get reno
+		{"system", system},
+		{"reno", "reno"},
+	} {
+		t.Run("opt="+tc.opt, func(t *testing.T) {
+			ts := openJob(t, 2, map[string]string{"congestion": tc.opt})
+			defer closeAll(ts)
+			exchange(t, ts)
+			require.Equal(t, tc.want, congestionOf(t, ts, 0, 1), "dialer's end")
+			require.Equal(t, tc.want, congestionOf(t, ts, 1, 0), "acceptor's end")
+		})
+	}
+
+	t.Run("unknown name", func(t *testing.T) {
+		bs := transporttest.NewBootstraps(1, fmt.Sprintf("tcptest-%d", jobSeq.Add(1)))
+		_, err := open(bs[0], map[string]string{"iface": "127.0.0.1", "congestion": "no-such-algorithm"})
+		require.ErrorContains(t, err, `congestion control "no-such-algorithm"`)
+	})
+
+	t.Run("same host", func(t *testing.T) {
+		tr := &Transport{ip: netip.MustParseAddr("10.1.2.3")}
+		require.True(t, tr.sameHost(&unix.SockaddrInet4{Addr: [4]byte{10, 1, 2, 3}}))
+		require.True(t, tr.sameHost(&unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+		require.True(t, tr.sameHost(&unix.SockaddrInet6{Addr: netip.IPv6Loopback().As16()}))
+		require.True(t, tr.sameHost(&unix.SockaddrInet6{Addr: netip.MustParseAddr("::ffff:10.1.2.3").As16()}))
+		require.False(t, tr.sameHost(&unix.SockaddrInet4{Addr: [4]byte{10, 1, 2, 4}}))
+		require.False(t, tr.sameHost(&unix.SockaddrUnix{Name: "x"}))
+	})
 }

@@ -115,9 +115,10 @@ func (t *Transport) Put(dst int, addr uintptr, data []byte) error {
 		var k int
 		var err error
 		if off < putHdr {
-			k, err = sendv(c.fd, hdr[off:], data, nil)
+			k, err = sendv(c.fd, hdr[off:], data[:min(len(data), putChunk)], nil)
 		} else {
-			k, err = sendv(c.fd, data[off-putHdr:], nil, nil)
+			d := off - putHdr
+			k, err = sendv(c.fd, data[d:min(len(data), (d/putChunk+1)*putChunk)], nil, nil)
 		}
 		if err != nil {
 			err = t.failLocked(p, dst, err)
