@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -233,10 +232,7 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tcp: %w", err)
 	}
-	cc := opts["congestion"]
-	if cc == "" {
-		cc = os.Getenv("AMGO_TCP_CONGESTION")
-	}
+	cc := settings.Get(opts, "congestion", "AMGO_TCP_CONGESTION")
 	secret, err := jobsecret.Before(b, opts, "amgo.secret")
 	if err != nil {
 		return nil, fmt.Errorf("tcp: rank %d: %w", rank, err)
