@@ -83,9 +83,10 @@
 // whenever a handshake is under way or no connection is open, it also takes
 // epoll's events for the listening socket. No goroutine and no netpoller sit
 // on the data path: the Go netpoller's wake-up costs 30-40 us on small VMs.
-// Every read and send (at most 512 KiB plus a put header: put data moves in
-// 512 KiB pieces), and the zero-timeout epoll_wait, is a raw system call
-// (sys.go): it never sleeps, so it skips the runtime's
+// Reads and sends of at most 512 KiB plus a put header (put data always moves
+// in such pieces; only a packet or read buffer larger than that goes through
+// the runtime), and the zero-timeout epoll_wait, are raw system calls
+// (sys.go): they never sleep, so they skip the runtime's
 // entersyscall/exitsyscall, which costs about 0.2 us per 8-byte half round
 // trip here and, on a copy longer than sysmon's 20 us tick, a context switch
 // (sysmon hands the P to another thread, which preempts the copying one).
