@@ -167,7 +167,7 @@ type Endpoint struct {
 	rx     rxState // guarded by pollMu
 
 	backlogged atomic.Int32  // peers with a non-empty backlog
-	polls      atomic.Uint64 // completed polls: a waiter that sees none for long is inside a handler
+	polls      atomic.Uint64 // about every 16th completed poll: a waiter that sees none for long is inside a handler
 	expect     atomic.Int64  // unix ns until which waiters spin rather than sleep (Expect)
 	closed     atomic.Bool
 
@@ -202,6 +202,7 @@ type rxState struct {
 	pending []freeRange // per source: coalesced frees not yet sent
 	dirty   []int       // sources with a pending free (possibly sent since)
 	idle    int         // polls in a row that found nothing
+	busy    int         // polls that delivered something
 	lastErr error       // the last peer failure Poll returned, and its rank (a cache:
 	lastBad int         // networks repeat a dead peer's error on every idle poll)
 	c       struct{ requests, replies, acks, bytes, drops uint64 }
@@ -692,8 +693,12 @@ func (ep *Endpoint) pollLocked() (int, error) {
 	// message's path (SP AM likewise acks "when one-quarter of the window
 	// remains unacknowledged").
 	if n > 0 {
+		// A poll that delivers shows it finishes polls every 16 (an atomic
+		// add per poll would sit on every message's path).
 		ep.rx.idle = 0
-		ep.polls.Add(1)
+		if ep.rx.busy++; ep.rx.busy%16 == 0 {
+			ep.polls.Add(1)
+		}
 	} else if ep.rx.idle++; ep.rx.idle >= idleFlushPolls && len(ep.rx.dirty) > 0 {
 		ep.flushFrees()
 	} else if ep.rx.idle%64 == 0 {

@@ -20,8 +20,11 @@ type Comm struct {
 	noted bool // recorded in p.fail.comms (p.mu): a receive has been posted on c
 
 	// sendSeq numbers the messages to each rank of c (MPI-4.1 §3.5
-	// non-overtaking), guarded by the sender's lock of that rank's world rank.
-	sendSeq []uint32
+	// non-overtaking). A goroutine takes its number and sends without a lock:
+	// one goroutine's sends leave in number order; two goroutines that race
+	// may reach the network out of order, and the receiver holds the early
+	// one until the gap fills (MPI orders only one thread's sends).
+	sendSeq []atomic.Uint32
 
 	collSeq atomic.Uint32 // collective calls started on c: tags of their messages
 	coll    *Comm         // c's collective context (ctx+1), nil for that one itself
@@ -70,8 +73,8 @@ func (c *Comm) collective() *Comm {
 // newComm makes a communicator over the given world ranks (nil: identity) with
 // context ctx, and its collective context.
 func (p *proc) newComm(ctx uint32, rank, size int, ranks []int) *Comm {
-	c := &Comm{p: p, ctx: ctx, rank: rank, size: size, ranks: ranks, sendSeq: make([]uint32, size)}
-	c.coll = &Comm{p: p, ctx: ctx + 1, rank: rank, size: size, ranks: ranks, sendSeq: make([]uint32, size)}
+	c := &Comm{p: p, ctx: ctx, rank: rank, size: size, ranks: ranks, sendSeq: make([]atomic.Uint32, size)}
+	c.coll = &Comm{p: p, ctx: ctx + 1, rank: rank, size: size, ranks: ranks, sendSeq: make([]atomic.Uint32, size)}
 	return c
 }
 

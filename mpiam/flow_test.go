@@ -90,3 +90,29 @@ func TestUnregistrableReceiveBufferDoesNotHangSender(t *testing.T) {
 		}
 	})
 }
+
+// Sends from two goroutines of one rank take their sequence numbers without a
+// lock, so the later number may reach the network first and be held for
+// order. A held message is always copied out of the per-peer buffer, even past
+// the unexpected limit: the message before it may be waiting for that space.
+// Here the later number is sent by hand first; its space must come back before
+// the earlier one is sent.
+func TestHeldMessageFreesItsSpace(t *testing.T) {
+	t.Setenv(EnvUnexpectedLimit, "0") // every unexpected message would keep its space
+	eachNetwork(t, 2, func(r *rk, w *Comm) {
+		if w.Rank() == 1 {
+			seq := w.sendSeq[0].Load()
+			a0, a1, a2 := envelope(w.ctx, w.rank, 5, seq+1, 0) // the number after the next
+			r.NoError(w.p.ep.RequestMedium(0, hEager, []byte("second"), a0, a1, a2))
+			r.Zero(w.p.ep.Drain(10*time.Second), "the held message must not keep its space")
+			r.NoError(Send(w, []byte("first"), 0, 5))
+			return
+		}
+		buf := make([]byte, 16)
+		for _, want := range []string{"first", "second"} {
+			st, err := Recv(w, buf, 1, 5)
+			r.NoError(err)
+			r.Equal(want, string(buf[:st.Bytes]))
+		}
+	})
+}

@@ -75,10 +75,7 @@ func (p *proc) startSend(r *Request) error {
 		p.reqs[r.id] = r
 		p.mu.Unlock()
 	}
-	mu := &p.sendMu[world]
-	mu.Lock()
-	seq := c.sendSeq[r.peer]
-	c.sendSeq[r.peer]++
+	seq := c.sendSeq[r.peer].Add(1) - 1
 	a0, a1, a2 := envelope(c.ctx, c.rank, r.tag, seq, flags)
 	var err error
 	pb, hasPB := r.pbOut, r.hasPBOut
@@ -95,7 +92,6 @@ func (p *proc) startSend(r *Request) error {
 	default:
 		err = p.ep.RequestMedium(world, hEager, r.buf, a0, a1, a2)
 	}
-	mu.Unlock()
 	if err != nil {
 		if rndv {
 			p.mu.Lock()
@@ -120,10 +116,7 @@ func (p *proc) sendEager(c *Comm, buf []byte, dest, tag int, mode Mode, pb uint6
 	if mode == Ready {
 		flags = flagReady
 	}
-	mu := &p.sendMu[world]
-	mu.Lock()
-	seq := c.sendSeq[dest]
-	c.sendSeq[dest]++
+	seq := c.sendSeq[dest].Add(1) - 1
 	a0, a1, a2 := envelope(c.ctx, c.rank, tag, seq, flags)
 	var err error
 	if hasPB {
@@ -131,7 +124,6 @@ func (p *proc) sendEager(c *Comm, buf []byte, dest, tag int, mode Mode, pb uint6
 	} else {
 		err = p.ep.RequestMedium(world, hEager, buf, a0, a1, a2)
 	}
-	mu.Unlock()
 	if err != nil {
 		return p.netErr(c, world, fmt.Sprintf("send to rank %d, tag %d", dest, tag), err)
 	}

@@ -95,8 +95,6 @@ type proc struct {
 	barrierCounts  map[uint32]*barrierCounts // by communicator context (coll_am.go)
 	rndvSplit      int                       // EnvRndvSplit: smallest rendezvous split between store and get (0: never)
 
-	sendMu []sync.Mutex // by world rank: orders sequence numbers with their sends
-
 	msgPool sync.Pool
 	// spareMsg is a recycled inMsg kept for the next eager arrival, used
 	// only by handlers (which run one at a time, under the endpoint's poll
@@ -125,7 +123,6 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		eng:     match.New[*Request, *inMsg](),
 		reqs:    map[uint64]*Request{},
 		nextID:  1,
-		sendMu:  make([]sync.Mutex, ep.Size()),
 		nextCtx: 2,
 	}
 	p.msgPool.New = func() any { return new(inMsg) }
@@ -207,7 +204,7 @@ func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 	m.size = len(payload)
 	m.payload = payload
 	m.pb, m.hasPB = tok.Piggyback()
-	out, mine, ok := p.arriveLocked(env, m, "eager message")
+	out, mine, held, ok := p.arriveLocked(env, m, "eager message")
 	if !ok {
 		return
 	}
@@ -220,9 +217,11 @@ func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 		// Isend nor store rendezvous data the receiver waits for. Past the
 		// limit the message keeps its space (the seed's protocol), which
 		// back-pressures a sender that floods this rank, so memory stays
-		// bounded.
+		// bounded. A message held for order is always copied: the message
+		// before it, from another goroutine of the sender, may be waiting for
+		// space in the buffer.
 		used := &p.unexpBytes[m.src]
-		if used.Load()+int64(len(payload)) > int64(p.unexpLimit) {
+		if !held && used.Load()+int64(len(payload)) > int64(p.unexpLimit) {
 			if buf, r, err := tok.Retain(); err == nil {
 				m.payload, m.retained, m.kept = buf, r, true
 			}
@@ -255,24 +254,26 @@ func (p *proc) finishArrivalLocked(out []match.Match[*Request, *inMsg], tok *han
 }
 
 // arriveLocked takes p.mu and offers m to the matching engine. It returns the
-// matches made and whether m itself was matched; ok false (p.mu released, m
+// matches made, whether m itself was matched and whether it was held for
+// sequence order; ok false (p.mu released, m
 // recycled, the drop logged) when the engine refused it.
-func (p *proc) arriveLocked(env match.Envelope, m *inMsg, what string) (out []match.Match[*Request, *inMsg], mine, ok bool) {
+func (p *proc) arriveLocked(env match.Envelope, m *inMsg, what string) (out []match.Match[*Request, *inMsg], mine, held, ok bool) {
 	p.mu.Lock()
+	before := p.eng.Held()
 	out, err := p.eng.Arrive(env, m, p.matchBuf[:0])
 	if err != nil {
 		p.mu.Unlock()
 		src := m.src
 		p.msgPool.Put(m)
 		p.dropped(fmt.Errorf("%s from rank %d: %w", what, src, err))
-		return nil, false, false
+		return nil, false, false, false
 	}
 	for _, x := range out {
 		if x.Msg == m {
 			mine = true
 		}
 	}
-	return out, mine, true
+	return out, mine, p.eng.Held() > before, true
 }
 
 // completeMatchesLocked acts on matches made by an arrival in a handler: eager

@@ -381,11 +381,12 @@ func (t *Transport) deadErr(r int) error {
 	return fmt.Errorf("shm: rank %d (pid %d) exited without closing: %w", r, t.peers[r].pid, transport.ErrPeer)
 }
 
-// pollBurst is how many records Poll takes from one ring before it moves on.
-const pollBurst = 8
-
 // Poll hands up to max arrived packets to r, in place, visiting the inbound
-// rings round-robin. It does not allocate. Errors: transport.ErrClosed,
+// rings round-robin and taking at most one packet from each: looking at a
+// ring again right after taking a packet would read the next record's cache
+// line, which the producer holds (it zeroes ahead), and that miss would delay
+// the caller's answer to the packet just handled (a ping-pong's critical
+// path); the next Poll takes the next packet. It does not allocate. Errors: transport.ErrClosed,
 // transport.ErrPeer when a peer corrupted its ring or died without closing
 // (after the packets it left have been delivered).
 func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
@@ -393,30 +394,22 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 		return 0, transport.ErrClosed
 	}
 	n := 0
-	for n < max {
-		got := n
-		for k := 0; k < t.size && n < max; k++ {
-			src := t.next
-			if t.next++; t.next == t.size {
-				t.next = 0
-			}
-			c := t.in[src]
-			for b := 0; b < pollBurst && n < max; b++ {
-				rec, ok := c.Peek()
-				if !ok {
-					if err := c.Err(); err != nil {
-						return n, fmt.Errorf("shm: rank %d's ring from rank %d: %v: %w", t.rank, src, err, transport.ErrPeer)
-					}
-					break
-				}
-				r.Deliver(src, rec)
-				c.Advance()
-				n++
-			}
+	for k := 0; k < t.size && n < max; k++ {
+		src := t.next
+		if t.next++; t.next == t.size {
+			t.next = 0
 		}
-		if n == got {
-			break
+		c := t.in[src]
+		rec, ok := c.Peek()
+		if !ok {
+			if err := c.Err(); err != nil {
+				return n, fmt.Errorf("shm: rank %d's ring from rank %d: %v: %w", t.rank, src, err, transport.ErrPeer)
+			}
+			continue
 		}
+		r.Deliver(src, rec)
+		c.Advance()
+		n++
 	}
 	if n > 0 {
 		t.idle = 0

@@ -94,7 +94,8 @@
 //
 // Each context has a map of peers by source and a map of tag buckets keyed by
 // (src, tag) packed in one 64-bit word, with src AnySource for the second kind
-// of bucket. An emptied bucket stays in its map on an idle list until 256
+// of bucket, in front of which the last bucket looked up is cached (a
+// ping-pong or a halo exchange on one tag skips the hashing). An emptied bucket stays in its map on an idle list until 256
 // newer ones have emptied, then goes back to a pool: tags in steady use cost no
 // map insertion or deletion per message, and programs that use many tags once
 // (an iteration number, say) do not grow the maps. Peers (which hold the

@@ -91,6 +91,9 @@ func checkInvariants[R, M any](e *Engine[R, M]) error {
 				return fmt.Errorf("byRank[%d] of context %d is not its peer", src, id)
 			}
 		}
+		if b := c.lastB; b != nil && (b.ctx != c || c.tags[b.key] != b) {
+			return fmt.Errorf("context %d caches bucket %#x, which is not in its map", id, b.key)
+		}
 		anySrcTag := 0
 		for k, b := range c.tags {
 			src, tag := int32(k>>32), int32(k)

@@ -158,6 +158,10 @@ type context[R, M any] struct {
 	// per-message lookup without hashing.
 	byRank []*peer[R, M]
 	tags   map[uint64]*tagBucket[R, M]
+	// lastB caches the bucket of the last key looked up (nil: none): a
+	// program that receives on one tag from one source again and again
+	// (a ping-pong, a halo exchange) skips the map's hashing.
+	lastB *tagBucket[R, M]
 	// anySrcTag counts the receives queued in (AnySource, tag) buckets: while
 	// none is, an arrival that finds its exact receive needs no second bucket
 	// lookup.
@@ -223,7 +227,7 @@ func (e *Engine[R, M]) Post(s Spec, r R) (m M, env Envelope, h PostedHandle, ok 
 		x, l = p.msgs.head, &p.recvs
 	default: // exact, or (AnySource, tag): the bucket key holds AnySource
 		k := tagKey(s.Source, s.Tag)
-		b := c.tags[k]
+		b := c.bucket(k)
 		if b != nil {
 			x = b.msgs.head
 		}
@@ -332,10 +336,10 @@ func (e *Engine[R, M]) hold(p *peer[R, M], env Envelope, m M) error {
 func (e *Engine[R, M]) deliver(p *peer[R, M], env Envelope, m M, out []Match[R, M]) []Match[R, M] {
 	e.attempts++
 	c := p.ctx
-	exact := c.tags[tagKey(env.Source, env.Tag)]
+	exact := c.bucket(tagKey(env.Source, env.Tag))
 	var anySrc *tagBucket[R, M]
 	if c.anySrcTag > 0 {
-		anySrc = c.tags[tagKey(AnySource, env.Tag)]
+		anySrc = c.bucket(tagKey(AnySource, env.Tag))
 	}
 	var best *recvNode[R, M]
 	if exact != nil {
@@ -362,7 +366,7 @@ func (e *Engine[R, M]) deliver(p *peer[R, M], env Envelope, m M, out []Match[R, 
 		e.wake(exact)
 	}
 	if anySrc == nil {
-		anySrc = c.tags[tagKey(AnySource, env.Tag)] // not looked up above when it holds no receive
+		anySrc = c.bucket(tagKey(AnySource, env.Tag)) // not looked up above when it holds no receive
 	}
 	if anySrc == nil {
 		anySrc = e.newBucket(c, tagKey(AnySource, env.Tag))
@@ -419,6 +423,9 @@ func (e *Engine[R, M]) Take(s Spec) (m M, env Envelope, ok bool) {
 	return m, env, false
 }
 
+// Held is the number of arrivals held for sequence order (Stats().Held).
+func (e *Engine[R, M]) Held() int { return e.nHeld }
+
 // Stats returns the engine's counters.
 func (e *Engine[R, M]) Stats() Stats {
 	return Stats{
@@ -445,7 +452,7 @@ func (e *Engine[R, M]) firstMsg(s Spec) *msgNode[R, M] {
 			return p.msgs.head
 		}
 	default:
-		if b := c.tags[tagKey(s.Source, s.Tag)]; b != nil {
+		if b := c.bucket(tagKey(s.Source, s.Tag)); b != nil {
 			return b.msgs.head
 		}
 	}
@@ -475,6 +482,18 @@ func (e *Engine[R, M]) contextFor(ctx uint32) *context[R, M] {
 		e.last, e.lastID = c, ctx
 	}
 	return c
+}
+
+// bucket returns the tag bucket of key k in c, nil if there is none.
+func (c *context[R, M]) bucket(k uint64) *tagBucket[R, M] {
+	if b := c.lastB; b != nil && b.key == k {
+		return b
+	}
+	b := c.tags[k]
+	if b != nil {
+		c.lastB = b
+	}
+	return b
 }
 
 // maxByRank bounds context.byRank: sources from it on are found by hashing.
@@ -569,6 +588,9 @@ func (e *Engine[R, M]) wake(b *tagBucket[R, M]) {
 func (e *Engine[R, M]) freeBucket(b *tagBucket[R, M]) {
 	e.wake(b)
 	delete(b.ctx.tags, b.key)
+	if b.ctx.lastB == b {
+		b.ctx.lastB = nil
+	}
 	b.ctx = nil
 	b.idleNext = e.freeBuckets
 	e.freeBuckets = b
