@@ -3,6 +3,7 @@ package am
 import (
 	"errors"
 	"fmt"
+	"github.com/amgo-hpc/amgo/internal/cacheline"
 	"log/slog"
 	"runtime"
 	"strconv"
@@ -228,13 +229,16 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 		}
 		tr, caps = w, w.Caps()
 	}
-	ep := &Endpoint{
+	// Off other objects' cache lines: goroutine ranks share one heap
+	// (internal/cacheline).
+	ep := cacheline.New[Endpoint]()
+	*ep = Endpoint{
 		tr:       tr,
 		caps:     caps,
 		rank:     tr.Rank(),
 		size:     tr.Size(),
 		cfg:      cfg,
-		peers:    make([]peer, tr.Size()),
+		peers:    cacheline.Slice[peer](tr.Size()),
 		recvBufs: make([]byte, tr.Size()*cfg.BufferBytes),
 		dead:     make([]atomic.Pointer[PeerError], tr.Size()),
 	}

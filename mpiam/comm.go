@@ -3,6 +3,7 @@ package mpiam
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/amgo-hpc/amgo/internal/cacheline"
 	"sync/atomic"
 )
 
@@ -73,8 +74,12 @@ func (c *Comm) collective() *Comm {
 // newComm makes a communicator over the given world ranks (nil: identity) with
 // context ctx, and its collective context.
 func (p *proc) newComm(ctx uint32, rank, size int, ranks []int) *Comm {
-	c := &Comm{p: p, ctx: ctx, rank: rank, size: size, ranks: ranks, sendSeq: make([]atomic.Uint32, size)}
-	c.coll = &Comm{p: p, ctx: ctx + 1, rank: rank, size: size, ranks: ranks, sendSeq: make([]atomic.Uint32, size)}
+	// Off other objects' cache lines: goroutine ranks share one heap
+	// (internal/cacheline).
+	c := cacheline.New[Comm]()
+	*c = Comm{p: p, ctx: ctx, rank: rank, size: size, ranks: ranks, sendSeq: cacheline.Slice[atomic.Uint32](size)}
+	c.coll = cacheline.New[Comm]()
+	*c.coll = Comm{p: p, ctx: ctx + 1, rank: rank, size: size, ranks: ranks, sendSeq: cacheline.Slice[atomic.Uint32](size)}
 	return c
 }
 

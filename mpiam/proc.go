@@ -3,6 +3,7 @@ package mpiam
 import (
 	"errors"
 	"fmt"
+	"github.com/amgo-hpc/amgo/internal/cacheline"
 	"os"
 	"strconv"
 	"sync"
@@ -118,15 +119,16 @@ type proc struct {
 }
 
 func newProc(ep *am.Endpoint) (*proc, error) {
-	p := &proc{
+	p := cacheline.New[proc]() // see internal/cacheline: goroutine ranks share one heap
+	*p = proc{
 		ep:      ep,
 		eng:     match.New[*Request, *inMsg](),
 		reqs:    map[uint64]*Request{},
 		nextID:  1,
 		nextCtx: 2,
 	}
-	p.msgPool.New = func() any { return new(inMsg) }
-	p.reqPool.New = func() any { return new(Request) }
+	p.msgPool.New = func() any { return cacheline.New[inMsg]() }
+	p.reqPool.New = func() any { return cacheline.New[Request]() }
 	p.unexpLimit = 1 << 20
 	if v := os.Getenv(EnvUnexpectedLimit); v != "" {
 		n, err := strconv.Atoi(v)

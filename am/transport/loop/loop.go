@@ -2,6 +2,7 @@ package loop
 
 import (
 	"fmt"
+	"github.com/amgo-hpc/amgo/internal/cacheline"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -75,7 +76,8 @@ func NewJob(n int, opts map[string]string) ([]transport.Transport, error) {
 	}
 	j := &job{ranks: make([]*Transport, n)}
 	for r := range j.ranks {
-		t := &Transport{rank: r, job: j, in: make([]*ring.Consumer, n), out: make([]*ring.Producer, n),
+		t := cacheline.New[Transport]() // ranks are goroutines of one process: no shared lines
+		*t = Transport{rank: r, job: j, in: cacheline.Slice[*ring.Consumer](n), out: cacheline.Slice[*ring.Producer](n),
 			spin: spin, bell: bell{ch: make(chan struct{}, 1)}}
 		t.ready = t.arrived
 		j.ranks[r] = t

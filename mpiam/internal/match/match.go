@@ -3,6 +3,7 @@ package match
 import (
 	"errors"
 	"fmt"
+	"github.com/amgo-hpc/amgo/internal/cacheline"
 )
 
 // AnySource in Spec.Source matches a message from any source (MPI_ANY_SOURCE).
@@ -202,7 +203,9 @@ type Engine[R, M any] struct {
 
 // New returns an empty engine.
 func New[R, M any]() *Engine[R, M] {
-	return &Engine[R, M]{ctxs: make(map[uint32]*context[R, M]), maxIdle: maxIdleBuckets}
+	e := cacheline.New[Engine[R, M]]()
+	*e = Engine[R, M]{ctxs: make(map[uint32]*context[R, M]), maxIdle: maxIdleBuckets}
+	return e
 }
 
 // Post posts a receive for s (MPI_Irecv once the caller has a request r).
@@ -474,7 +477,8 @@ func (e *Engine[R, M]) lookupContext(ctx uint32) *context[R, M] {
 func (e *Engine[R, M]) contextFor(ctx uint32) *context[R, M] {
 	c := e.lookupContext(ctx)
 	if c == nil {
-		c = &context[R, M]{
+		c = cacheline.New[context[R, M]]()
+		*c = context[R, M]{
 			peers: make(map[int32]*peer[R, M]),
 			tags:  make(map[uint64]*tagBucket[R, M]),
 		}
@@ -515,12 +519,15 @@ func (c *context[R, M]) peerFor(src int32) *peer[R, M] {
 	}
 	p := c.peers[src]
 	if p == nil {
-		p = &peer[R, M]{ctx: c}
+		p = cacheline.New[peer[R, M]]()
+		p.ctx = c
 		c.peers[src] = p
 	}
 	if src >= 0 && src < maxByRank {
 		if int(src) >= len(c.byRank) {
-			c.byRank = append(c.byRank, make([]*peer[R, M], int(src)+1-len(c.byRank))...)
+			grown := cacheline.Slice[*peer[R, M]](int(src) + 1)
+			copy(grown, c.byRank)
+			c.byRank = grown
 		}
 		c.byRank[src] = p
 	}
@@ -534,7 +541,7 @@ func (e *Engine[R, M]) newBucket(c *context[R, M], k uint64) *tagBucket[R, M] {
 		e.freeBuckets = b.idleNext
 		b.idleNext = nil
 	} else {
-		b = new(tagBucket[R, M])
+		b = cacheline.New[tagBucket[R, M]]()
 		b.recvs.bucket = b
 		b.msgs.bucket = b
 	}
@@ -602,7 +609,8 @@ func (e *Engine[R, M]) newRecv() *recvNode[R, M] {
 		e.freeRecvs = e.freeRecvs[:n-1]
 		return x
 	}
-	x := &recvNode[R, M]{slot: uint32(len(e.slots)), gen: 1}
+	x := cacheline.New[recvNode[R, M]]()
+	x.slot, x.gen = uint32(len(e.slots)), 1
 	e.slots = append(e.slots, x)
 	return x
 }
@@ -632,7 +640,7 @@ func (e *Engine[R, M]) freeRecv(x *recvNode[R, M]) {
 func (e *Engine[R, M]) newMsg() *msgNode[R, M] {
 	x := e.freeMsgs
 	if x == nil {
-		return new(msgNode[R, M])
+		return cacheline.New[msgNode[R, M]]()
 	}
 	e.freeMsgs = x.next[0]
 	x.next[0] = nil
