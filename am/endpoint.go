@@ -267,8 +267,8 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 		}
 		ep.peers[i].win = w
 	}
-	ep.rx.pending = make([]freeRange, ep.size)
-	ep.rx.dirty = make([]int, 0, ep.size)
+	ep.rx.pending = cacheline.Slice[freeRange](ep.size)
+	ep.rx.dirty = cacheline.Slice[int](ep.size)[:0]
 	if err := ep.registerInternal(); err != nil {
 		return nil, err
 	}

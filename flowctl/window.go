@@ -21,6 +21,7 @@ package flowctl
 import (
 	"errors"
 	"fmt"
+	"github.com/amgo-hpc/amgo/internal/cacheline"
 )
 
 // Granule is the allocation unit in bytes; every reservation is a multiple of it.
@@ -61,7 +62,10 @@ func NewWindow(size int) (*Window, error) {
 		return nil, fmt.Errorf("%w: buffer of %d bytes (want a positive multiple of %d up to 1 GiB)", ErrBadSize, size, Granule)
 	}
 	nb := size / Granule
-	w := &Window{size: uint64(size), blocks: make([]block, nb), byOff: make([]int32, nb)}
+	// Off other objects' cache lines: an endpoint allocates and frees on
+	// every message, and goroutine ranks share one heap (internal/cacheline).
+	w := cacheline.New[Window]()
+	*w = Window{size: uint64(size), blocks: cacheline.Slice[block](nb), byOff: cacheline.Slice[int32](nb)}
 	for i := range w.byOff {
 		w.byOff[i] = -1
 	}

@@ -127,6 +127,7 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		nextID:  1,
 		nextCtx: 2,
 	}
+	p.matchBuf = cacheline.Slice[match.Match[*Request, *inMsg]](16)[:0]
 	p.msgPool.New = func() any { return cacheline.New[inMsg]() }
 	p.reqPool.New = func() any { return cacheline.New[Request]() }
 	p.unexpLimit = 1 << 20

@@ -204,7 +204,8 @@ type Engine[R, M any] struct {
 // New returns an empty engine.
 func New[R, M any]() *Engine[R, M] {
 	e := cacheline.New[Engine[R, M]]()
-	*e = Engine[R, M]{ctxs: make(map[uint32]*context[R, M]), maxIdle: maxIdleBuckets}
+	*e = Engine[R, M]{ctxs: make(map[uint32]*context[R, M]), maxIdle: maxIdleBuckets,
+		freeRecvs: cacheline.Slice[*recvNode[R, M]](64)[:0], slots: cacheline.Slice[*recvNode[R, M]](64)[:0]}
 	return e
 }
 
