@@ -57,7 +57,7 @@ func runColl(name string, args []string) error {
 		case "allreduce":
 			sendF, recvF = make([]float32, maxSize/4), make([]float32, maxSize/4)
 		case "alltoall":
-			sendB, recvB = fill(maxSize*n, 's'), make([]byte, maxSize*n)
+			sendB, recvB = fill(maxSize*n, 's'), osu.Buffer(maxSize*n)
 		default:
 			sendB = fill(maxSize, 'b')
 		}

@@ -61,7 +61,7 @@ func runLatency(args []string) error {
 		if me == 0 {
 			osu.Header(os.Stdout, "amgo MPI Latency Test over "+network(), "Latency (us)")
 		}
-		sbuf, rbuf := make([]byte, o.MaxSize), make([]byte, o.MaxSize)
+		sbuf, rbuf := osu.Buffer(o.MaxSize), osu.Buffer(o.MaxSize)
 		for i := range sbuf {
 			sbuf[i] = 'a'
 		}
@@ -317,8 +317,9 @@ func runMBWMR(args []string) error {
 	})
 }
 
+// fill returns a page-aligned buffer of max(n, 1) bytes, each c.
 func fill(n int, c byte) []byte {
-	b := make([]byte, max(n, 1))
+	b := osu.Buffer(max(n, 1))
 	for i := range b {
 		b[i] = c
 	}

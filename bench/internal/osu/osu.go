@@ -14,6 +14,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unsafe"
 )
 
 // OSU's layout and defaults (util/osu_util.h).
@@ -212,4 +213,23 @@ func keyOf(line string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// PageSize is the alignment of Buffer's slices, in bytes (OSU aligns its
+// buffers to getpagesize(): util/osu_util_mpi.c allocate_memory_pt2pt).
+const PageSize = 4096
+
+// Buffer returns n zero bytes (n >= 0) that start on a page boundary and share
+// no cache line with any other object, as OSU's posix_memalign'd buffers: in a
+// run of goroutine ranks, which share one heap, two ranks' small buffers could
+// otherwise sit in one 64-byte line and every copy into one would take the
+// line from the other rank's core.
+func Buffer(n int) []byte {
+	lines := (max(n, 1) + 63) &^ 63
+	b := make([]byte, lines+PageSize)
+	off := 0
+	if r := int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) % PageSize); r != 0 {
+		off = PageSize - r
+	}
+	return b[off : off+n : off+n]
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -55,4 +56,14 @@ func TestParse(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"MB/s", "Messages/s"}, cols)
 	require.Equal(t, []Result{{1, []float64{2.5, 2500000}}, {2, []float64{5, 2500000}}}, rows)
+}
+
+func TestBufferIsPageAligned(t *testing.T) {
+	for _, n := range []int{0, 1, 8, 4096, 10000} {
+		b := Buffer(n)
+		require.Len(t, b, n)
+		if n > 0 {
+			require.Zero(t, uintptr(unsafe.Pointer(&b[0]))%PageSize)
+		}
+	}
 }
