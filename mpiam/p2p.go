@@ -2,7 +2,6 @@ package mpiam
 
 import (
 	"fmt"
-	"github.com/amgo-hpc/amgo/internal/cacheline"
 
 	"github.com/amgo-hpc/amgo/mpiam/internal/match"
 )
@@ -179,7 +178,7 @@ func (c *Comm) newSend(buf []byte, dest, tag int, mode Mode, pooled bool) *Reque
 		r = c.p.reqPool.Get().(*Request)
 		*r = Request{pooled: true}
 	} else {
-		r = cacheline.New[Request]()
+		r = new(Request)
 	}
 	r.p, r.kind, r.mode, r.comm, r.peer, r.tag, r.buf = c.p, kindSend, mode, c, dest, tag, buf
 	return r
@@ -191,7 +190,7 @@ func (c *Comm) newRecv(buf []byte, src, tag int, pooled bool) *Request {
 		r = c.p.reqPool.Get().(*Request)
 		*r = Request{pooled: true}
 	} else {
-		r = cacheline.New[Request]()
+		r = new(Request)
 	}
 	r.p, r.kind, r.comm, r.peer, r.tag, r.buf = c.p, kindRecv, c, src, tag, buf
 	return r

@@ -51,7 +51,9 @@ type Transport struct {
 	// (which read bell and closed) do not pull the line back and forth.
 	_    [128]byte
 	next int // Poll's round-robin position
-	_    [120]byte
+	// streak[src]: the last look at src's ring found a record (see Poll).
+	streak []bool
+	_      [120]byte
 }
 
 type job struct {
@@ -77,7 +79,7 @@ func NewJob(n int, opts map[string]string) ([]transport.Transport, error) {
 	j := &job{ranks: make([]*Transport, n)}
 	for r := range j.ranks {
 		t := cacheline.New[Transport]() // ranks are goroutines of one process: no shared lines
-		*t = Transport{rank: r, job: j, in: cacheline.Slice[*ring.Consumer](n), out: cacheline.Slice[*ring.Producer](n),
+		*t = Transport{rank: r, job: j, in: cacheline.Slice[*ring.Consumer](n), out: cacheline.Slice[*ring.Producer](n), streak: cacheline.Slice[bool](n),
 			spin: spin, bell: bell{ch: make(chan struct{}, 1)}}
 		t.ready = t.arrived
 		j.ranks[r] = t
@@ -140,11 +142,14 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	return nil
 }
 
+// pollBurst is how many records Poll takes from one ring in a stream.
+const pollBurst = 8
+
 // Poll hands up to max arrived packets to r, in place, visiting the inbound
-// rings round-robin and taking at most one packet from each, as shm's Poll
-// does (a second look at a ring just taken from reads a line the producer
-// holds, on the critical path of the answer). It does not allocate. Errors:
-// transport.ErrClosed.
+// rings round-robin: one packet from a ring whose last look found nothing, up
+// to pollBurst from one that is streaming, as shm's Poll (a second look right
+// after an isolated packet reads a line the producer holds, on the critical
+// path of the answer). It does not allocate. Errors: transport.ErrClosed.
 func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 	if t.closed.Load() {
 		return 0, transport.ErrClosed
@@ -156,13 +161,20 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 			t.next = 0
 		}
 		c := t.in[src]
-		rec, ok := c.Peek()
-		if !ok {
-			continue
+		for b := 0; b < pollBurst && n < max; b++ {
+			rec, ok := c.Peek()
+			if !ok {
+				t.streak[src] = false
+				break
+			}
+			r.Deliver(src, rec)
+			c.Advance()
+			n++
+			if !t.streak[src] {
+				t.streak[src] = true
+				break
+			}
 		}
-		r.Deliver(src, rec)
-		c.Advance()
-		n++
 	}
 	return n, nil
 }

@@ -82,8 +82,12 @@ type Transport struct {
 	// concurrent Sends read.
 	_    [128]byte
 	next int // Poll's round-robin position
-	idle int // empty Polls since the last dead-peer check
-	_    [112]byte
+	// streak[src]: the last look at src's ring found a record (a stream is
+	// arriving), so Poll takes a burst from it; after an empty look it
+	// takes one record and returns (see Poll).
+	streak []bool
+	idle   int // empty Polls since the last dead-peer check
+	_      [112]byte
 }
 
 // peer is what Send to one rank uses; padded so that Sends to different ranks
@@ -147,7 +151,7 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 		return nil, err
 	}
 	t := &Transport{rank: rank, size: size, spin: spin, own: own,
-		in: make([]*ring.Consumer, size), peers: make([]peer, size)}
+		in: make([]*ring.Consumer, size), peers: make([]peer, size), streak: make([]bool, size)}
 	t.pending = t.arrived
 	fail := func(err error) (*Transport, error) {
 		os.Remove(path)
@@ -381,12 +385,16 @@ func (t *Transport) deadErr(r int) error {
 	return fmt.Errorf("shm: rank %d (pid %d) exited without closing: %w", r, t.peers[r].pid, transport.ErrPeer)
 }
 
+// pollBurst is how many records Poll takes from one ring in a stream.
+const pollBurst = 8
+
 // Poll hands up to max arrived packets to r, in place, visiting the inbound
-// rings round-robin and taking at most one packet from each: looking at a
-// ring again right after taking a packet would read the next record's cache
-// line, which the producer holds (it zeroes ahead), and that miss would delay
-// the caller's answer to the packet just handled (a ping-pong's critical
-// path); the next Poll takes the next packet. It does not allocate. Errors: transport.ErrClosed,
+// rings round-robin. From a ring whose last look found nothing it takes one
+// packet and moves on: looking again right away would read the next record's
+// cache line, which the producer holds (it zeroes ahead), and that miss would
+// delay the caller's answer to the packet just handled (a ping-pong's critical
+// path). From a ring that is streaming (its last look found a record) it takes
+// up to pollBurst. It does not allocate. Errors: transport.ErrClosed,
 // transport.ErrPeer when a peer corrupted its ring or died without closing
 // (after the packets it left have been delivered).
 func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
@@ -400,16 +408,23 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 			t.next = 0
 		}
 		c := t.in[src]
-		rec, ok := c.Peek()
-		if !ok {
-			if err := c.Err(); err != nil {
-				return n, fmt.Errorf("shm: rank %d's ring from rank %d: %v: %w", t.rank, src, err, transport.ErrPeer)
+		for b := 0; b < pollBurst && n < max; b++ {
+			rec, ok := c.Peek()
+			if !ok {
+				if err := c.Err(); err != nil {
+					return n, fmt.Errorf("shm: rank %d's ring from rank %d: %v: %w", t.rank, src, err, transport.ErrPeer)
+				}
+				t.streak[src] = false
+				break
 			}
-			continue
+			r.Deliver(src, rec)
+			c.Advance()
+			n++
+			if !t.streak[src] {
+				t.streak[src] = true
+				break
+			}
 		}
-		r.Deliver(src, rec)
-		c.Advance()
-		n++
 	}
 	if n > 0 {
 		t.idle = 0
