@@ -343,6 +343,43 @@ func (c *Consumer) Advance() {
 	c.tailp.Store(c.head)
 }
 
+// Receiver takes the records Take hands over (transport.Receiver satisfies it).
+type Receiver interface {
+	// Deliver gets one record, in place; it is valid only until Deliver returns.
+	Deliver(src int, rec []byte)
+}
+
+// BurstMax is the most records Take hands over at once from a streaming ring.
+const BurstMax = 8
+
+// Take hands records to r.Deliver(src, rec), in place, advancing past each,
+// and returns how many (at most max). When *streak is false (the last look
+// found the ring empty) it hands over one and returns: looking again at once
+// would read the next record's cache line, which the producer holds (it zeroes
+// ahead), and that miss would delay the caller's answer to the record just
+// handled (a ping-pong's critical path). When *streak is true (records are
+// streaming in) it hands over up to BurstMax. It sets *streak to whether its
+// last look found a record. When it returns 0, Err tells a corrupt ring from
+// an empty one.
+func (c *Consumer) Take(r Receiver, src int, streak *bool, max int) int {
+	n := 0
+	for n < max && n < BurstMax {
+		rec, ok := c.Peek()
+		if !ok {
+			*streak = false
+			return n
+		}
+		r.Deliver(src, rec)
+		c.Advance()
+		n++
+		if !*streak {
+			*streak = true
+			return n
+		}
+	}
+	return n
+}
+
 // Err reports why Peek returned false: nil when the ring was merely empty, an
 // error wrapping ErrCorrupt when the producer wrote an impossible record header.
 // Once corrupt, a Consumer stays so.

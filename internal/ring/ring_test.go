@@ -290,3 +290,37 @@ func TestStalePayloadLooksLikeHeaders(t *testing.T) {
 	require.NoError(t, c.Err())
 	require.Greater(t, got, uint32(1000))
 }
+
+type collect [][]byte
+
+func (c *collect) Deliver(src int, rec []byte) { *c = append(*c, append([]byte(nil), rec...)) }
+
+// Take hands over one record after an empty look and a burst of up to
+// BurstMax while records stream in, in order, and never more than max.
+func TestTakeStreaksAndBursts(t *testing.T) {
+	mem, err := Alloc(64 << 10)
+	require.NoError(t, err)
+	p, err := NewProducer(mem)
+	require.NoError(t, err)
+	c, err := NewConsumer(mem)
+	require.NoError(t, err)
+	var got collect
+	streak := false
+	require.Zero(t, c.Take(&got, 0, &streak, 100))
+	require.False(t, streak)
+	for i := 0; i < 20; i++ {
+		require.True(t, p.Push([]byte{byte(i)}, nil))
+	}
+	require.Equal(t, 1, c.Take(&got, 0, &streak, 100), "after an empty look: one")
+	require.True(t, streak)
+	require.Equal(t, BurstMax, c.Take(&got, 0, &streak, 100), "streaming: a burst")
+	require.Equal(t, 3, c.Take(&got, 0, &streak, 3), "never more than max")
+	require.Equal(t, 8, c.Take(&got, 0, &streak, 100), "the rest")
+	require.True(t, streak)
+	require.Zero(t, c.Take(&got, 0, &streak, 100))
+	require.False(t, streak, "an empty look ends the streak")
+	require.Len(t, got, 20)
+	for i, rec := range got {
+		require.Equal(t, []byte{byte(i)}, rec)
+	}
+}

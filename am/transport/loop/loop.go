@@ -142,14 +142,10 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	return nil
 }
 
-// pollBurst is how many records Poll takes from one ring in a stream.
-const pollBurst = 8
-
 // Poll hands up to max arrived packets to r, in place, visiting the inbound
 // rings round-robin: one packet from a ring whose last look found nothing, up
-// to pollBurst from one that is streaming, as shm's Poll (a second look right
-// after an isolated packet reads a line the producer holds, on the critical
-// path of the answer). It does not allocate. Errors: transport.ErrClosed.
+// to ring.BurstMax from one that is streaming (ring.Consumer.Take). It does
+// not allocate. Errors: transport.ErrClosed.
 func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 	if t.closed.Load() {
 		return 0, transport.ErrClosed
@@ -160,21 +156,7 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 		if t.next++; t.next == size {
 			t.next = 0
 		}
-		c := t.in[src]
-		for b := 0; b < pollBurst && n < max; b++ {
-			rec, ok := c.Peek()
-			if !ok {
-				t.streak[src] = false
-				break
-			}
-			r.Deliver(src, rec)
-			c.Advance()
-			n++
-			if !t.streak[src] {
-				t.streak[src] = true
-				break
-			}
-		}
+		n += t.in[src].Take(r, src, &t.streak[src], max-n)
 	}
 	return n, nil
 }

@@ -385,16 +385,10 @@ func (t *Transport) deadErr(r int) error {
 	return fmt.Errorf("shm: rank %d (pid %d) exited without closing: %w", r, t.peers[r].pid, transport.ErrPeer)
 }
 
-// pollBurst is how many records Poll takes from one ring in a stream.
-const pollBurst = 8
-
 // Poll hands up to max arrived packets to r, in place, visiting the inbound
-// rings round-robin. From a ring whose last look found nothing it takes one
-// packet and moves on: looking again right away would read the next record's
-// cache line, which the producer holds (it zeroes ahead), and that miss would
-// delay the caller's answer to the packet just handled (a ping-pong's critical
-// path). From a ring that is streaming (its last look found a record) it takes
-// up to pollBurst. It does not allocate. Errors: transport.ErrClosed,
+// rings round-robin: one packet from a ring whose last look found nothing, up
+// to ring.BurstMax from one that is streaming (ring.Consumer.Take). It does not
+// allocate. Errors: transport.ErrClosed,
 // transport.ErrPeer when a peer corrupted its ring or died without closing
 // (after the packets it left have been delivered).
 func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
@@ -408,23 +402,13 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 			t.next = 0
 		}
 		c := t.in[src]
-		for b := 0; b < pollBurst && n < max; b++ {
-			rec, ok := c.Peek()
-			if !ok {
-				if err := c.Err(); err != nil {
-					return n, fmt.Errorf("shm: rank %d's ring from rank %d: %v: %w", t.rank, src, err, transport.ErrPeer)
-				}
-				t.streak[src] = false
-				break
-			}
-			r.Deliver(src, rec)
-			c.Advance()
-			n++
-			if !t.streak[src] {
-				t.streak[src] = true
-				break
+		got := c.Take(r, src, &t.streak[src], max-n)
+		if got == 0 {
+			if err := c.Err(); err != nil {
+				return n, fmt.Errorf("shm: rank %d's ring from rank %d: %v: %w", t.rank, src, err, transport.ErrPeer)
 			}
 		}
+		n += got
 	}
 	if n > 0 {
 		t.idle = 0
