@@ -3,7 +3,6 @@ package am
 import (
 	"errors"
 	"fmt"
-	"github.com/amgo-hpc/amgo/internal/cacheline"
 	"log/slog"
 	"runtime"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/flowctl"
 	"github.com/amgo-hpc/amgo/handlers"
+	"github.com/amgo-hpc/amgo/internal/cacheline"
 	"github.com/amgo-hpc/amgo/internal/pmi"
 	"github.com/amgo-hpc/amgo/internal/wire"
 )

@@ -21,6 +21,7 @@ package flowctl
 import (
 	"errors"
 	"fmt"
+
 	"github.com/amgo-hpc/amgo/internal/cacheline"
 )
 

@@ -3,8 +3,9 @@ package mpiam
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/amgo-hpc/amgo/internal/cacheline"
 	"sync/atomic"
+
+	"github.com/amgo-hpc/amgo/internal/cacheline"
 )
 
 // Comm is a communicator (MPI_Comm): a group of ranks and a context that

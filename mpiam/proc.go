@@ -3,7 +3,6 @@ package mpiam
 import (
 	"errors"
 	"fmt"
-	"github.com/amgo-hpc/amgo/internal/cacheline"
 	"os"
 	"strconv"
 	"sync"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/amgo-hpc/amgo/am"
 	"github.com/amgo-hpc/amgo/handlers"
+	"github.com/amgo-hpc/amgo/internal/cacheline"
 	"github.com/amgo-hpc/amgo/mpiam/internal/match"
 )
 

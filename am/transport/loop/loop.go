@@ -2,7 +2,6 @@ package loop
 
 import (
 	"fmt"
-	"github.com/amgo-hpc/amgo/internal/cacheline"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/amgo-hpc/amgo/am/transport"
 	settings "github.com/amgo-hpc/amgo/am/transport/internal/opts"
+	"github.com/amgo-hpc/amgo/internal/cacheline"
 	"github.com/amgo-hpc/amgo/internal/ring"
 )
 

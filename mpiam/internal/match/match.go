@@ -3,6 +3,7 @@ package match
 import (
 	"errors"
 	"fmt"
+
 	"github.com/amgo-hpc/amgo/internal/cacheline"
 )
 
