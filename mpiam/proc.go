@@ -195,6 +195,17 @@ func (p *proc) newMsg() *inMsg {
 // message's arrival is simply recorded in an unexpected messages list").
 func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 	env := unpackEnvelope(a[0], a[1])
+	p.mu.Lock()
+	if r, ok := p.eng.ArrivePosted(env); ok {
+		// The common case (a receive waits for this message): no message
+		// record, no match list.
+		r.handle = match.PostedHandle{}
+		p.matchedLocked(r)
+		pb, hasPB := tok.Piggyback()
+		p.completeEagerLocked(r, payload, env, pb, hasPB, false)
+		p.mu.Unlock()
+		return
+	}
 	m := p.spareMsg
 	if m != nil {
 		p.spareMsg = nil
@@ -256,12 +267,11 @@ func (p *proc) finishArrivalLocked(out []match.Match[*Request, *inMsg], tok *han
 	}
 }
 
-// arriveLocked takes p.mu and offers m to the matching engine. It returns the
+// arriveLocked offers m to the matching engine; p.mu is held. It returns the
 // matches made, whether m itself was matched and whether it was held for
-// sequence order; ok false (p.mu released, m
-// recycled, the drop logged) when the engine refused it.
+// sequence order; ok false (p.mu released, m recycled, the drop logged) when
+// the engine refused it.
 func (p *proc) arriveLocked(env match.Envelope, m *inMsg, what string) (out []match.Match[*Request, *inMsg], mine, held, ok bool) {
-	p.mu.Lock()
 	before := p.eng.Held()
 	out, err := p.eng.Arrive(env, m, p.matchBuf[:0])
 	if err != nil {
@@ -318,11 +328,17 @@ func (p *proc) completeMatchesLocked(out []match.Match[*Request, *inMsg], tok *h
 
 // finishEagerLocked copies an eager message into its receive and completes it.
 func (p *proc) finishEagerLocked(r *Request, m *inMsg, env match.Envelope) {
-	n := copy(r.buf, m.payload)
-	st := Status{Source: int(env.Source), Tag: int(env.Tag), Bytes: n, Piggyback: m.pb, HasPiggyback: m.hasPB}
-	if m.size > len(r.buf) {
-		st.Err = fmt.Errorf("%w: message of %d bytes from rank %d, tag %d, into a buffer of %d", ErrTruncate, m.size, env.Source, env.Tag, len(r.buf))
-	} else if m.notReady {
+	p.completeEagerLocked(r, m.payload, env, m.pb, m.hasPB, m.notReady)
+}
+
+// completeEagerLocked copies an eager message's payload into receive r and
+// completes it.
+func (p *proc) completeEagerLocked(r *Request, payload []byte, env match.Envelope, pb uint64, hasPB, notReady bool) {
+	n := copy(r.buf, payload)
+	st := Status{Source: int(env.Source), Tag: int(env.Tag), Bytes: n, Piggyback: pb, HasPiggyback: hasPB}
+	if len(payload) > len(r.buf) {
+		st.Err = fmt.Errorf("%w: message of %d bytes from rank %d, tag %d, into a buffer of %d", ErrTruncate, len(payload), env.Source, env.Tag, len(r.buf))
+	} else if notReady {
 		st.Err = fmt.Errorf("%w (from rank %d, tag %d)", ErrReadyNotPosted, env.Source, env.Tag)
 	}
 	r.complete(st)

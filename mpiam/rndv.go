@@ -121,6 +121,7 @@ func (p *proc) onRTS(tok *handlers.Token, a []uint64, _ []byte) {
 	m.addr = a[5]
 	m.src = tok.Source()
 	m.pb, m.hasPB = tok.Piggyback()
+	p.mu.Lock()
 	out, mine, _, ok := p.arriveLocked(env, m, "request-to-send")
 	if !ok {
 		return

@@ -324,3 +324,44 @@ func TestTakeStreaksAndBursts(t *testing.T) {
 		require.Equal(t, []byte{byte(i)}, rec)
 	}
 }
+
+// TestLazyTail: Advance publishes the consumer's tail only once capacity/8
+// bytes are released or a Peek finds the ring empty (or on Flush), and the
+// producer sees the space then.
+func TestLazyTail(t *testing.T) {
+	p, c, mem := newRing(t, 4096)
+	tail := word(mem, offTail)
+	rec := make([]byte, 56) // one line per record
+	for i := 0; i < 4096/64-1; i++ {
+		require.True(t, p.Push(rec, nil), "record %d", i)
+	}
+	require.False(t, p.Push(rec, nil), "full")
+
+	for i := 0; i < 7; i++ { // 448 bytes: under capacity/8
+		_, ok := c.Peek()
+		require.True(t, ok)
+		c.Advance()
+	}
+	require.Zero(t, tail.Load(), "published before capacity/8 was released")
+	require.False(t, p.Push(rec, nil), "the producer saw unpublished space")
+	_, ok := c.Peek()
+	require.True(t, ok)
+	c.Advance() // the eighth record: 512 bytes
+	require.EqualValues(t, 512, tail.Load())
+	require.True(t, p.Push(rec, nil))
+
+	_, ok = c.Peek()
+	require.True(t, ok)
+	c.Advance()
+	c.Flush()
+	require.EqualValues(t, 576, tail.Load(), "Flush publishes")
+
+	for {
+		if _, ok := c.Peek(); !ok {
+			break
+		}
+		c.Advance()
+	}
+	require.Equal(t, c.head, tail.Load(), "a Peek that finds the ring empty publishes")
+	require.True(t, p.Push(make([]byte, p.MaxRecord()), nil), "a drained ring takes a record of MaxRecord")
+}

@@ -341,22 +341,7 @@ func (e *Engine[R, M]) hold(p *peer[R, M], env Envelope, m M) error {
 func (e *Engine[R, M]) deliver(p *peer[R, M], env Envelope, m M, out []Match[R, M]) []Match[R, M] {
 	e.attempts++
 	c := p.ctx
-	exact := c.bucket(tagKey(env.Source, env.Tag))
-	var anySrc *tagBucket[R, M]
-	if c.anySrcTag > 0 {
-		anySrc = c.bucket(tagKey(AnySource, env.Tag))
-	}
-	var best *recvNode[R, M]
-	if exact != nil {
-		best = exact.recvs.head
-	}
-	if anySrc != nil {
-		best = earlier(best, anySrc.recvs.head)
-	}
-	if env.Tag >= 0 {
-		best = earlier(best, p.recvs.head)
-		best = earlier(best, c.recvs.head)
-	}
+	best, exact, anySrc := bestRecv(p, env)
 	if best != nil {
 		out = append(out, Match[R, M]{Recv: best.r, Msg: m, Env: env})
 		e.removeRecv(best)
@@ -389,6 +374,59 @@ func (e *Engine[R, M]) deliver(p *peer[R, M], env Envelope, m M, out []Match[R, 
 	}
 	e.nUnexp++
 	return out
+}
+
+// bestRecv returns the earliest-posted receive that matches env from p, if
+// any, and the exact and (AnySource, tag) buckets it looked up (nil when absent;
+// anySrc also nil when the context has no such receive).
+func bestRecv[R, M any](p *peer[R, M], env Envelope) (best *recvNode[R, M], exact, anySrc *tagBucket[R, M]) {
+	c := p.ctx
+	exact = c.bucket(tagKey(env.Source, env.Tag))
+	if c.anySrcTag > 0 {
+		anySrc = c.bucket(tagKey(AnySource, env.Tag))
+	}
+	if exact != nil {
+		best = exact.recvs.head
+	}
+	if anySrc != nil {
+		best = earlier(best, anySrc.recvs.head)
+	}
+	if env.Tag >= 0 {
+		best = earlier(best, p.recvs.head)
+		best = earlier(best, c.recvs.head)
+	}
+	return best, exact, anySrc
+}
+
+// ArrivePosted is Arrive's fast path for the common case of a message that
+// finds its receive posted. When env is valid, is the next sequence number
+// expected from its source, no held message waits behind it, and a posted
+// receive matches it, ArrivePosted removes that receive, counts the match and
+// returns the receive: exactly what Arrive would have done with a one-match
+// output. Otherwise it changes nothing and returns false, and the caller
+// calls Arrive (which also reports the errors).
+func (e *Engine[R, M]) ArrivePosted(env Envelope) (r R, ok bool) {
+	if env.Source < 0 || env.Tag == AnyTag { // invalid: Arrive reports it
+		return r, false
+	}
+	c := e.lookupContext(env.Context)
+	if c == nil {
+		return r, false
+	}
+	p := c.peer(env.Source)
+	if p == nil || p.dropped || env.Seq != p.expect || p.held.head != nil {
+		return r, false
+	}
+	best, _, _ := bestRecv(p, env)
+	if best == nil {
+		return r, false
+	}
+	e.attempts++
+	r = best.r
+	e.removeRecv(best)
+	e.matchesCounted++
+	p.expect++
+	return r, true
 }
 
 // Cancel removes a queued receive and returns it (MPI_Cancel of a receive). It
