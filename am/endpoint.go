@@ -975,26 +975,13 @@ type backoff struct {
 	asleep    time.Time // when this wait first slept: a long wait probes for dead peers
 }
 
-// lockedPolls is the most empty polls a blocked caller makes per taking of
-// the poll lock.
-const lockedPolls = 8
-
 // progress polls once on behalf of a blocked caller and paces the retry.
 func (ep *Endpoint) progress(b *backoff) error {
 	if ep.closed.Load() {
 		return ErrClosed
 	}
 	if ep.pollMu.TryLock() {
-		// Keep the poll lock for a few empty polls: taking and releasing it
-		// is two locked instructions, most of an empty poll's cost, and the
-		// shorter the loop, the sooner an arrival is seen. Only this
-		// goroutine's own condition waits (the caller's cond may poll, so it
-		// is checked outside the lock); other waiters' are met by the
-		// handlers this poll runs.
 		n, err := ep.pollLocked()
-		for i := 1; n == 0 && err == nil && i < lockedPolls; i++ {
-			n, err = ep.pollLocked()
-		}
 		ep.pollMu.Unlock()
 		if err != nil {
 			return err
