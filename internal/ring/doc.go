@@ -89,8 +89,6 @@
 //   - The consumer's reads of a record happen before its atomic store of the
 //     tail past it; the producer's atomic load of that tail happens before it
 //     writes or zeroes the space again (release/acquire in the other direction).
-//     The consumer stores the tail lazily (after capacity/8 bytes, on a look
-//     at an empty ring, on Flush): a later store covers every record before it.
 //
 // Between processes the same instructions carry the same guarantees on the
 // hardware (on amd64 an atomic store is XCHG, a full fence, and loads are

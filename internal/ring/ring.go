@@ -271,8 +271,6 @@ type Consumer struct {
 	maxData uint64
 	head    uint64 // position of the next record
 	cur     uint64 // size of the record returned by Peek, 0 if none
-	shown   uint64 // the tail last published; head-shown < lazyTail or Peek found the ring empty since
-	lazy    uint64 // publish the tail once it is this far behind the head (capacity/8)
 	tailp   *atomic.Uint64
 	err     error
 	_       [64]byte
@@ -292,8 +290,6 @@ func NewConsumer(mem []byte) (*Consumer, error) {
 		maxData: uint64(MaxRecord(c)),
 		tailp:   word(mem, offTail),
 		head:    word(mem, offTail).Load(),
-		shown:   word(mem, offTail).Load(),
-		lazy:    uint64(c / 8),
 	}, nil
 }
 
@@ -308,9 +304,6 @@ func (c *Consumer) Peek() ([]byte, bool) {
 	off := c.head & c.mask
 	w := word(c.data, off).Load()
 	if w == 0 {
-		if c.shown != c.head {
-			c.publish()
-		}
 		return nil, false
 	}
 	if w&padBit != 0 {
@@ -338,14 +331,8 @@ func (c *Consumer) fail(off, w uint64) {
 	c.err = fmt.Errorf("%w: record header %#x at offset %d (capacity %d, max record %d)", ErrCorrupt, w, off, c.cap, c.maxData)
 }
 
-// Advance releases the record returned by the last Peek. Its space becomes
-// available to the producer lazily: once capacity/8 bytes are released
-// unpublished, or at the latest when a Peek finds the ring empty (which a
-// consumer that keeps polling does as soon as it has drained the ring).
-// Publishing is an atomic store, a locked instruction, which after every
-// record would sit on a ping-pong's critical path (osu latency 8 B over shm
-// 0.40 -> 0.34 us together with two other changes, docs/performance.md);
-// Flush publishes at once. Without a preceding Peek that returned a record it
+// Advance releases the record returned by the last Peek, making its space
+// available to the producer. Without a preceding Peek that returned a record it
 // does nothing.
 func (c *Consumer) Advance() {
 	if c.cur == 0 {
@@ -353,20 +340,6 @@ func (c *Consumer) Advance() {
 	}
 	c.head += c.cur
 	c.cur = 0
-	if c.head-c.shown >= c.lazy {
-		c.publish()
-	}
-}
-
-// Flush makes all space released by Advance available to the producer now.
-func (c *Consumer) Flush() {
-	if c.shown != c.head {
-		c.publish()
-	}
-}
-
-func (c *Consumer) publish() {
-	c.shown = c.head
 	c.tailp.Store(c.head)
 }
 
