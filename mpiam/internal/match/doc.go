@@ -25,6 +25,11 @@
 //	// out: complete each Match (copy Msg into Recv's buffer, or send the
 //	// rendezvous reply); possibly none, possibly several.
 //
+// or first, for the common case of a message whose receive is posted (no
+// message record needed, no match list built):
+//
+//	if req, ok := eng.ArrivePosted(env); ok { /* complete req with the data */ }
+//
 // For each receive:
 //
 //	msg, env, h, ok := eng.Post(match.Spec{Context: c, Source: src, Tag: tag}, req)
