@@ -250,7 +250,7 @@ func TestStoreByPutAndByFragments(t *testing.T) {
 			}
 			size := 70000
 			if mode == "shm-small" {
-				size = 5000 // below shm's PutMin: fragments through the rings
+				size = eps[0].Transport().Caps().PutMin - 100 // below shm's PutMin: fragments through the rings
 			}
 			dst := make([]byte, 100000)
 			seg, err := eps[1].RegisterSegment(dst)

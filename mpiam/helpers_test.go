@@ -393,8 +393,17 @@ func firstDiff(a, b []byte) int {
 	return len(a)
 }
 
-// eagerLimit is the default eager limit of a rank on this network.
-func (r *rk) eagerLimit(w *Comm) int { return w.p.eagerLimit }
+// eagerLimit is the largest eager message, in bytes, from w's rank to the next
+// one on this network (the limit is lower where a single-copy get exists).
+func (r *rk) eagerLimit(w *Comm) int { return eagerMaxNext(w) }
+
+func eagerMaxNext(w *Comm) int {
+	p := w.p
+	if p.eager(w.world((w.Rank()+1)%w.Size()), p.eagerLimit+1) {
+		return p.eagerNoGet
+	}
+	return p.eagerLimit
+}
 
 // unpinAfterAbort unregisters the receive buffers of rendezvous receives that
 // an aborted job left waiting, so that their pins do not outlive the test.

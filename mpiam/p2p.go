@@ -57,7 +57,7 @@ func (p *proc) startSend(r *Request) error {
 		return nil
 	}
 	world := c.world(r.peer)
-	rndv := r.mode == Synchronous || len(r.buf) > p.eagerLimit
+	rndv := r.mode == Synchronous || !p.eager(world, len(r.buf))
 	var flags uint64
 	switch r.mode {
 	case Synchronous:
@@ -212,7 +212,7 @@ func (c *Comm) send(buf []byte, dest, tag int, mode Mode) error {
 		return err
 	}
 	p := c.p
-	if (mode == Standard || mode == Ready) && len(buf) <= p.eagerLimit && dest != ProcNull {
+	if (mode == Standard || mode == Ready) && dest != ProcNull && p.eager(c.world(dest), len(buf)) {
 		// Eager: complete once the data is on its way, so no request is needed.
 		pb, hasPB := p.outgoingPB()
 		return p.sendEager(c, buf, dest, tag, mode, pb, hasPB)
@@ -586,7 +586,7 @@ func (c *Comm) sendPB(buf []byte, dest, tag int, pb uint64, hasPB bool) error {
 		return err
 	}
 	p := c.p
-	if len(buf) <= p.eagerLimit && dest != ProcNull {
+	if dest != ProcNull && p.eager(c.world(dest), len(buf)) {
 		return p.sendEager(c, buf, dest, tag, Standard, pb, hasPB)
 	}
 	r := c.newSend(buf, dest, tag, Standard, true)

@@ -16,7 +16,7 @@ func TestAsyncProgressDuringCompute(t *testing.T) {
 	t.Setenv("AMGO_PROGRESS", "200us")
 	var recvDone, computeDone atomic.Int64
 	err := RunLocal(2, Config{}, func(w *Comm) error {
-		n := w.p.eagerLimit * 8 // rendezvous
+		n := w.p.eagerNoGet * 8 // rendezvous on every network
 		if w.Rank() == 0 {
 			r, err := Isend(w, make([]byte, n), 1, 1)
 			if err != nil {

@@ -11,7 +11,7 @@ import (
 // single-copy get: a pull just past the eager limit, a pull below the split
 // size, and splits (one of an odd size).
 func rndvSizes(w *Comm) []int {
-	return []int{w.p.eagerLimit + 1000, 100 << 10, DefaultRndvSplitBytes, 1<<20 + 3}
+	return []int{eagerMaxNext(w) + 1000, 100 << 10, DefaultRndvSplitBytes, 1<<20 + 3}
 }
 
 // Every rendezvous path moves the data intact and completes both sides: the
@@ -92,7 +92,7 @@ func TestRendezvousSplitEnv(t *testing.T) {
 // on every path; the sender completes without error.
 func TestRendezvousTruncate(t *testing.T) {
 	eachNetwork(t, 2, func(r *rk, w *Comm) {
-		for i, n := range []int{w.p.eagerLimit + 1000, 300 << 10} {
+		for i, n := range []int{eagerMaxNext(w) + 1000, 300 << 10} {
 			if w.Rank() == 0 {
 				r.NoError(Send(w, patterned(n, i), 1, i))
 				continue

@@ -31,9 +31,12 @@ const (
 	DefaultRingBytes = 64 << 10
 	// DefaultSpin is how long Wait polls before it sleeps on the futex.
 	DefaultSpin = 15 * time.Microsecond
-	// PutMin is the smallest store, in bytes, for which a CMA Put beats packets
-	// through the rings (a process_vm_writev call costs a few microseconds).
-	PutMin = 16 << 10
+	// PutMin is the smallest store or get, in bytes, for which a CMA Put or
+	// Get (one copy, one system call) beats packets through the rings (two
+	// copies, each pulling cache lines from the other core). Measured on a
+	// 2-vCPU guest: am store latency 2/4/8 KiB through packets 0.75/1.45/2.2 us,
+	// through CMA 1.15/1.1/1.2 us.
+	PutMin = 4 << 10
 )
 
 // File layout.
