@@ -28,8 +28,8 @@ const EnvEagerLimit = "AMGO_EAGER_LIMIT"
 // Memory Attach, in-process ranks): above it the rendezvous protocol's one
 // copy (the receiver's get) beats the eager protocol's two (into the per-peer
 // buffer and out of it) despite its request-to-send. Measured on a 2-vCPU
-// guest (docs/performance.md): osu latency 8 KiB over shm 2.33 -> 1.72 us and
-// bandwidth 3.0 -> 6.0 GB/s with the rendezvous; at 4 KiB the eager protocol
+// guest (docs/performance.md): osu latency 8 KiB over shm 2.44 -> 1.81 us and
+// bandwidth 3.2 -> 6.0 GB/s with the rendezvous; at 4 KiB the eager protocol
 // is still 0.1 us faster. Open MPI's vader BTL uses the same 4 KiB.
 const DefaultGetEagerLimit = 4 << 10
 

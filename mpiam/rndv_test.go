@@ -157,3 +157,44 @@ func TestRendezvousPersistent(t *testing.T) {
 		}
 	})
 }
+
+// TestEagerLimitByPeer checks the protocol choice of standard sends: eager up
+// to DefaultGetEagerLimit everywhere; above it rendezvous towards a peer that
+// can be read with a single copy and eager up to MaxMedium elsewhere; with
+// EnvEagerLimit one limit for every network.
+func TestEagerLimitByPeer(t *testing.T) {
+	// rendezvous sends n bytes from rank 0 to rank 1 and reports whether it
+	// went by rendezvous (the receiver pulled or the sender stored).
+	rendezvous := func(r *rk, w *Comm, n, tag int) bool {
+		ep := w.p.ep
+		before := ep.Stats()
+		if w.Rank() == 0 {
+			r.NoError(Send(w, patterned(n, tag), 1, tag))
+		} else {
+			buf := make([]byte, n)
+			_, err := Recv(w, buf, 0, tag)
+			r.NoError(err)
+			r.NoError(checkPattern(buf, tag))
+		}
+		after := ep.Stats()
+		moved := after.Gets + after.StoresPut + after.StoresPacketed - before.Gets - before.StoresPut - before.StoresPacketed
+		var all [1]uint64
+		r.NoError(Allreduce(w, []uint64{moved}, all[:], Sum[uint64]()))
+		return all[0] > 0
+	}
+	eachNetwork(t, 2, func(r *rk, w *Comm) {
+		canGet := w.p.ep.Transport().Caps().Get
+		r.False(rendezvous(r, w, DefaultGetEagerLimit, 1), "at the limit: eager")
+		r.Equal(canGet, rendezvous(r, w, DefaultGetEagerLimit+1, 2), "above it: rendezvous where the receiver can get")
+		r.Equal(canGet, rendezvous(r, w, 8<<10, 3))
+		r.Equal(canGet, rendezvous(r, w, w.p.ep.MaxMedium(), 4), "MaxMedium: eager without a get")
+		r.True(rendezvous(r, w, w.p.ep.MaxMedium()+1, 5), "above MaxMedium: rendezvous everywhere")
+	})
+	t.Run("env", func(t *testing.T) {
+		t.Setenv(EnvEagerLimit, "12000")
+		eachNetwork(t, 2, func(r *rk, w *Comm) {
+			r.False(rendezvous(r, w, 8<<10, 1), "below the set limit: eager on every network")
+			r.True(rendezvous(r, w, 12001, 2), "above it: rendezvous on every network")
+		})
+	})
+}
