@@ -189,6 +189,20 @@ func TestEagerLimitByPeer(t *testing.T) {
 		r.Equal(canGet, rendezvous(r, w, 8<<10, 3))
 		r.Equal(canGet, rendezvous(r, w, w.p.ep.MaxMedium(), 4), "MaxMedium: eager without a get")
 		r.True(rendezvous(r, w, w.p.ep.MaxMedium()+1, 5), "above MaxMedium: rendezvous everywhere")
+		// A collective's exchange steps stay eager up to MaxMedium: an
+		// Allreduce of 16 KiB on 2 ranks exchanges halves of 8 KiB.
+		before := w.p.ep.Stats()
+		send := make([]uint64, 2048)
+		for i := range send {
+			send[i] = uint64(i + w.Rank())
+		}
+		recv := make([]uint64, len(send))
+		r.NoError(Allreduce(w, send, recv, Sum[uint64]()))
+		for i, v := range recv {
+			r.EqualValues(2*i+1, v)
+		}
+		after := w.p.ep.Stats()
+		r.Equal(before.Gets, after.Gets, "exchange steps do not pull")
 	})
 	t.Run("env", func(t *testing.T) {
 		t.Setenv(EnvEagerLimit, "12000")
