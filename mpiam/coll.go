@@ -130,30 +130,20 @@ func (c *Comm) startColl(call Call) (coll, error) {
 }
 
 func (x coll) send(b []byte, dest, step int) error {
-	return x.sendLimit(b, dest, step, false)
+	return x.sendStep(b, dest, step, false)
 }
 
-// sendLimit is send; with exchange (one step of an exchange in which the peer
-// sends to this rank at once) the message goes eager up to MaxMedium on every
-// network: a rendezvous send returns only after the peer's pulled notice, a
-// trip that an exchange step pays on top of the copy (osu allreduce 16 KiB
-// over shm, two exchanges of 8 KiB: 11.8 us by rendezvous, 9.8 eager).
-func (x coll) sendLimit(b []byte, dest, step int, exchange bool) error {
-	if exchange && len(b) <= x.cc.p.eagerNoGet && dest != ProcNull {
-		if err := x.cc.checkSend(dest, x.tag+step); err != nil {
-			return err
-		}
-		pb, has := x.cc.p.outgoingPB()
-		if x.pb != nil {
-			pb, has = x.outgoing()
-		}
-		return x.cc.p.sendEager(x.cc, b, dest, x.tag+step, Standard, pb, has)
+// sendStep is send; exchange marks one step of an exchange, in which the peer
+// sends to this rank at once (see sendPB).
+func (x coll) sendStep(b []byte, dest, step int, exchange bool) error {
+	if x.pb == nil && !exchange {
+		return x.cc.send(b, dest, x.tag+step, Standard)
 	}
+	pb, has := x.cc.p.outgoingPB()
 	if x.pb != nil {
-		pb, has := x.outgoing()
-		return x.cc.sendPB(b, dest, x.tag+step, pb, has)
+		pb, has = x.outgoing()
 	}
-	return x.cc.send(b, dest, x.tag+step, Standard)
+	return x.cc.sendPB(b, dest, x.tag+step, pb, has, exchange)
 }
 
 func (x coll) recv(b []byte, src, step int) error {
@@ -179,7 +169,7 @@ func (x coll) sendrecv(sb []byte, dest int, rb []byte, src int, step int) error 
 	if err := cc.p.startRecv(rr); err != nil {
 		return err
 	}
-	if err := x.sendLimit(sb, dest, step, true); err != nil {
+	if err := x.sendStep(sb, dest, step, true); err != nil {
 		_ = rr.cancel()
 		_, _ = rr.wait()
 		return err
