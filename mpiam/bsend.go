@@ -22,7 +22,7 @@ type bsendBlock struct{ off, end int }
 
 // take copies send r's data into the attached buffer and returns an internal
 // standard-mode send of the copy, which frees the space when it completes.
-func (b *bsendBuffer) take(r *Request) (*Request, error) {
+func (b *bsendBuffer) take(r *reqState) (*reqState, error) {
 	need := len(r.buf) + BsendOverhead
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -47,13 +47,13 @@ func (b *bsendBuffer) take(r *Request) (*Request, error) {
 	b.blocks[i] = blk
 	data := b.buf[off+BsendOverhead : off+need : off+need]
 	copy(data, r.buf)
-	ir := r.comm.newSend(data, r.peer, r.tag, Standard, false)
+	ir := r.comm.newSend(data, r.peer, r.tag, Standard)
 	ir.bblock = blk
 	ir.onDone = b.release
 	return ir, nil
 }
 
-func (b *bsendBuffer) release(r *Request) {
+func (b *bsendBuffer) release(r *reqState) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	i := sort.Search(len(b.blocks), func(i int) bool { return b.blocks[i].off >= r.bblock.off })

@@ -14,11 +14,11 @@ func (c *Comm) startNB(call Call, peer, bytes int, run func(x coll) error) (*Req
 		if err != nil {
 			return nil, err
 		}
-		r := &Request{p: c.p, kind: kindColl, comm: c, peer: AnySource, tag: AnyTag}
+		s := &reqState{p: c.p, kind: kindColl, comm: c, peer: AnySource, tag: AnyTag}
 		go func() {
-			r.complete(x.status(run(x)))
+			s.complete(x.status(run(x)))
 		}()
-		return r, nil
+		return &Request{s: s}, nil
 	}
 	if c.hooked() {
 		return c.p.hookReq(&Event{Call: call, Comm: c, Peer: peer, Bytes: bytes}, start)

@@ -55,7 +55,7 @@ type failures struct {
 	dead   []bool       // by world rank
 	cause  []error      // by world rank: the endpoint's *am.PeerError
 	comms  map[uint32]*Comm
-	anyRcv map[*Request]struct{} // AnySource receives posted and not matched
+	anyRcv map[*reqState]struct{} // AnySource receives posted and not matched
 }
 
 // procFailed builds the error of an operation on c involving world rank w.
@@ -160,7 +160,7 @@ func (p *proc) refuseRecvLocked(c *Comm, src, tag int) error {
 
 // notePostedLocked records a receive left posted on c, so that a failure can
 // find its communicator and, for AnySource, the receive. p.mu held.
-func (p *proc) notePostedLocked(r *Request) {
+func (p *proc) notePostedLocked(r *reqState) {
 	c := r.comm
 	if !c.noted {
 		p.noteCommLocked(c)
@@ -175,7 +175,7 @@ func (p *proc) noteCommLocked(c *Comm) {
 	c.noted = true
 	if p.fail.comms == nil {
 		p.fail.comms = map[uint32]*Comm{}
-		p.fail.anyRcv = map[*Request]struct{}{}
+		p.fail.anyRcv = map[*reqState]struct{}{}
 	}
 	if _, ok := p.fail.comms[c.ctx]; ok {
 		return
@@ -195,7 +195,7 @@ func (p *proc) noteCommLocked(c *Comm) {
 }
 
 // matchedLocked forgets a posted receive that left the matching engine. p.mu held.
-func (p *proc) matchedLocked(r *Request) {
+func (p *proc) matchedLocked(r *reqState) {
 	if r.peer == AnySource && p.fail.anyRcv != nil {
 		delete(p.fail.anyRcv, r)
 	}
@@ -295,7 +295,7 @@ func (p *proc) dropSourceLocked(c *Comm, w int, done ...func()) []func() {
 		return done
 	}
 	var msgs []match.Message[*inMsg]
-	var recvs []*Request
+	var recvs []*reqState
 	what := "receive from rank %d, tag %d"
 	if c.ctx&1 == 1 {
 		msgs, recvs = p.eng.DropContext(c.ctx, msgs, recvs)

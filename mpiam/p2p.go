@@ -35,7 +35,7 @@ func (c *Comm) checkRecv(src, tag int) error {
 }
 
 // startSend starts r (kind send, fields set) on its communicator.
-func (p *proc) startSend(r *Request) error {
+func (p *proc) startSend(r *reqState) error {
 	c := r.comm
 	if r.peer == ProcNull {
 		r.complete(Status{Source: ProcNull, Tag: r.tag})
@@ -131,7 +131,7 @@ func (p *proc) sendEager(c *Comm, buf []byte, dest, tag int, mode Mode, pb uint6
 }
 
 // startRecv posts r (kind recv, fields set).
-func (p *proc) startRecv(r *Request) error {
+func (p *proc) startRecv(r *reqState) error {
 	c := r.comm
 	if r.peer == ProcNull {
 		r.complete(Status{Source: ProcNull, Tag: AnyTag})
@@ -157,7 +157,7 @@ func (p *proc) startRecv(r *Request) error {
 
 // completePostedLocked completes receive r with message m, which it matched
 // when posted (or through Mrecv). It unlocks p.mu.
-func (p *proc) completePostedLocked(r *Request, m *inMsg, env match.Envelope) error {
+func (p *proc) completePostedLocked(r *reqState, m *inMsg, env match.Envelope) error {
 	if !m.rndv {
 		p.finishEagerLocked(r, m, env)
 		p.mu.Unlock()
@@ -172,35 +172,28 @@ func (p *proc) completePostedLocked(r *Request, m *inMsg, env match.Envelope) er
 	return nil
 }
 
-func (c *Comm) newSend(buf []byte, dest, tag int, mode Mode, pooled bool) *Request {
-	var r *Request
-	if pooled {
-		r = c.p.reqPool.Get().(*Request)
-		*r = Request{pooled: true}
-	} else {
-		r = new(Request)
-	}
+// newSend takes an operation state from the pool (blocking calls put theirs
+// back once wait returns; handles recycle theirs, see Request.recycle).
+func (c *Comm) newSend(buf []byte, dest, tag int, mode Mode) *reqState {
+	r := c.p.reqPool.Get().(*reqState)
+	*r = reqState{}
 	r.p, r.kind, r.mode, r.comm, r.peer, r.tag, r.buf = c.p, kindSend, mode, c, dest, tag, buf
 	return r
 }
 
-func (c *Comm) newRecv(buf []byte, src, tag int, pooled bool) *Request {
-	var r *Request
-	if pooled {
-		r = c.p.reqPool.Get().(*Request)
-		*r = Request{pooled: true}
-	} else {
-		r = new(Request)
-	}
+// newRecv is newSend for a receive.
+func (c *Comm) newRecv(buf []byte, src, tag int) *reqState {
+	r := c.p.reqPool.Get().(*reqState)
+	*r = reqState{}
 	r.p, r.kind, r.comm, r.peer, r.tag, r.buf = c.p, kindRecv, c, src, tag, buf
 	return r
 }
 
-func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
+func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*reqState, error) {
 	if err := c.checkSend(dest, tag); err != nil {
 		return nil, err
 	}
-	r := c.newSend(buf, dest, tag, mode, false)
+	r := c.newSend(buf, dest, tag, mode)
 	if err := c.p.startSend(r); err != nil {
 		return nil, err
 	}
@@ -217,7 +210,7 @@ func (c *Comm) send(buf []byte, dest, tag int, mode Mode) error {
 		pb, hasPB := p.outgoingPB()
 		return p.sendEager(c, buf, dest, tag, mode, pb, hasPB)
 	}
-	r := c.newSend(buf, dest, tag, mode, true)
+	r := c.newSend(buf, dest, tag, mode)
 	err := c.p.startSend(r)
 	if err == nil {
 		_, err = r.wait()
@@ -226,11 +219,11 @@ func (c *Comm) send(buf []byte, dest, tag int, mode Mode) error {
 	return err
 }
 
-func (c *Comm) irecv(buf []byte, src, tag int) (*Request, error) {
+func (c *Comm) irecv(buf []byte, src, tag int) (*reqState, error) {
 	if err := c.checkRecv(src, tag); err != nil {
 		return nil, err
 	}
-	r := c.newRecv(buf, src, tag, false)
+	r := c.newRecv(buf, src, tag)
 	if err := c.p.startRecv(r); err != nil {
 		return nil, err
 	}
@@ -241,7 +234,7 @@ func (c *Comm) recv(buf []byte, src, tag int) (Status, error) {
 	if err := c.checkRecv(src, tag); err != nil {
 		return Status{}, err
 	}
-	r := c.newRecv(buf, src, tag, true)
+	r := c.newRecv(buf, src, tag)
 	if err := c.p.startRecv(r); err != nil {
 		return Status{}, err
 	}
@@ -263,9 +256,9 @@ func (c *Comm) sendCall(call Call, b []byte, dest, tag int, mode Mode) error {
 func (c *Comm) isendCall(call Call, b []byte, dest, tag int, mode Mode) (*Request, error) {
 	if c.hooked() {
 		return c.p.hookReq(&Event{Call: call, Comm: c, Peer: dest, Tag: tag, Bytes: len(b), Mode: mode},
-			func() (*Request, error) { return c.isend(b, dest, tag, mode) })
+			func() (*Request, error) { return handleOf(c.isend(b, dest, tag, mode)) })
 	}
-	return c.isend(b, dest, tag, mode)
+	return handleOf(c.isend(b, dest, tag, mode))
 }
 
 // Send is a standard-mode blocking send (MPI_Send, MPI-4.1 §3.2.1) of buf to rank
@@ -339,9 +332,9 @@ func Irecv[T Elem](c *Comm, buf []T, src, tag int) (*Request, error) {
 	if c.hooked() {
 		b := bytesOf(buf)
 		return c.p.hookReq(&Event{Call: CallIrecv, Comm: c, Peer: src, Tag: tag, Bytes: len(b)},
-			func() (*Request, error) { return c.irecv(b, src, tag) })
+			func() (*Request, error) { return handleOf(c.irecv(b, src, tag)) })
 	}
-	return c.irecv(bytesOf(buf), src, tag)
+	return handleOf(c.irecv(bytesOf(buf), src, tag))
 }
 
 // sendrecv is Sendrecv without tool hooks.
@@ -392,9 +385,9 @@ func SendInit[T Elem](c *Comm, buf []T, dest, tag int, mode Mode) (*Request, err
 	if mode > Ready {
 		return nil, fmt.Errorf("%w: send mode %d", ErrArg, mode)
 	}
-	r := c.newSend(bytesOf(buf), dest, tag, mode, false)
+	r := c.newSend(bytesOf(buf), dest, tag, mode)
 	r.persistent = true
-	return r, nil
+	return &Request{s: r}, nil
 }
 
 // RecvInit creates an inactive persistent receive request (MPI_Recv_init).
@@ -402,13 +395,13 @@ func RecvInit[T Elem](c *Comm, buf []T, src, tag int) (*Request, error) {
 	if err := c.checkRecv(src, tag); err != nil {
 		return nil, err
 	}
-	r := c.newRecv(bytesOf(buf), src, tag, false)
+	r := c.newRecv(bytesOf(buf), src, tag)
 	r.persistent = true
-	return r, nil
+	return &Request{s: r}, nil
 }
 
 // start is Start without tool hooks.
-func (r *Request) start() error {
+func (r *reqState) start() error {
 	if r == nil || !r.persistent {
 		return fmt.Errorf("%w: Start needs a persistent request", ErrRequest)
 	}
@@ -542,12 +535,12 @@ func (c *Comm) mprobe(src, tag int) (*Message, Status, error) {
 }
 
 // imrecv is Imrecv without tool hooks.
-func imrecv[T Elem](m *Message, buf []T) (*Request, error) {
+func imrecv[T Elem](m *Message, buf []T) (*reqState, error) {
 	if m == nil || (m.msg == nil && !m.null) {
 		return nil, fmt.Errorf("%w: message already received or nil", ErrRequest)
 	}
 	c := m.comm
-	r := c.newRecv(bytesOf(buf), int(m.env.Source), int(m.env.Tag), false)
+	r := c.newRecv(bytesOf(buf), int(m.env.Source), int(m.env.Tag))
 	if m.null {
 		r.complete(Status{Source: ProcNull, Tag: AnyTag})
 		return r, nil
@@ -594,7 +587,7 @@ func (c *Comm) sendPB(buf []byte, dest, tag int, pb uint64, hasPB, exchange bool
 	if dest != ProcNull && (p.eager(c.world(dest), len(buf)) || exchange && len(buf) <= p.eagerNoGet) {
 		return p.sendEager(c, buf, dest, tag, Standard, pb, hasPB)
 	}
-	r := c.newSend(buf, dest, tag, Standard, true)
+	r := c.newSend(buf, dest, tag, Standard)
 	r.pbOut, r.hasPBOut = pb, hasPB
 	err := p.startSend(r)
 	if err == nil {

@@ -26,18 +26,19 @@ func SendrecvReplace[T Elem](c *Comm, buf []T, dest, sendtag, src, recvtag int) 
 // Start starts an inactive persistent request (MPI_Start). Errors: ErrRequest
 // for a request that is not persistent or still active.
 func (r *Request) Start() error {
-	if r == nil || r.p == nil || r.p.tools == nil {
+	s := r.state()
+	if s == nil || s.p == nil || s.p.tools == nil {
 		return r.start()
 	}
-	return r.p.hookErr(&Event{Call: CallStart, Comm: r.comm, Request: r, Peer: r.peer, Tag: r.tag, Bytes: len(r.buf), Mode: r.mode}, r.start)
+	return s.p.hookErr(&Event{Call: CallStart, Comm: s.comm, Request: r, Peer: s.peer, Tag: s.tag, Bytes: len(s.buf), Mode: s.mode}, r.start)
 }
 
 // Startall starts every request (MPI_Startall).
 func Startall(reqs []*Request) error {
 	var p *proc
 	for _, r := range reqs {
-		if r != nil && r.p != nil {
-			p = r.p
+		if s := r.state(); s != nil && s.p != nil {
+			p = s.p
 			break
 		}
 	}
@@ -96,10 +97,10 @@ func (c *Comm) Mprobe(src, tag int) (*Message, Status, error) {
 // (MPI_Imrecv). Errors: ErrRequest for a nil or already received message.
 func Imrecv[T Elem](m *Message, buf []T) (*Request, error) {
 	if m == nil || !m.comm.hooked() {
-		return imrecv(m, buf)
+		return handleOf(imrecv(m, buf))
 	}
 	return m.comm.p.hookReq(&Event{Call: CallImrecv, Comm: m.comm, Peer: int(m.env.Source), Tag: int(m.env.Tag), Bytes: len(bytesOf(buf))},
-		func() (*Request, error) { return imrecv(m, buf) })
+		func() (*Request, error) { return handleOf(imrecv(m, buf)) })
 }
 
 // Mrecv receives a message taken by Mprobe or Improbe into buf (MPI_Mrecv).

@@ -84,7 +84,7 @@ type deferred struct {
 	kind  workKind
 	pb    uint64 // store: the receiver's piggybacked value from the clear-to-send
 	hasPB bool
-	req   *Request // the receive (cts, pull) or the send (store)
+	req   *reqState // the receive (cts, pull) or the send (store)
 	dst   int      // world rank of the peer
 	cts   ctsArgs  // cts: what to send; store: what the receiver asked for
 	pull  pullJob  // pull: what to read
@@ -99,9 +99,9 @@ type proc struct {
 	world      *Comm
 
 	mu       sync.Mutex // guards eng, reqs, nextID, work, nextCtx
-	eng      *match.Engine[*Request, *inMsg]
-	matchBuf []match.Match[*Request, *inMsg]
-	reqs     map[uint64]*Request // rendezvous requests waiting for a peer, by id
+	eng      *match.Engine[*reqState, *inMsg]
+	matchBuf []match.Match[*reqState, *inMsg]
+	reqs     map[uint64]*reqState // rendezvous requests waiting for a peer, by id
 	nextID   uint64
 	work     []deferred
 	hasWork  atomic.Bool
@@ -138,14 +138,14 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 	p := cacheline.New[proc]() // see internal/cacheline: goroutine ranks share one heap
 	*p = proc{
 		ep:      ep,
-		eng:     match.New[*Request, *inMsg](),
-		reqs:    map[uint64]*Request{},
+		eng:     match.New[*reqState, *inMsg](),
+		reqs:    map[uint64]*reqState{},
 		nextID:  1,
 		nextCtx: 2,
 	}
-	p.matchBuf = cacheline.Slice[match.Match[*Request, *inMsg]](16)[:0]
+	p.matchBuf = cacheline.Slice[match.Match[*reqState, *inMsg]](16)[:0]
 	p.msgPool.New = func() any { return cacheline.New[inMsg]() }
-	p.reqPool.New = func() any { return cacheline.New[Request]() }
+	p.reqPool.New = func() any { return cacheline.New[reqState]() }
 	p.unexpLimit = 1 << 20
 	if v := os.Getenv(EnvUnexpectedLimit); v != "" {
 		n, err := strconv.Atoi(v)
@@ -273,7 +273,7 @@ func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 // finishArrivalLocked completes the matches an arrival made in its handler
 // (cur is the arrived message), releases p.mu, and recycles the queued
 // messages those matches consumed.
-func (p *proc) finishArrivalLocked(out []match.Match[*Request, *inMsg], tok *handlers.Token, cur *inMsg) {
+func (p *proc) finishArrivalLocked(out []match.Match[*reqState, *inMsg], tok *handlers.Token, cur *inMsg) {
 	p.matchBuf = out
 	p.completeMatchesLocked(out, tok, cur)
 	rel := p.pendingRelease
@@ -288,7 +288,7 @@ func (p *proc) finishArrivalLocked(out []match.Match[*Request, *inMsg], tok *han
 // matches made, whether m itself was matched and whether it was held for
 // sequence order; ok false (p.mu released, m recycled, the drop logged) when
 // the engine refused it.
-func (p *proc) arriveLocked(env match.Envelope, m *inMsg, what string) (out []match.Match[*Request, *inMsg], mine, held, ok bool) {
+func (p *proc) arriveLocked(env match.Envelope, m *inMsg, what string) (out []match.Match[*reqState, *inMsg], mine, held, ok bool) {
 	before := p.eng.Held()
 	out, err := p.eng.Arrive(env, m, p.matchBuf[:0])
 	if err != nil {
@@ -310,7 +310,7 @@ func (p *proc) arriveLocked(env match.Envelope, m *inMsg, what string) (out []ma
 // data is copied into the receive buffer; a request-to-send is answered with
 // the receive buffer's address, by reply when it is the message being handled,
 // else by a deferred request. p.mu is held.
-func (p *proc) completeMatchesLocked(out []match.Match[*Request, *inMsg], tok *handlers.Token, cur *inMsg) {
+func (p *proc) completeMatchesLocked(out []match.Match[*reqState, *inMsg], tok *handlers.Token, cur *inMsg) {
 	for i := range out {
 		x := &out[i]
 		r, m := x.Recv, x.Msg
@@ -344,13 +344,13 @@ func (p *proc) completeMatchesLocked(out []match.Match[*Request, *inMsg], tok *h
 }
 
 // finishEagerLocked copies an eager message into its receive and completes it.
-func (p *proc) finishEagerLocked(r *Request, m *inMsg, env match.Envelope) {
+func (p *proc) finishEagerLocked(r *reqState, m *inMsg, env match.Envelope) {
 	p.completeEagerLocked(r, m.payload, env, m.pb, m.hasPB, m.notReady)
 }
 
 // completeEagerLocked copies an eager message's payload into receive r and
 // completes it.
-func (p *proc) completeEagerLocked(r *Request, payload []byte, env match.Envelope, pb uint64, hasPB, notReady bool) {
+func (p *proc) completeEagerLocked(r *reqState, payload []byte, env match.Envelope, pb uint64, hasPB, notReady bool) {
 	n := copy(r.buf, payload)
 	st := Status{Source: int(env.Source), Tag: int(env.Tag), Bytes: n, Piggyback: pb, HasPiggyback: hasPB}
 	if len(payload) > len(r.buf) {

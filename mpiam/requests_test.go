@@ -1,6 +1,7 @@
 package mpiam
 
 import (
+	"fmt"
 	"testing"
 )
 
@@ -487,4 +488,98 @@ func TestPersistentRequests_MPI41_3_9(t *testing.T) {
 		_, err = w.BufferDetach()
 		r.NoError(err)
 	})
+}
+
+// A reported request stays null through every copy of its handle even after
+// later operations reuse its state (Request.recycle): waiting, testing or
+// cancelling a stale copy returns at once and touches none of the newer
+// operations, which complete with their own data (MPI-4.1 §3.7.3: a completed
+// request is deallocated and the handle set to MPI_REQUEST_NULL).
+func TestReportedRequestStaysNull_MPI41_3_7_3(t *testing.T) {
+	eachNetwork(t, 2, func(r *rk, w *Comm) {
+		peer := 1 - w.Rank()
+		var stale []*Request
+		for round := range 50 {
+			in := make([]byte, 8)
+			out := []byte(fmt.Sprintf("round%03d", round))
+			rr, err := Irecv(w, in, peer, round)
+			r.NoError(err)
+			sr, err := Isend(w, out, peer, round)
+			r.NoError(err)
+			copyR, copyS := rr, sr
+			if round%2 == 0 {
+				st, err := rr.Wait()
+				r.NoError(err)
+				r.Equal(peer, st.Source)
+				r.Equal(round, st.Tag)
+				r.Equal(8, st.Bytes)
+				r.NoError(sr.Free()) // a completed send, freed rather than waited
+			} else {
+				reqs := []*Request{rr, sr}
+				r.NoError(Waitall(reqs, nil))
+				r.Equal([]*Request{nil, nil}, reqs)
+			}
+			r.Equal(fmt.Sprintf("round%03d", round), string(in))
+			stale = append(stale, copyR, copyS)
+			// Every earlier handle, whose state may now serve this round's
+			// operations, acts as null.
+			for _, h := range stale {
+				st, err := h.Wait()
+				r.NoError(err)
+				r.Equal(emptyStatus, st)
+				ok, st, err := h.Test()
+				r.NoError(err)
+				r.True(ok)
+				r.Equal(emptyStatus, st)
+				r.NoError(h.Cancel())
+				r.Equal(RequestInfo{}, h.Info())
+				r.ErrorIs(h.Start(), ErrRequest)
+			}
+			i, st, err := Waitany(stale)
+			r.NoError(err)
+			r.Equal(Undefined, i)
+			r.Equal(emptyStatus, st)
+		}
+		r.NoError(w.Barrier())
+	})
+}
+
+// With a tool attached, a reported request keeps its state, so that the tool
+// can still describe it (Info) after the completion call.
+func TestReportedRequestInfoWithTool(t *testing.T) {
+	eachNetwork(t, 2, func(r *rk, w *Comm) {
+		var infos []RequestInfo
+		r.NoError(w.AddTool(afterWaitTool(func(req *Request) { infos = append(infos, req.Info()) })))
+		peer := 1 - w.Rank()
+		buf := make([]byte, 8)
+		var req *Request
+		var err error
+		if w.Rank() == 0 {
+			req, err = Isend(w, buf, peer, 3)
+		} else {
+			req, err = Irecv(w, buf, peer, 3)
+		}
+		r.NoError(err)
+		_, err = req.Wait()
+		r.NoError(err)
+		r.Len(infos, 1)
+		r.Equal(w.Rank() == 0, infos[0].Send)
+		r.Equal(peer, infos[0].Peer)
+		r.Equal(3, infos[0].Tag)
+		r.Equal(8, infos[0].Bytes)
+		st, err := req.Wait() // reported: null from now on
+		r.NoError(err)
+		r.Equal(emptyStatus, st)
+	})
+}
+
+// afterWaitTool calls its function with the request of every Wait, after it.
+type afterWaitTool func(*Request)
+
+func (afterWaitTool) Before(*Event) {}
+
+func (f afterWaitTool) After(e *Event) {
+	if e.Call == CallWait {
+		f(e.Request)
+	}
 }

@@ -136,7 +136,7 @@ func (p *proc) onRTS(tok *handlers.Token, a []uint64, _ []byte) {
 // status (truncation, ready-mode errors) and part count, registers the
 // receive buffer when the sender will store into it, and returns what to send
 // and read. p.mu is held.
-func (p *proc) planRndvLocked(r *Request, m *inMsg, env match.Envelope) rndvPlan {
+func (p *proc) planRndvLocked(r *reqState, m *inMsg, env match.Envelope) rndvPlan {
 	n := min(m.size, len(r.buf))
 	r.status = Status{Source: int(env.Source), Tag: int(env.Tag), Bytes: n, Piggyback: m.pb, HasPiggyback: m.hasPB}
 	if m.size > len(r.buf) {
@@ -196,7 +196,7 @@ func (p *proc) planRndvLocked(r *Request, m *inMsg, env match.Envelope) rndvPlan
 // queueRndvLocked queues the deferred part of plan for receive r of a message
 // from world rank src: a clear-to-send still to send, and the pull after it
 // (in one item, so that the sender sees them in that order). p.mu is held.
-func (p *proc) queueRndvLocked(r *Request, src int, plan rndvPlan) {
+func (p *proc) queueRndvLocked(r *reqState, src int, plan rndvPlan) {
 	switch {
 	case plan.pull:
 		d := deferred{kind: workPull, req: r, dst: src, pull: plan.job}
@@ -211,7 +211,7 @@ func (p *proc) queueRndvLocked(r *Request, src int, plan rndvPlan) {
 
 // runRndv does plan's work for receive r of a message from world rank src on
 // the calling goroutine (not a handler): the clear-to-send, then the pull.
-func (p *proc) runRndv(r *Request, src int, plan rndvPlan) {
+func (p *proc) runRndv(r *reqState, src int, plan rndvPlan) {
 	d := deferred{req: r, dst: src, pull: plan.job}
 	if plan.cts {
 		d.cts = plan.args
@@ -297,7 +297,7 @@ func (p *proc) onData(tok *handlers.Token, a []uint64, _ []byte) {
 // the last part: a receive with the status planned at the match, a send with
 // the receiver's piggybacked value. A request already failed (parts 0) is left
 // alone.
-func (p *proc) partDone(r *Request, err error, pb uint64, hasPB bool) {
+func (p *proc) partDone(r *reqState, err error, pb uint64, hasPB bool) {
 	p.mu.Lock()
 	if r.parts <= 0 {
 		p.mu.Unlock()

@@ -307,22 +307,24 @@ type RequestInfo struct {
 
 // Info describes the request (for tools). A nil request has a zero Info.
 func (r *Request) Info() RequestInfo {
-	if r == nil {
+	s := r.state()
+	if s == nil {
 		return RequestInfo{}
 	}
-	return RequestInfo{Send: r.kind == kindSend, Collective: r.kind == kindColl, Mode: r.mode, Comm: r.comm,
-		Peer: r.peer, Tag: r.tag, Bytes: len(r.buf), Persistent: r.persistent}
+	return RequestInfo{Send: s.kind == kindSend, Collective: s.kind == kindColl, Mode: s.mode, Comm: s.comm,
+		Peer: s.peer, Tag: s.tag, Bytes: len(s.buf), Persistent: s.persistent}
 }
 
 // Wait blocks until the request completes (MPI_Wait) and returns its status;
 // the error is the status's Err. It polls while it waits. A null or inactive
 // request returns an empty status at once.
 func (r *Request) Wait() (Status, error) {
-	if r == nil || r.p == nil || r.p.tools == nil {
+	s := r.state()
+	if s == nil || s.p == nil || s.p.tools == nil {
 		return r.wait()
 	}
-	e := Event{Call: CallWait, Comm: r.comm, Request: r, Requests: []*Request{r}}
-	r.p.around(&e, func(e *Event) {
+	e := Event{Call: CallWait, Comm: s.comm, Request: r, Requests: []*Request{r}}
+	s.p.around(&e, func(e *Event) {
 		active := !r.null()
 		e.Status, e.Err = r.wait()
 		if active {
@@ -336,11 +338,12 @@ func (r *Request) Wait() (Status, error) {
 // When it has, it returns its status as Wait would. A null request: true and
 // an empty status.
 func (r *Request) Test() (bool, Status, error) {
-	if r == nil || r.p == nil || r.p.tools == nil {
+	s := r.state()
+	if s == nil || s.p == nil || s.p.tools == nil {
 		return r.test()
 	}
-	e := Event{Call: CallTest, Comm: r.comm, Request: r, Requests: []*Request{r}}
-	r.p.around(&e, func(e *Event) {
+	e := Event{Call: CallTest, Comm: s.comm, Request: r, Requests: []*Request{r}}
+	s.p.around(&e, func(e *Event) {
 		active := !r.null()
 		e.Flag, e.Status, e.Err = r.test()
 		if active && e.Flag {
@@ -357,16 +360,21 @@ func (r *Request) Test() (bool, Status, error) {
 // Send requests cannot be cancelled: Cancel returns ErrCancelSend and the send
 // completes normally, so Wait never hangs on it.
 func (r *Request) Cancel() error {
-	if r == nil || r.p == nil || r.p.tools == nil {
+	s := r.state()
+	if s == nil || s.p == nil || s.p.tools == nil {
 		return r.cancel()
 	}
-	return r.p.hookErr(&Event{Call: CallCancel, Comm: r.comm, Request: r}, r.cancel)
+	return s.p.hookErr(&Event{Call: CallCancel, Comm: s.comm, Request: r}, r.cancel)
 }
 
-// multiEvent starts the event of a multiple completion call.
-func multiEvent(call Call, reqs []*Request) (*proc, Event) {
+// multiEvent starts the event of a multiple completion call; nil when no tool
+// is attached (the call then allocates nothing).
+func multiEvent(call Call, reqs []*Request) (*proc, *Event) {
 	p := activeProc(reqs)
-	return p, Event{Call: call, Requests: append([]*Request(nil), reqs...)}
+	if p == nil || p.tools == nil {
+		return p, nil
+	}
+	return p, &Event{Call: call, Requests: append([]*Request(nil), reqs...)}
 }
 
 // doneSince fills e.Done and e.Statuses with the requests that were active
@@ -394,7 +402,7 @@ func activeFlags(reqs []*Request) []bool {
 // statuses carry the individual errors.
 func Waitall(reqs []*Request, statuses []Status) error {
 	p, e := multiEvent(CallWaitall, reqs)
-	if p == nil || p.tools == nil {
+	if e == nil {
 		return waitall(reqs, statuses)
 	}
 	st := statuses
@@ -402,7 +410,7 @@ func Waitall(reqs []*Request, statuses []Status) error {
 		st = make([]Status, len(reqs))
 	}
 	before := activeFlags(reqs)
-	p.around(&e, func(e *Event) {
+	p.around(e, func(e *Event) {
 		e.Err = waitall(reqs, st)
 		doneSince(e, before, reqs, func(i int) Status { return st[i] })
 	})
@@ -414,7 +422,7 @@ func Waitall(reqs []*Request, statuses []Status) error {
 // If not, nothing is changed.
 func Testall(reqs []*Request, statuses []Status) (bool, error) {
 	p, e := multiEvent(CallTestall, reqs)
-	if p == nil || p.tools == nil {
+	if e == nil {
 		return testall(reqs, statuses)
 	}
 	st := statuses
@@ -422,7 +430,7 @@ func Testall(reqs []*Request, statuses []Status) (bool, error) {
 		st = make([]Status, len(reqs))
 	}
 	before := activeFlags(reqs)
-	p.around(&e, func(e *Event) {
+	p.around(e, func(e *Event) {
 		e.Flag, e.Err = testall(reqs, st)
 		if e.Flag {
 			doneSince(e, before, reqs, func(i int) Status { return st[i] })
@@ -436,11 +444,11 @@ func Testall(reqs []*Request, statuses []Status) (bool, error) {
 // request it returns Undefined and an empty status at once.
 func Waitany(reqs []*Request) (int, Status, error) {
 	p, e := multiEvent(CallWaitany, reqs)
-	if p == nil || p.tools == nil {
+	if e == nil {
 		return waitany(reqs)
 	}
 	var idx int
-	p.around(&e, func(e *Event) {
+	p.around(e, func(e *Event) {
 		idx, e.Status, e.Err = waitany(reqs)
 		if idx != Undefined {
 			e.Done, e.Statuses = []int{idx}, []Status{e.Status}
@@ -454,11 +462,11 @@ func Waitany(reqs []*Request) (int, Status, error) {
 // true and an empty status; with active but none completed, Undefined and false.
 func Testany(reqs []*Request) (int, bool, Status, error) {
 	p, e := multiEvent(CallTestany, reqs)
-	if p == nil || p.tools == nil {
+	if e == nil {
 		return testany(reqs)
 	}
 	var idx int
-	p.around(&e, func(e *Event) {
+	p.around(e, func(e *Event) {
 		idx, e.Flag, e.Status, e.Err = testany(reqs)
 		if idx != Undefined {
 			e.Done, e.Statuses = []int{idx}, []Status{e.Status}
@@ -473,10 +481,10 @@ func Testany(reqs []*Request) (int, bool, Status, error) {
 // once: MPI's outcount of MPI_UNDEFINED.
 func Waitsome(reqs []*Request) (indices []int, statuses []Status, err error) {
 	p, e := multiEvent(CallWaitsome, reqs)
-	if p == nil || p.tools == nil {
+	if e == nil {
 		return waitsome(reqs)
 	}
-	p.around(&e, func(e *Event) {
+	p.around(e, func(e *Event) {
 		indices, statuses, e.Err = waitsome(reqs)
 		e.Done, e.Statuses = indices, statuses
 	})
@@ -489,10 +497,10 @@ func Waitsome(reqs []*Request) (indices []int, statuses []Status, err error) {
 // request it is nil (outcount MPI_UNDEFINED).
 func Testsome(reqs []*Request) (indices []int, statuses []Status, err error) {
 	p, e := multiEvent(CallTestsome, reqs)
-	if p == nil || p.tools == nil {
+	if e == nil {
 		return testsome(reqs)
 	}
-	p.around(&e, func(e *Event) {
+	p.around(e, func(e *Event) {
 		indices, statuses, e.Err = testsome(reqs)
 		e.Done, e.Statuses = indices, statuses
 	})

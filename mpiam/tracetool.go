@@ -155,20 +155,23 @@ func (t *tracer) After(e *Event) {
 
 // started records the start of a persistent request as its nonblocking kind.
 func (t *tracer) started(r *Request, at uint64) {
-	if r == nil || r.peer == ProcNull {
+	s := r.state()
+	if s == nil || s.peer == ProcNull {
 		return
 	}
 	id := t.id(r)
-	if r.kind == kindSend {
-		_ = t.w.Isend(at, u32(r.peer), r.comm.ctx, u32(r.tag), uint64(len(r.buf)), id)
-	} else if r.kind == kindRecv {
+	if s.kind == kindSend {
+		_ = t.w.Isend(at, u32(s.peer), s.comm.ctx, u32(s.tag), uint64(len(s.buf)), id)
+	} else if s.kind == kindRecv {
 		_ = t.w.IrecvRequest(at, id)
 	}
 }
 
-// completed records the completion of a nonblocking request.
+// completed records the completion of a nonblocking request. With a tool
+// attached, reported requests keep their state (Request.recycle).
 func (t *tracer) completed(r *Request, st Status, at uint64) {
-	if r == nil || r.kind == kindColl {
+	s := r.state()
+	if s == nil || s.kind == kindColl {
 		return
 	}
 	id, known := t.ids[r]
@@ -179,10 +182,10 @@ func (t *tracer) completed(r *Request, st Status, at uint64) {
 	switch {
 	case st.Cancelled:
 		_ = t.w.RequestCancelled(at, id)
-	case r.kind == kindSend:
+	case s.kind == kindSend:
 		_ = t.w.IsendComplete(at, id)
 	default:
-		_ = t.w.Irecv(at, u32(st.Source), r.comm.ctx, u32(st.Tag), uint64(st.Bytes), id)
+		_ = t.w.Irecv(at, u32(st.Source), s.comm.ctx, u32(st.Tag), uint64(st.Bytes), id)
 	}
 }
 
