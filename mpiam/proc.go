@@ -85,9 +85,9 @@ type deferred struct {
 	pb    uint64 // store: the receiver's piggybacked value from the clear-to-send
 	hasPB bool
 	req   *reqState // the receive (cts, pull) or the send (store)
-	dst   int      // world rank of the peer
-	cts   ctsArgs  // cts: what to send; store: what the receiver asked for
-	pull  pullJob  // pull: what to read
+	dst   int       // world rank of the peer
+	cts   ctsArgs   // cts: what to send; store: what the receiver asked for
+	pull  pullJob   // pull: what to read
 }
 
 // proc is one rank's MPI state: its endpoint, the matching engine, the request
