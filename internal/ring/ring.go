@@ -360,8 +360,9 @@ const BurstMax = 8
 // handled (a ping-pong's critical path). When *streak is true (records are
 // streaming in) it hands over up to BurstMax, and before handing over each it
 // prefetches the first two lines of the record after it, so that their
-// transfer from the producer's core overlaps the handler (osu bw over shm 1–4
-// KiB +12–18 %; the hardware's stream prefetcher stops at page boundaries).
+// transfer from the producer's core overlaps the handler (osu bw over shm at
+// 1/2/4 KiB +9/+10/+28 %; the hardware's stream prefetcher stops at page
+// boundaries).
 // It sets *streak to whether its last look found a record. When it returns 0,
 // Err tells a corrupt ring from an empty one.
 func (c *Consumer) Take(r Receiver, src int, streak *bool, max int) int {
