@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -533,16 +534,7 @@ func (t *Transport) cma(op string, r int, addr uintptr, local []byte) error {
 		return fmt.Errorf("shm: %s with rank %d (pid %d): CMA refused earlier: %w", op, r, p.pid, unsupported)
 	}
 	for off := 0; off < len(local); {
-		iov := [1]unix.Iovec{{Base: &local[off]}}
-		iov[0].SetLen(len(local) - off)
-		remote := [1]unix.RemoteIovec{{Base: addr + uintptr(off), Len: len(local) - off}}
-		var n int
-		var err error
-		if op == "put" {
-			n, err = unix.ProcessVMWritev(p.pid, iov[:], remote[:], 0)
-		} else {
-			n, err = unix.ProcessVMReadv(p.pid, iov[:], remote[:], 0)
-		}
+		n, err := processVM(op == "put", p.pid, local[off:], addr+uintptr(off))
 		switch {
 		case err == nil && n > 0:
 			off += n
@@ -562,6 +554,39 @@ func (t *Transport) cma(op string, r int, addr uintptr, local []byte) error {
 		}
 	}
 	return nil
+}
+
+// rawCMAMax is the largest Cross Memory Attach transfer, in bytes, made with a
+// raw system call, one that does not tell the Go scheduler that the thread may
+// block: it saves the scheduler's bookkeeping around the call (about 65 ns of a
+// 16 KiB get's 800 ns on the 2-vCPU test machine). A call this size takes a few
+// microseconds; larger ones go through the scheduler so that a long copy (or a
+// page fault in it) does not hold up other goroutines or a garbage collection.
+const rawCMAMax = 64 << 10
+
+// processVM copies local to (write) or from rank memory at remote in process
+// pid with one process_vm_writev or process_vm_readv call and returns the
+// bytes moved. local must not be empty.
+func processVM(write bool, pid int, local []byte, remote uintptr) (int, error) {
+	liov := [1]unix.Iovec{{Base: &local[0]}}
+	liov[0].SetLen(len(local))
+	riov := [1]unix.RemoteIovec{{Base: remote, Len: len(local)}}
+	if len(local) > rawCMAMax {
+		if write {
+			return unix.ProcessVMWritev(pid, liov[:], riov[:], 0)
+		}
+		return unix.ProcessVMReadv(pid, liov[:], riov[:], 0)
+	}
+	trap := uintptr(unix.SYS_PROCESS_VM_READV)
+	if write {
+		trap = unix.SYS_PROCESS_VM_WRITEV
+	}
+	n, _, errno := syscall.RawSyscall6(trap, uintptr(pid), uintptr(unsafe.Pointer(&liov[0])), 1,
+		uintptr(unsafe.Pointer(&riov[0])), 1, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
 }
 
 // Close marks this rank closed in its file (so that peers do not take its exit
