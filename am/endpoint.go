@@ -161,8 +161,9 @@ type Endpoint struct {
 	peers    []peer
 	recvBufs []byte // size × BufferBytes: the per-peer receive buffers
 
-	segMu sync.RWMutex
-	segs  []segment
+	segMu   sync.RWMutex
+	segs    []segment
+	pinners []*runtime.Pinner // unpinned, for reuse: registering allocates nothing in steady state
 
 	pollMu sync.Mutex
 	rx     rxState // guarded by pollMu

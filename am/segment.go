@@ -52,13 +52,23 @@ func (ep *Endpoint) RegisterSegment(buf []byte) (Segment, error) {
 	if i > 0 && ep.segs[i-1].base+uint64(len(ep.segs[i-1].buf)) > base {
 		return Segment{}, fmt.Errorf("%w: [%#x,+%d) overlaps a registered segment", ErrSegment, base, len(buf))
 	}
-	p := new(runtime.Pinner)
+	var p *runtime.Pinner
+	if n := len(ep.pinners); n > 0 {
+		p = ep.pinners[n-1]
+		ep.pinners[n-1] = nil
+		ep.pinners = ep.pinners[:n-1]
+	} else {
+		p = new(runtime.Pinner)
+	}
 	p.Pin(unsafe.SliceData(buf))
 	ep.segs = append(ep.segs, segment{})
 	copy(ep.segs[i+1:], ep.segs[i:])
 	ep.segs[i] = segment{base: base, buf: buf, pin: p, refs: 1}
 	return Segment{Addr: base, Len: len(buf)}, nil
 }
+
+// maxSparePinners bounds the unpinned Pinners an endpoint keeps for reuse.
+const maxSparePinners = 64
 
 // UnregisterSegment removes a segment registered by RegisterSegment. Stores into
 // it that arrive later through the network are dropped; a peer must not
@@ -73,7 +83,11 @@ func (ep *Endpoint) UnregisterSegment(s Segment) error {
 	if ep.segs[i].refs--; ep.segs[i].refs > 0 {
 		return nil
 	}
-	ep.segs[i].pin.Unpin()
+	pin := ep.segs[i].pin
+	pin.Unpin()
+	if len(ep.pinners) < maxSparePinners {
+		ep.pinners = append(ep.pinners, pin)
+	}
 	ep.segs = append(ep.segs[:i], ep.segs[i+1:]...)
 	return nil
 }

@@ -103,7 +103,8 @@ type proc struct {
 	matchBuf []match.Match[*reqState, *inMsg]
 	reqs     map[uint64]*reqState // rendezvous requests waiting for a peer, by id
 	nextID   uint64
-	work     []deferred
+	work     []deferred // queued from workHead on; the array is reused once drained
+	workHead int
 	hasWork  atomic.Bool
 	// pendingRelease: queued eager messages consumed by matches made in a
 	// handler for another message, recycled once p.mu is dropped.

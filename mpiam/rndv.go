@@ -341,16 +341,17 @@ func (p *proc) partDone(r *reqState, err error, pb uint64, hasPB bool) {
 func (p *proc) runDeferred() {
 	for p.hasWork.Load() {
 		p.mu.Lock()
-		if len(p.work) == 0 {
+		if p.workHead == len(p.work) {
 			p.hasWork.Store(false)
 			p.mu.Unlock()
 			return
 		}
-		d := p.work[0]
-		p.work[0] = deferred{}
-		p.work = p.work[1:]
-		if len(p.work) == 0 {
-			p.work = nil
+		d := p.work[p.workHead]
+		p.work[p.workHead] = deferred{}
+		if p.workHead++; p.workHead == len(p.work) {
+			// Drained: the next item reuses the array (no allocation per
+			// rendezvous).
+			p.work, p.workHead = p.work[:0], 0
 			p.hasWork.Store(false)
 		}
 		p.mu.Unlock()
