@@ -276,12 +276,15 @@ func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 // messages those matches consumed.
 func (p *proc) finishArrivalLocked(out []match.Match[*reqState, *inMsg], tok *handlers.Token, cur *inMsg) {
 	p.matchBuf = out
-	p.completeMatchesLocked(out, tok, cur)
+	pull, ok := p.completeMatchesLocked(out, tok, cur)
 	rel := p.pendingRelease
 	p.pendingRelease = nil
 	p.mu.Unlock()
 	for _, x := range rel {
 		p.releaseMsg(x)
+	}
+	if ok {
+		p.pullInHandler(tok, pull)
 	}
 }
 
@@ -310,8 +313,11 @@ func (p *proc) arriveLocked(env match.Envelope, m *inMsg, what string) (out []ma
 // completeMatchesLocked acts on matches made by an arrival in a handler: eager
 // data is copied into the receive buffer; a request-to-send is answered with
 // the receive buffer's address, by reply when it is the message being handled,
-// else by a deferred request. p.mu is held.
-func (p *proc) completeMatchesLocked(out []match.Match[*reqState, *inMsg], tok *handlers.Token, cur *inMsg) {
+// else by a deferred request. A request-to-send being handled whose data the
+// receiver reads whole, at most inlinePullMax bytes, is returned as pull (ok
+// true) for the handler to read once p.mu is released (pullInHandler). p.mu is
+// held.
+func (p *proc) completeMatchesLocked(out []match.Match[*reqState, *inMsg], tok *handlers.Token, cur *inMsg) (pull deferred, ok bool) {
 	for i := range out {
 		x := &out[i]
 		r, m := x.Recv, x.Msg
@@ -329,6 +335,11 @@ func (p *proc) completeMatchesLocked(out []match.Match[*reqState, *inMsg], tok *
 			continue
 		}
 		plan := p.planRndvLocked(r, m, x.Env)
+		if m == cur && plan.pull && !plan.cts && plan.job.n-plan.job.off <= inlinePullMax {
+			pull, ok = deferred{kind: workPull, req: r, dst: m.src, pull: plan.job}, true
+			p.msgPool.Put(m)
+			continue
+		}
 		if plan.cts && m == cur {
 			// Answer the message being handled with a reply: no credit needed.
 			var rerr error
@@ -342,6 +353,7 @@ func (p *proc) completeMatchesLocked(out []match.Match[*reqState, *inMsg], tok *
 		p.queueRndvLocked(r, m.src, plan)
 		p.msgPool.Put(m)
 	}
+	return pull, ok
 }
 
 // finishEagerLocked copies an eager message into its receive and completes it.
