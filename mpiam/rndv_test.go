@@ -131,6 +131,31 @@ func TestRendezvousGetRefused(t *testing.T) {
 	})
 }
 
+// A request-to-send that finds its receive posted is read by its handler
+// (pullInHandler); when the peer refuses that get, the read becomes a store
+// queued for a waiting goroutine, and both sides complete with the data.
+func TestRendezvousGetRefusedInHandler(t *testing.T) {
+	runJob(t, "loop+noget", 2, Config{}, func(r *rk, w *Comm) {
+		n := w.p.eagerLimit + 1
+		r.LessOrEqual(n, inlinePullMax)
+		if w.Rank() == 0 {
+			r.NoError(w.Barrier()) // the receive is posted
+			r.NoError(Send(w, patterned(n, 3), 1, 3))
+			r.NotZero(w.p.ep.Stats().StoresPut)
+			return
+		}
+		buf := make([]byte, n)
+		req, err := Irecv(w, buf, 0, 3)
+		r.NoError(err)
+		r.NoError(w.Barrier())
+		st, err := req.Wait()
+		r.NoError(err)
+		r.Equal(n, st.Bytes)
+		r.NoError(checkPattern(buf, 3))
+		r.Zero(w.p.ep.Stats().Gets)
+	})
+}
+
 // Persistent rendezvous requests run the protocol again on every start.
 func TestRendezvousPersistent(t *testing.T) {
 	eachNetwork(t, 2, func(r *rk, w *Comm) {
