@@ -10,14 +10,34 @@ import (
 // ping-pong of 8 bytes, measured on rank 0 with testing.AllocsPerRun (which
 // counts the whole process: both ranks and their polling).
 func TestEagerPingPongZeroAllocs(t *testing.T) {
+	testPingPongZeroAllocs(t, 8, 200, 2000)
+}
+
+// The rendezvous path allocates nothing in steady state either: a blocking
+// ping-pong of 16 KiB (past every network's eager limit; a single-copy get on
+// loop and shm, a clear-to-send and a store elsewhere). Before the
+// deferred-work queue kept its array, every rendezvous receive allocated it
+// anew.
+func TestRendezvousPingPongZeroAllocs(t *testing.T) {
+	testPingPongZeroAllocs(t, 16<<10, 200, 1000)
+}
+
+// testPingPongZeroAllocs checks, on every network, that a blocking ping-pong
+// of n bytes allocates nothing after warm round trips, over runs round trips
+// (a tenth of each on sim, whose simulated losses make a round trip wait for a
+// retransmission timeout now and then).
+func testPingPongZeroAllocs(t *testing.T, n, warm, runs int) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
 	for _, nw := range networks {
-		warm, runs := pingPongRuns(nw, 200, 2000)
+		warm, runs := warm, runs
+		if nw == "sim" {
+			warm, runs = warm/10, runs/10
+		}
 		t.Run(nw, func(t *testing.T) {
 			runJob(t, nw, 2, Config{}, func(r *rk, w *Comm) {
-				buf := make([]byte, 8)
+				buf := make([]byte, n)
 				pingpong := func() {
 					if err := Send(w, buf, 1, 1); err != nil {
 						panic(err)
@@ -38,60 +58,10 @@ func TestEagerPingPongZeroAllocs(t *testing.T) {
 					pingpong()
 				}
 				allocs := testing.AllocsPerRun(runs, pingpong)
-				r.Zero(allocs, "allocations per 8-byte round trip")
+				r.Zero(allocs, "allocations per %d-byte round trip", n)
 			})
 		})
 	}
-}
-
-// The rendezvous path allocates nothing in steady state either: a blocking
-// ping-pong of 16 KiB (past every network's eager limit; a single-copy get on
-// loop and shm, a clear-to-send and a store elsewhere), measured as
-// TestEagerPingPongZeroAllocs. Before the deferred-work queue kept its array,
-// every rendezvous receive allocated it anew.
-func TestRendezvousPingPongZeroAllocs(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector allocates")
-	}
-	for _, nw := range networks {
-		warm, runs := pingPongRuns(nw, 200, 1000)
-		t.Run(nw, func(t *testing.T) {
-			runJob(t, nw, 2, Config{}, func(r *rk, w *Comm) {
-				buf := make([]byte, 16<<10)
-				pingpong := func() {
-					if err := Send(w, buf, 1, 1); err != nil {
-						panic(err)
-					}
-					if _, err := Recv(w, buf, 1, 2); err != nil {
-						panic(err)
-					}
-				}
-				if w.Rank() == 1 {
-					for range warm + runs + 1 {
-						_, err := Recv(w, buf, 0, 1)
-						r.NoError(err)
-						r.NoError(Send(w, buf, 0, 2))
-					}
-					return
-				}
-				for range warm {
-					pingpong()
-				}
-				allocs := testing.AllocsPerRun(runs, pingpong)
-				r.Zero(allocs, "allocations per 16 KiB round trip")
-			})
-		})
-	}
-}
-
-// pingPongRuns scales an allocation test's warm-up and measured round trips
-// down on sim, whose simulated losses make each round trip wait for a
-// retransmission timeout now and then.
-func pingPongRuns(nw string, warm, runs int) (int, int) {
-	if nw == "sim" {
-		return warm / 10, runs / 10
-	}
-	return warm, runs
 }
 
 // Nonblocking operations allocate only their 8-byte handle: a window of 64
