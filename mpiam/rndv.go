@@ -357,16 +357,7 @@ func (p *proc) pullInHandler(tok *handlers.Token, d deferred) {
 		p.mu.Unlock()
 		return
 	}
-	var nerr error
-	if p.pbTool != nil {
-		nerr = tok.ReplyShortPiggyback(hPulled, p.pbTool.PiggybackValue(), j.sendID)
-	} else {
-		nerr = tok.ReplyShort(hPulled, j.sendID)
-	}
-	if err == nil {
-		err = nerr
-	}
-	p.partDone(r, p.wrapNet(err), 0, false)
+	p.notifyPulled(tok, r, d.dst, j.sendID, err)
 }
 
 // runDeferred does the protocol work handlers queued: clear-to-send requests
@@ -455,17 +446,29 @@ func (p *proc) runWork(d deferred) {
 				return
 			}
 		}
-		// Tell the sender even when the get failed, so that its send
-		// completes; the receive reports the failure.
-		var nerr error
-		if p.pbTool != nil {
-			nerr = p.ep.RequestShortPiggyback(d.dst, hPulled, p.pbTool.PiggybackValue(), j.sendID)
-		} else {
-			nerr = p.ep.RequestShort(d.dst, hPulled, j.sendID)
-		}
-		if err == nil {
-			err = nerr
-		}
-		p.partDone(r, p.wrapNet(err), 0, false)
+		p.notifyPulled(nil, r, d.dst, j.sendID, err)
 	}
+}
+
+// notifyPulled sends world rank dst the pulled notice for its send sendID (by
+// reply when tok, the request-to-send's token, is not nil; else by request)
+// and finishes receive r's get with err, the get's outcome. The notice goes
+// even when the get failed, so that the send completes; the receive reports
+// the failure.
+func (p *proc) notifyPulled(tok *handlers.Token, r *reqState, dst int, sendID uint64, err error) {
+	var nerr error
+	switch {
+	case tok != nil && p.pbTool != nil:
+		nerr = tok.ReplyShortPiggyback(hPulled, p.pbTool.PiggybackValue(), sendID)
+	case tok != nil:
+		nerr = tok.ReplyShort(hPulled, sendID)
+	case p.pbTool != nil:
+		nerr = p.ep.RequestShortPiggyback(dst, hPulled, p.pbTool.PiggybackValue(), sendID)
+	default:
+		nerr = p.ep.RequestShort(dst, hPulled, sendID)
+	}
+	if err == nil {
+		err = nerr
+	}
+	p.partDone(r, p.wrapNet(err), 0, false)
 }
