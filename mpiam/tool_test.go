@@ -108,6 +108,25 @@ func TestToolSeesCallsAndPiggyback(t *testing.T) {
 				r.EqualValues(1000, s.Piggyback)
 			}
 		}
+		// A rendezvous whose receive is posted before the request-to-send
+		// arrives (where the receiver reads, its handler does and replies with
+		// the pulled notice): the notice carries the receiver's value.
+		if me == 1 {
+			rr, err := Irecv(w, big, 0, 6)
+			r.NoError(err)
+			r.NoError(w.Barrier())
+			st, err := rr.Wait()
+			r.NoError(err)
+			r.EqualValues(1000, st.Piggyback)
+		} else {
+			r.NoError(w.Barrier())
+			s, err := Isend(w, big, 1, 6)
+			r.NoError(err)
+			st, err := s.Wait()
+			r.NoError(err)
+			r.True(st.HasPiggyback)
+			r.EqualValues(1001, st.Piggyback, "receiver's value on the rendezvous handshake")
+		}
 		// A collective: every rank learns the largest value among the ranks it
 		// heard from.
 		out := []int{0}
