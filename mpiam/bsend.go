@@ -47,7 +47,7 @@ func (b *bsendBuffer) take(r *reqState) (*reqState, error) {
 	b.blocks[i] = blk
 	data := b.buf[off+BsendOverhead : off+need : off+need]
 	copy(data, r.buf)
-	ir := r.comm.newSend(data, r.peer, r.tag, Standard)
+	ir, _ := r.comm.newSend(data, r.peer, r.tag, Standard, false)
 	ir.bblock = blk
 	ir.onDone = b.release
 	return ir, nil

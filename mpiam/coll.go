@@ -164,8 +164,8 @@ func (x coll) sendrecv(sb []byte, dest int, rb []byte, src int, step int) error 
 	}
 	// A pooled request: it is complete, and referenced by nothing, once
 	// wait returns.
-	rr := cc.newRecv(rb, src, x.tag+step)
-	defer cc.p.reqPool.Put(rr)
+	rr, _ := cc.newRecv(rb, src, x.tag+step, false)
+	defer cc.p.states.put(rr)
 	if err := cc.p.startRecv(rr); err != nil {
 		return err
 	}
@@ -622,7 +622,7 @@ func gathervRoot[T any](x coll, recv []T, counts, displs []int) error {
 		if err != nil {
 			return err
 		}
-		reqs = append(reqs, &Request{s: r})
+		reqs = append(reqs, r)
 	}
 	return waitall(reqs, nil)
 }
@@ -702,7 +702,7 @@ func scattervRoot[T any](x coll, send []T, counts, displs []int) error {
 		if err != nil {
 			return err
 		}
-		reqs = append(reqs, &Request{s: r})
+		reqs = append(reqs, r)
 	}
 	return waitall(reqs, nil)
 }

@@ -172,32 +172,32 @@ func (p *proc) completePostedLocked(r *reqState, m *inMsg, env match.Envelope) e
 	return nil
 }
 
-// newSend takes an operation state from the pool (blocking calls put theirs
-// back once wait returns; handles recycle theirs, see Request.recycle).
-func (c *Comm) newSend(buf []byte, dest, tag int, mode Mode) *reqState {
-	r := c.p.reqPool.Get().(*reqState)
-	*r = reqState{}
+// newSend takes an operation state from the cache, with a handle for it when
+// handle is set (blocking calls put theirs back once wait returns; handles
+// recycle theirs, see Request.recycle).
+func (c *Comm) newSend(buf []byte, dest, tag int, mode Mode, handle bool) (*reqState, *Request) {
+	r, h := c.p.states.get(handle)
 	r.p, r.kind, r.mode, r.comm, r.peer, r.tag, r.buf = c.p, kindSend, mode, c, dest, tag, buf
-	return r
+	return r, h
 }
 
 // newRecv is newSend for a receive.
-func (c *Comm) newRecv(buf []byte, src, tag int) *reqState {
-	r := c.p.reqPool.Get().(*reqState)
-	*r = reqState{}
+func (c *Comm) newRecv(buf []byte, src, tag int, handle bool) (*reqState, *Request) {
+	r, h := c.p.states.get(handle)
 	r.p, r.kind, r.comm, r.peer, r.tag, r.buf = c.p, kindRecv, c, src, tag, buf
-	return r
+	return r, h
 }
 
-func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*reqState, error) {
+// isend starts a nonblocking send and returns its handle.
+func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
 	if err := c.checkSend(dest, tag); err != nil {
 		return nil, err
 	}
-	r := c.newSend(buf, dest, tag, mode)
+	r, h := c.newSend(buf, dest, tag, mode, true)
 	if err := c.p.startSend(r); err != nil {
 		return nil, err
 	}
-	return r, nil
+	return h, nil
 }
 
 func (c *Comm) send(buf []byte, dest, tag int, mode Mode) error {
@@ -210,36 +210,37 @@ func (c *Comm) send(buf []byte, dest, tag int, mode Mode) error {
 		pb, hasPB := p.outgoingPB()
 		return p.sendEager(c, buf, dest, tag, mode, pb, hasPB)
 	}
-	r := c.newSend(buf, dest, tag, mode)
+	r, _ := c.newSend(buf, dest, tag, mode, false)
 	err := c.p.startSend(r)
 	if err == nil {
 		_, err = r.wait()
 	}
-	c.p.reqPool.Put(r)
+	c.p.states.put(r)
 	return err
 }
 
-func (c *Comm) irecv(buf []byte, src, tag int) (*reqState, error) {
+// irecv posts a nonblocking receive and returns its handle.
+func (c *Comm) irecv(buf []byte, src, tag int) (*Request, error) {
 	if err := c.checkRecv(src, tag); err != nil {
 		return nil, err
 	}
-	r := c.newRecv(buf, src, tag)
+	r, h := c.newRecv(buf, src, tag, true)
 	if err := c.p.startRecv(r); err != nil {
 		return nil, err
 	}
-	return r, nil
+	return h, nil
 }
 
 func (c *Comm) recv(buf []byte, src, tag int) (Status, error) {
 	if err := c.checkRecv(src, tag); err != nil {
 		return Status{}, err
 	}
-	r := c.newRecv(buf, src, tag)
+	r, _ := c.newRecv(buf, src, tag, false)
 	if err := c.p.startRecv(r); err != nil {
 		return Status{}, err
 	}
 	st, err := r.wait()
-	c.p.reqPool.Put(r)
+	c.p.states.put(r)
 	return st, err
 }
 
@@ -256,9 +257,9 @@ func (c *Comm) sendCall(call Call, b []byte, dest, tag int, mode Mode) error {
 func (c *Comm) isendCall(call Call, b []byte, dest, tag int, mode Mode) (*Request, error) {
 	if c.hooked() {
 		return c.p.hookReq(&Event{Call: call, Comm: c, Peer: dest, Tag: tag, Bytes: len(b), Mode: mode},
-			func() (*Request, error) { return handleOf(c.isend(b, dest, tag, mode)) })
+			func() (*Request, error) { return c.isend(b, dest, tag, mode) })
 	}
-	return handleOf(c.isend(b, dest, tag, mode))
+	return c.isend(b, dest, tag, mode)
 }
 
 // Send is a standard-mode blocking send (MPI_Send, MPI-4.1 §3.2.1) of buf to rank
@@ -332,9 +333,9 @@ func Irecv[T Elem](c *Comm, buf []T, src, tag int) (*Request, error) {
 	if c.hooked() {
 		b := bytesOf(buf)
 		return c.p.hookReq(&Event{Call: CallIrecv, Comm: c, Peer: src, Tag: tag, Bytes: len(b)},
-			func() (*Request, error) { return handleOf(c.irecv(b, src, tag)) })
+			func() (*Request, error) { return c.irecv(b, src, tag) })
 	}
-	return handleOf(c.irecv(bytesOf(buf), src, tag))
+	return c.irecv(bytesOf(buf), src, tag)
 }
 
 // sendrecv is Sendrecv without tool hooks.
@@ -385,7 +386,7 @@ func SendInit[T Elem](c *Comm, buf []T, dest, tag int, mode Mode) (*Request, err
 	if mode > Ready {
 		return nil, fmt.Errorf("%w: send mode %d", ErrArg, mode)
 	}
-	r := c.newSend(bytesOf(buf), dest, tag, mode)
+	r, _ := c.newSend(bytesOf(buf), dest, tag, mode, false)
 	r.persistent = true
 	return &Request{s: r}, nil
 }
@@ -395,7 +396,7 @@ func RecvInit[T Elem](c *Comm, buf []T, src, tag int) (*Request, error) {
 	if err := c.checkRecv(src, tag); err != nil {
 		return nil, err
 	}
-	r := c.newRecv(bytesOf(buf), src, tag)
+	r, _ := c.newRecv(bytesOf(buf), src, tag, false)
 	r.persistent = true
 	return &Request{s: r}, nil
 }
@@ -535,15 +536,15 @@ func (c *Comm) mprobe(src, tag int) (*Message, Status, error) {
 }
 
 // imrecv is Imrecv without tool hooks.
-func imrecv[T Elem](m *Message, buf []T) (*reqState, error) {
+func imrecv[T Elem](m *Message, buf []T) (*Request, error) {
 	if m == nil || (m.msg == nil && !m.null) {
 		return nil, fmt.Errorf("%w: message already received or nil", ErrRequest)
 	}
 	c := m.comm
-	r := c.newRecv(bytesOf(buf), int(m.env.Source), int(m.env.Tag))
+	r, h := c.newRecv(bytesOf(buf), int(m.env.Source), int(m.env.Tag), true)
 	if m.null {
 		r.complete(Status{Source: ProcNull, Tag: AnyTag})
-		return r, nil
+		return h, nil
 	}
 	msg := m.msg
 	m.msg = nil
@@ -551,7 +552,7 @@ func imrecv[T Elem](m *Message, buf []T) (*reqState, error) {
 	if err := c.p.completePostedLocked(r, msg, m.env); err != nil {
 		return nil, err
 	}
-	return r, nil
+	return h, nil
 }
 
 // mrecv is Mrecv without tool hooks.
@@ -587,12 +588,12 @@ func (c *Comm) sendPB(buf []byte, dest, tag int, pb uint64, hasPB, exchange bool
 	if dest != ProcNull && (p.eager(c.world(dest), len(buf)) || exchange && len(buf) <= p.eagerNoGet) {
 		return p.sendEager(c, buf, dest, tag, Standard, pb, hasPB)
 	}
-	r := c.newSend(buf, dest, tag, Standard)
+	r, _ := c.newSend(buf, dest, tag, Standard, false)
 	r.pbOut, r.hasPBOut = pb, hasPB
 	err := p.startSend(r)
 	if err == nil {
 		_, err = r.wait()
 	}
-	p.reqPool.Put(r)
+	p.states.put(r)
 	return err
 }

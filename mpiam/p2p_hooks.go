@@ -97,10 +97,10 @@ func (c *Comm) Mprobe(src, tag int) (*Message, Status, error) {
 // (MPI_Imrecv). Errors: ErrRequest for a nil or already received message.
 func Imrecv[T Elem](m *Message, buf []T) (*Request, error) {
 	if m == nil || !m.comm.hooked() {
-		return handleOf(imrecv(m, buf))
+		return imrecv(m, buf)
 	}
 	return m.comm.p.hookReq(&Event{Call: CallImrecv, Comm: m.comm, Peer: int(m.env.Source), Tag: int(m.env.Tag), Bytes: len(bytesOf(buf))},
-		func() (*Request, error) { return handleOf(imrecv(m, buf)) })
+		func() (*Request, error) { return imrecv(m, buf) })
 }
 
 // Mrecv receives a message taken by Mprobe or Improbe into buf (MPI_Mrecv).

@@ -122,7 +122,7 @@ type proc struct {
 
 	unexpLimit int            // bytes of unexpected eager data per source copied out (EnvUnexpectedLimit)
 	unexpBytes []atomic.Int64 // by world rank: unexpected eager bytes held in heap copies
-	reqPool    sync.Pool
+	states     reqCache // idle operation states and request handles (reqcache.go)
 
 	bsend bsendBuffer
 
@@ -146,7 +146,6 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 	}
 	p.matchBuf = cacheline.Slice[match.Match[*reqState, *inMsg]](16)[:0]
 	p.msgPool.New = func() any { return cacheline.New[inMsg]() }
-	p.reqPool.New = func() any { return cacheline.New[reqState]() }
 	p.unexpLimit = 1 << 20
 	if v := os.Getenv(EnvUnexpectedLimit); v != "" {
 		n, err := strconv.Atoi(v)

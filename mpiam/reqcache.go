@@ -1,0 +1,116 @@
+package mpiam
+
+import (
+	"sync"
+
+	"github.com/amgo-hpc/amgo/internal/cacheline"
+)
+
+// reqCacheMax is the most idle operation states a rank keeps for reuse (about
+// 256 bytes each): more than osu_bw's window of 64 sends or receives, so a
+// windowed stream allocates none, and a burst of many more returns its surplus
+// to the garbage collector.
+const reqCacheMax = 1024
+
+// handleSlab is how many Request handles are allocated at once: a handle is
+// never reused (stale copies of a *Request must stay null), but 64 of them in
+// one allocation cost one 512-byte allocation instead of 64 small ones.
+const handleSlab = 64
+
+// reqCache recycles a rank's operation states and hands out request handles.
+// Any goroutine may use it (MPI_THREAD_MULTIPLE). States of blocking calls
+// (one at a time per goroutine) go through a sync.Pool, whose per-P private
+// slot costs no atomic operation; states behind handles, many outstanding at
+// once (osu_bw's window of 64), through a mutex-guarded stack that also hands
+// out the handle in the same critical section and takes a Waitall's states back
+// in one (a sync.Pool keeps all but one of them in per-P dequeues at ~20 ns per
+// Get or Put here). docs/performance.md has the figures.
+type reqCache struct {
+	pool sync.Pool // states of blocking calls
+
+	mu      sync.Mutex
+	free    []*reqState // idle states of nonblocking calls
+	handles []Request   // the current slab's unused handles
+}
+
+// get returns a zeroed state and, with handle, a new handle for it (nil
+// without). States for a handle are reused from the stack, others from the
+// pool.
+func (c *reqCache) get(handle bool) (*reqState, *Request) {
+	if !handle {
+		if s, ok := c.pool.Get().(*reqState); ok {
+			return s, nil
+		}
+		return cacheline.New[reqState](), nil // see internal/cacheline: goroutine ranks share one heap
+	}
+	var s *reqState
+	c.mu.Lock()
+	if n := len(c.free); n > 0 {
+		s = c.free[n-1]
+		c.free[n-1] = nil
+		c.free = c.free[:n-1]
+	}
+	if len(c.handles) == 0 {
+		c.handles = make([]Request, handleSlab)
+	}
+	h := &c.handles[0]
+	c.handles = c.handles[1:]
+	c.mu.Unlock()
+	if s == nil {
+		s = cacheline.New[reqState]()
+	}
+	h.s = s
+	return s, h
+}
+
+// put zeroes the state of a blocking call, dropping what it references, and
+// keeps it for reuse. The caller guarantees that nothing references s any
+// more.
+func (c *reqCache) put(s *reqState) {
+	*s = reqState{}
+	c.pool.Put(s)
+}
+
+// stateBatch gathers the states a Waitall reports and puts them back to their
+// rank's cache with one lock acquisition per batch instead of one per request.
+type stateBatch struct {
+	n int
+	s [32]*reqState
+}
+
+// add queues s (nil: nothing); states of another rank flush the batch first.
+func (b *stateBatch) add(s *reqState) {
+	if s == nil {
+		return
+	}
+	if b.n == len(b.s) || b.n > 0 && b.s[0].p != s.p {
+		b.flush()
+	}
+	b.s[b.n] = s
+	b.n++
+}
+
+// flush puts the queued states back.
+func (b *stateBatch) flush() {
+	if b.n == 0 {
+		return
+	}
+	b.s[0].p.states.putAll(b.s[:b.n])
+	clear(b.s[:b.n])
+	b.n = 0
+}
+
+// putAll keeps the states of reported nonblocking calls for reuse (see put).
+func (c *reqCache) putAll(ss []*reqState) {
+	for _, s := range ss {
+		*s = reqState{}
+	}
+	c.mu.Lock()
+	for _, s := range ss {
+		if len(c.free) == reqCacheMax {
+			break
+		}
+		c.free = append(c.free, s)
+	}
+	c.mu.Unlock()
+}
