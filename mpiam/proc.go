@@ -122,7 +122,7 @@ type proc struct {
 
 	unexpLimit int            // bytes of unexpected eager data per source copied out (EnvUnexpectedLimit)
 	unexpBytes []atomic.Int64 // by world rank: unexpected eager bytes held in heap copies
-	states     reqCache // idle operation states and request handles (reqcache.go)
+	states     reqCache       // idle operation states and request handles (reqcache.go)
 
 	bsend bsendBuffer
 
