@@ -142,6 +142,12 @@ func word(b []byte, off uint64) *atomic.Uint64 {
 	return (*atomic.Uint64)(unsafe.Pointer(&b[off]))
 }
 
+// wordPtr is word as a plain pointer, for storeRelease.
+func wordPtr(b []byte, off uint64) *uint64 { return (*uint64)(unsafe.Pointer(&b[off])) }
+
+// tailPtr is the tail word as a plain pointer, for storeRelease.
+func tailPtr(t *atomic.Uint64) *uint64 { return (*uint64)(unsafe.Pointer(t)) }
+
 // lineLen is the cache line size: records start on line boundaries.
 const lineLen = 64
 
@@ -218,9 +224,9 @@ func (p *Producer) Push(hdr, payload []byte) bool {
 	d := p.data[start+8 : start+8+n]
 	copy(d, hdr)
 	copy(d[len(hdr):], payload)
-	word(p.data, start).Store(validBit | n)
+	storeRelease(wordPtr(p.data, start), validBit|n)
 	if pad > 0 {
-		word(p.data, off).Store(validBit | padBit | pad)
+		storeRelease(wordPtr(p.data, off), validBit|padBit|pad)
 	}
 	p.pos = end
 	if p.zeroed-end < p.ahead {
@@ -340,7 +346,7 @@ func (c *Consumer) Advance() {
 	}
 	c.head += c.cur
 	c.cur = 0
-	c.tailp.Store(c.head)
+	storeRelease(tailPtr(c.tailp), c.head)
 }
 
 // Receiver takes the records Take hands over (transport.Receiver satisfies it).
