@@ -17,6 +17,7 @@
 //	c, err := ring.NewConsumer(mem)      // in the receiving process
 //
 //	p.Push(hdr, payload)                 // false: full, try again after the consumer advances
+//	p.Fence()                            // only before checking whether the consumer sleeps
 //
 //	for {
 //		rec, ok := c.Peek()              // rec points into mem: zero copy

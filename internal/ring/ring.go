@@ -171,6 +171,7 @@ type Producer struct {
 	ahead   uint64 // how far past pos Push keeps the area zeroed
 	tailp   *atomic.Uint64
 	err     error
+	fence   atomic.Uint64 // a word of this producer's own for Fence
 	_       [64]byte
 }
 
@@ -237,6 +238,16 @@ func (p *Producer) Push(hdr, payload []byte) bool {
 	}
 	return true
 }
+
+// Fence is a full memory barrier: every store before it, the records Push
+// published included, is visible to other cores before any load after it.
+// Push publishes with a release store only, so that the producer does not
+// wait for the consumer's cache line; a caller that next checks whether the
+// consumer sleeps (publish, check, wake against announce, recheck, sleep) must
+// call Fence between the two, or it can read a stale "awake" while the record
+// is still in its store buffer and the consumer, rechecking, does not see it
+// yet. The barrier is a locked add to a word only this producer touches.
+func (p *Producer) Fence() { p.fence.Add(0) }
 
 // zeroTo zeroes the data area from p.zeroed up to position to, which must not
 // pass p.tail+p.cap (free space only). Plain stores suffice: the consumer

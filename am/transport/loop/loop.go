@@ -135,9 +135,11 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	if d.closed.Load() {
 		return fmt.Errorf("loop: send from rank %d to rank %d, which has closed: %w", t.rank, dst, transport.ErrPeer)
 	}
-	if !t.out[dst].Push(hdr, payload) {
+	out := t.out[dst]
+	if !out.Push(hdr, payload) {
 		return transport.ErrWouldBlock
 	}
+	out.Fence() // the record visible before the sleep check (ring.Producer.Fence)
 	d.bell.ring()
 	return nil
 }

@@ -367,6 +367,7 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	}
 	if p.out.Push(hdr, payload) {
 		p.full = 0
+		p.out.Fence() // the record visible before the sleep check (ring.Producer.Fence)
 		p.bell.Ring()
 		return nil
 	}
