@@ -95,12 +95,19 @@
 // the head of one list. Removing a message unlinks it from all four in O(1).
 // This is where ob1's per-peer unexpected_frags would make an AnySource
 // receive walk every peer, and an exact one walk the peer's list past other
-// tags.
+// tags. The (ctx, AnySource, tag) buckets are kept only once the context has
+// seen its first (AnySource, tag) receive or probe, which links the messages
+// queued until then in one pass over the context's lists: until then a message
+// with a tag new to the context costs one bucket, not two (a collective
+// call's messages, which use a new tag per call, or a program that tags by
+// iteration; BenchmarkSelfUnexpected/tag=fresh 550 -> 440 ns).
 //
 // Each context has a map of peers by source and a map of tag buckets keyed by
 // (src, tag) packed in one 64-bit word, with src AnySource for the second kind
-// of bucket, in front of which the last bucket looked up is cached (a
-// ping-pong or a halo exchange on one tag skips the hashing). An emptied bucket stays in its map on an idle list until 256
+// of bucket, in front of which the last key looked up or made is cached with
+// its bucket, or with none (a ping-pong or a halo exchange on one tag skips
+// the hashing, and so does a new tag between the arrival that finds no
+// receive, its bucket and the receive that takes it). An emptied bucket stays in its map on an idle list until 256
 // newer ones have emptied, then goes back to a pool: tags in steady use cost no
 // map insertion or deletion per message, and programs that use many tags once
 // (an iteration number, say) do not grow the maps. Peers (which hold the

@@ -91,14 +91,21 @@ func checkInvariants[R, M any](e *Engine[R, M]) error {
 				return fmt.Errorf("byRank[%d] of context %d is not its peer", src, id)
 			}
 		}
-		if b := c.lastB; b != nil && (b.ctx != c || c.tags[b.key] != b) {
-			return fmt.Errorf("context %d caches bucket %#x, which is not in its map", id, b.key)
+		if c.lastOK && c.tags[c.lastK] != c.lastB {
+			return fmt.Errorf("context %d caches bucket %p for key %#x, its map has %p", id, c.lastB, c.lastK, c.tags[c.lastK])
 		}
-		anySrcTag := 0
+		if b := c.lastB; b != nil && (b.ctx != c || b.key != c.lastK) {
+			return fmt.Errorf("context %d caches bucket %#x, which is not its", id, b.key)
+		}
+		anySrcTag, anySrcMsgs := 0, 0
 		for k, b := range c.tags {
 			src, tag := int32(k>>32), int32(k)
 			if src == AnySource {
 				anySrcTag += b.recvs.n
+				anySrcMsgs += b.msgs.n
+				if !c.anySrcIndexed {
+					return fmt.Errorf("context %d has bucket (AnySource, %d) before its first (AnySource, tag) receive", id, tag)
+				}
 			}
 			if b.ctx != c || b.key != k {
 				return fmt.Errorf("bucket (%d,%d) of context %d mislabelled", src, tag, id)
@@ -123,6 +130,9 @@ func checkInvariants[R, M any](e *Engine[R, M]) error {
 			}); err != nil {
 				return err
 			}
+		}
+		if c.anySrcIndexed && anySrcMsgs != c.msgs.n+c.internal.n {
+			return fmt.Errorf("context %d: %d messages in (AnySource, tag) buckets, %d matchable", id, anySrcMsgs, c.msgs.n+c.internal.n)
 		}
 		if c.anySrcTag != anySrcTag {
 			return fmt.Errorf("context %d counts %d (AnySource, tag) receives, holds %d", id, c.anySrcTag, anySrcTag)

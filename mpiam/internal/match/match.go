@@ -160,10 +160,22 @@ type context[R, M any] struct {
 	// per-message lookup without hashing.
 	byRank []*peer[R, M]
 	tags   map[uint64]*tagBucket[R, M]
-	// lastB caches the bucket of the last key looked up (nil: none): a
-	// program that receives on one tag from one source again and again
-	// (a ping-pong, a halo exchange) skips the map's hashing.
-	lastB *tagBucket[R, M]
+	// lastK and lastB cache the last key looked up or made and its bucket
+	// (nil: the key has none) while lastOK: a program that receives on one
+	// tag from one source again and again (a ping-pong, a halo exchange)
+	// skips the map's hashing, and so does a message with a new tag (a
+	// collective call's) between the lookup that finds no receive, the
+	// bucket made for it, and the receive that takes it.
+	lastK  uint64
+	lastB  *tagBucket[R, M]
+	lastOK bool
+	// anySrcIndexed: the context keeps (AnySource, tag) buckets for its
+	// unexpected messages. It turns on at the first (AnySource, tag) receive
+	// or probe, which indexes the messages queued until then (one pass over
+	// them); until then an arrival with a new tag makes one bucket, not two
+	// (collective contexts, and programs that never receive from AnySource
+	// by tag, stay so).
+	anySrcIndexed bool
 	// anySrcTag counts the receives queued in (AnySource, tag) buckets: while
 	// none is, an arrival that finds its exact receive needs no second bucket
 	// lookup.
@@ -231,6 +243,9 @@ func (e *Engine[R, M]) Post(s Spec, r R) (m M, env Envelope, h PostedHandle, ok 
 		p := c.peerFor(s.Source)
 		x, l = p.msgs.head, &p.recvs
 	default: // exact, or (AnySource, tag): the bucket key holds AnySource
+		if s.Source == AnySource {
+			e.indexAnySource(c)
+		}
 		k := tagKey(s.Source, s.Tag)
 		b := c.bucket(k)
 		if b != nil {
@@ -355,16 +370,17 @@ func (e *Engine[R, M]) deliver(p *peer[R, M], env Envelope, m M, out []Match[R, 
 	} else {
 		e.wake(exact)
 	}
-	if anySrc == nil {
+	if anySrc == nil && c.anySrcIndexed {
 		anySrc = c.bucket(tagKey(AnySource, env.Tag)) // not looked up above when it holds no receive
-	}
-	if anySrc == nil {
-		anySrc = e.newBucket(c, tagKey(AnySource, env.Tag))
-	} else {
-		e.wake(anySrc)
+		if anySrc == nil {
+			anySrc = e.newBucket(c, tagKey(AnySource, env.Tag))
+		}
 	}
 	exact.msgs.pushBack(byTag, x)
-	anySrc.msgs.pushBack(byAnySourceTag, x)
+	if anySrc != nil {
+		e.wake(anySrc)
+		anySrc.msgs.pushBack(byAnySourceTag, x)
+	}
 	if env.Tag >= 0 {
 		p.msgs.pushBack(bySource, x)
 		c.msgs.pushBack(byContext, x)
@@ -495,11 +511,34 @@ func (e *Engine[R, M]) firstMsg(s Spec) *msgNode[R, M] {
 			return p.msgs.head
 		}
 	default:
+		if s.Source == AnySource {
+			e.indexAnySource(c)
+		}
 		if b := c.bucket(tagKey(s.Source, s.Tag)); b != nil {
 			return b.msgs.head
 		}
 	}
 	return nil
+}
+
+// indexAnySource turns on c's (AnySource, tag) buckets: it links every
+// matchable message of c, in matchable order, into the bucket of its tag.
+// It costs one pass over c's unexpected messages, once per context.
+func (e *Engine[R, M]) indexAnySource(c *context[R, M]) {
+	if c.anySrcIndexed {
+		return
+	}
+	c.anySrcIndexed = true
+	for _, l := range [...]*msgList[R, M]{&c.msgs, &c.internal} {
+		for x := l.head; x != nil; x = x.next[byContext] {
+			k := tagKey(AnySource, x.env.Tag)
+			b := c.bucket(k)
+			if b == nil {
+				b = e.newBucket(c, k)
+			}
+			b.msgs.pushBack(byAnySourceTag, x)
+		}
+	}
 }
 
 // lookupContext returns the context of id ctx, nil if it has none.
@@ -530,13 +569,11 @@ func (e *Engine[R, M]) contextFor(ctx uint32) *context[R, M] {
 
 // bucket returns the tag bucket of key k in c, nil if there is none.
 func (c *context[R, M]) bucket(k uint64) *tagBucket[R, M] {
-	if b := c.lastB; b != nil && b.key == k {
-		return b
+	if c.lastOK && c.lastK == k {
+		return c.lastB
 	}
 	b := c.tags[k]
-	if b != nil {
-		c.lastB = b
-	}
+	c.lastK, c.lastB, c.lastOK = k, b, true
 	return b
 }
 
@@ -587,6 +624,7 @@ func (e *Engine[R, M]) newBucket(c *context[R, M], k uint64) *tagBucket[R, M] {
 	}
 	b.ctx, b.key = c, k
 	c.tags[k] = b
+	c.lastK, c.lastB, c.lastOK = k, b, true
 	return b
 }
 
@@ -636,7 +674,7 @@ func (e *Engine[R, M]) freeBucket(b *tagBucket[R, M]) {
 	e.wake(b)
 	delete(b.ctx.tags, b.key)
 	if b.ctx.lastB == b {
-		b.ctx.lastB = nil
+		b.ctx.lastB = nil // lastK stays: it now has no bucket
 	}
 	b.ctx = nil
 	b.idleNext = e.freeBuckets
@@ -697,7 +735,10 @@ func (e *Engine[R, M]) freeMsg(x *msgNode[R, M]) {
 // frees its node.
 func (e *Engine[R, M]) removeMsg(x *msgNode[R, M]) {
 	for k := range nLinks {
-		l := x.in[k] // a matchable message is on all four
+		l := x.in[k] // a matchable message is on all four, or three before indexAnySource
+		if l == nil {
+			continue
+		}
 		l.remove(k, x)
 		if l.bucket != nil {
 			e.releaseIfEmpty(l.bucket)

@@ -491,3 +491,46 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 	allocs := testing.AllocsPerRun(1000, step)
 	require.Zero(t, allocs)
 }
+
+// An (AnySource, tag) receive posted after messages with that tag queued from
+// several sources, in a context that had no such receive before, takes them
+// in the order they became matchable; Probe sees the same.
+func TestAnySourceTagIndexedLate(t *testing.T) {
+	e := New[int, int]()
+	arrive := func(src int32, tag int32, seq uint32, m int) {
+		out, err := e.Arrive(Envelope{Source: src, Tag: tag, Seq: seq}, m, nil)
+		require.NoError(t, err)
+		require.Empty(t, out)
+	}
+	arrive(2, 7, 0, 1)
+	arrive(1, 5, 0, 2)
+	arrive(1, 7, 1, 3)
+	arrive(0, -3, 0, 4) // internal
+	arrive(0, 7, 1, 5)
+	require.False(t, e.ctxs[0].anySrcIndexed)
+	require.Len(t, e.ctxs[0].tags, 5, "one bucket per (source, tag), none for AnySource yet")
+	require.NoError(t, checkInvariants(e))
+
+	m, env, ok := e.Probe(Spec{Source: AnySource, Tag: 7})
+	require.True(t, ok)
+	require.Equal(t, 1, m)
+	require.Equal(t, int32(2), env.Source)
+	require.True(t, e.ctxs[0].anySrcIndexed)
+	require.NoError(t, checkInvariants(e))
+	for _, want := range []int{1, 3, 5} {
+		m, _, _, ok := e.Post(Spec{Source: AnySource, Tag: 7}, 0)
+		require.True(t, ok)
+		require.Equal(t, want, m)
+		require.NoError(t, checkInvariants(e))
+	}
+	m, _, _, ok = e.Post(Spec{Source: AnySource, Tag: -3}, 0)
+	require.True(t, ok)
+	require.Equal(t, 4, m)
+	// From now on arrivals are indexed as they come.
+	arrive(1, 9, 2, 6)
+	m, _, _, ok = e.Post(Spec{Source: AnySource, Tag: 9}, 0)
+	require.True(t, ok)
+	require.Equal(t, 6, m)
+	require.NoError(t, checkInvariants(e))
+	require.Equal(t, 1, e.Stats().Unexpected)
+}
