@@ -128,7 +128,8 @@
 //
 // Post, Arrive (per message made matchable), Cancel, Probe and Take are O(1) in
 // the number of queued receives and messages: at most four map lookups and four
-// list heads. Holding an out-of-sequence arrival is O(number of messages held
+// list heads; the exception is a context's first (AnySource, tag) receive or
+// probe, which is O(messages queued in that context) once. Holding an out-of-sequence arrival is O(number of messages held
 // from that peer after it). DropContext and DropSource are O(items removed + tag
 // buckets in the engine).
 package match
