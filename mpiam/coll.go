@@ -98,7 +98,7 @@ func (x coll) status(err error) Status {
 // then runs f, under the tools' hooks when tools are attached (the status they
 // see carries the largest piggybacked value the rank received in the call).
 func (c *Comm) runColl(call Call, peer, bytes int, f func(x coll) error) error {
-	x, err := c.startColl(call)
+	x, err := c.startColl(call, false)
 	if err != nil || !c.hooked() {
 		if err != nil {
 			return err
@@ -114,12 +114,16 @@ func (c *Comm) runColl(call Call, peer, bytes int, f func(x coll) error) error {
 }
 
 // startColl takes the next place in c's order of collective calls for a
-// call of kind call.
-func (c *Comm) startColl(call Call) (coll, error) {
+// call of kind call; nb marks a nonblocking call, which gets a tag base of
+// its own (collTag), where a blocking one uses blockingCollTag.
+func (c *Comm) startColl(call Call, nb bool) (coll, error) {
 	if err := c.valid(); err != nil {
 		return coll{}, err
 	}
-	x := coll{c: c, cc: c.collective(), tag: c.collTag()}
+	x := coll{c: c, cc: c.collective(), tag: blockingCollTag}
+	if nb {
+		x.tag = c.collTag()
+	}
 	if call == CallBarrier || call == CallIbarrier {
 		x.epoch = c.barriers.Add(1) - 1
 	}

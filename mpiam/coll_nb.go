@@ -10,7 +10,7 @@ package mpiam
 
 func (c *Comm) startNB(call Call, peer, bytes int, run func(x coll) error) (*Request, error) {
 	start := func() (*Request, error) {
-		x, err := c.startColl(call)
+		x, err := c.startColl(call, true)
 		if err != nil {
 			return nil, err
 		}

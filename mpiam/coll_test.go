@@ -5,6 +5,7 @@ import (
 	"math"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -630,4 +631,81 @@ func TestIbarrierOverlap(t *testing.T) {
 
 func isErr(err, target error) bool {
 	return err != nil && ErrorClass(err) == ErrorClass(target)
+}
+
+// Blocking collectives share one tag base (blockingCollTag): a rank that runs
+// several calls ahead queues messages of different calls under the same tags,
+// and the non-overtaking order must pair each with its own call. Ranks other
+// than 0 start late, so that the roots' messages wait as unexpected; a
+// nonblocking broadcast (a tag of its own) is in flight across the blocking
+// calls.
+func TestBlockingCollectivesRunAhead(t *testing.T) {
+	for _, n := range []int{2, 3, 5} {
+		runColl(t, n, func(w *Comm) error {
+			me := w.Rank()
+			nb := make([]int, 3000)
+			if me == 0 {
+				for i := range nb {
+					nb[i] = 7 * i
+				}
+			}
+			rq, err := Ibcast(w, nb, 0)
+			if err != nil {
+				return err
+			}
+			if me != 0 {
+				time.Sleep(20 * time.Millisecond)
+			}
+			for call := range 60 {
+				size := 1 + call%5
+				if call%10 == 9 {
+					size = 40000 // rendezvous between eager calls
+				}
+				b := make([]int, size)
+				if me == 0 {
+					for i := range b {
+						b[i] = call*100000 + i
+					}
+				}
+				if err := Bcast(w, b, 0); err != nil {
+					return err
+				}
+				for i := range b {
+					if b[i] != call*100000+i {
+						return fmt.Errorf("call %d: rank %d has %d at %d", call, me, b[i], i)
+					}
+				}
+				sum := []int{0}
+				if err := Reduce(w, []int{me + call}, sum, Sum[int](), n-1); err != nil {
+					return err
+				}
+				if want := n*(n-1)/2 + n*call; me == n-1 && sum[0] != want {
+					return fmt.Errorf("call %d: reduce %d, want %d", call, sum[0], want)
+				}
+				part := []int{-1}
+				var all []int
+				if me == 0 {
+					all = make([]int, n)
+					for i := range all {
+						all[i] = call + i
+					}
+				}
+				if err := Scatter(w, all, part, 0); err != nil {
+					return err
+				}
+				if part[0] != call+me {
+					return fmt.Errorf("call %d: scatter gave rank %d %d", call, me, part[0])
+				}
+			}
+			if _, err := rq.Wait(); err != nil {
+				return err
+			}
+			for i := range nb {
+				if nb[i] != 7*i {
+					return fmt.Errorf("ibcast: rank %d has %d at %d", me, nb[i], i)
+				}
+			}
+			return nil
+		})
+	}
 }

@@ -84,15 +84,28 @@ func (p *proc) newComm(ctx uint32, rank, size int, ranks []int) *Comm {
 	return c
 }
 
-// collTag returns the tag base of the next collective call on c: every rank
-// calls collectives on c in the same order (MPI-4.1 §6.12), so the k-th call
-// has the same base everywhere, and calls in flight at once (nonblocking
-// collectives) never match each other's messages. The low 8 bits number the
-// steps of one call.
+// collTag returns the tag base of the next nonblocking collective call on c
+// (or of an internal agreement such as Dup's): every rank calls collectives on
+// c in the same order (MPI-4.1 §6.12), so the k-th such call has the same base
+// everywhere, and calls in flight at once never match each other's messages.
+// The low 8 bits number the steps of one call. Bases run from 1<<8 and wrap
+// after 2^21-1 calls; base 0 is blockingCollTag's.
 func (c *Comm) collTag() int {
 	k := c.collSeq.Add(1)
-	return int(k%(1<<21)) << 8
+	return int((k-1)%(1<<21-1)+1) << 8
 }
+
+// blockingCollTag is the tag base of every blocking collective call, as MPICH
+// has one tag per collective: a rank is in one blocking collective on c at a
+// time (MPI-4.1 §6.12 makes concurrent calls on one communicator erroneous),
+// the algorithms receive by source, never from AnySource, and they send and
+// receive the same messages between each pair of ranks in the same order
+// given the same arguments, so the non-overtaking rule (§3.5) pairs the k-th
+// call's messages with the k-th call's receives even when a rank runs calls
+// ahead (a Bcast root). Reusing one tag keeps the matching engine's bucket for
+// (source, tag) in use instead of making and dropping one per call
+// (osu bcast 1 B over shm: see docs/performance.md).
+const blockingCollTag = 0
 
 // Steps of collective calls, added to collTag's base.
 const (

@@ -48,7 +48,7 @@ func (c *Comm) split(color, key int) (*Comm, error) {
 	if color < 0 && color != Undefined {
 		return nil, fmt.Errorf("%w: color %d (non-negative or Undefined)", ErrArg, color)
 	}
-	x, err := c.startColl(CallCommSplit)
+	x, err := c.startColl(CallCommSplit, false)
 	if err != nil {
 		return nil, err
 	}
