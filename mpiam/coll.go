@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"unsafe"
 )
 
 // Collective operations (MPI-4.1 Chapter 6) over point-to-point messages on
@@ -326,7 +327,8 @@ func reduce[T any](x coll, send, recv []T, op Op[T], root int) error {
 func reduceBinomial[T any](x coll, send, recv []T, op Op[T], root, step int) error {
 	p, me := x.c.size, x.c.rank
 	n := len(send)
-	acc := make([]T, n)
+	acc, ha := tempBuf[T](x, n)
+	defer x.putTemp(ha)
 	copy(acc, send)
 	if p == 1 {
 		copy(recv, acc)
@@ -337,7 +339,8 @@ func reduceBinomial[T any](x coll, send, recv []T, op Op[T], root, step int) err
 		base = 0
 	}
 	vr := (me - base + p) % p
-	tmp := make([]T, n)
+	tmp, ht := tempBuf[T](x, n)
+	defer x.putTemp(ht)
 	for mask := 1; mask < p; mask <<= 1 {
 		if vr&mask != 0 {
 			if err := x.send(raw(acc), (vr-mask+base)%p, step); err != nil {
@@ -431,7 +434,8 @@ func foldIn[T any](x coll, buf []T, op Op[T], step int) (newRank, pof2, rem int,
 		if me%2 == 0 {
 			return -1, pof2, rem, x.send(raw(buf), me+1, step)
 		}
-		tmp := make([]T, len(buf))
+		tmp, h := tempBuf[T](x, len(buf))
+		defer x.putTemp(h)
 		if err := x.recv(raw(tmp), me-1, step); err != nil {
 			return 0, 0, 0, err
 		}
@@ -468,7 +472,8 @@ func allreduceRecursiveDoubling[T any](x coll, buf []T, op Op[T]) error {
 		return err
 	}
 	if nr >= 0 {
-		tmp := make([]T, len(buf))
+		tmp, h := tempBuf[T](x, len(buf))
+		defer x.putTemp(h)
 		for mask := 1; mask < pof2; mask <<= 1 {
 			partner := realRank(nr^mask, rem)
 			if err := x.sendrecv(raw(buf), partner, raw(tmp), partner, 1); err != nil {
@@ -483,6 +488,26 @@ func allreduceRecursiveDoubling[T any](x coll, buf []T, op Op[T]) error {
 		}
 	}
 	return foldOut(x, buf, nr, rem, 2)
+}
+
+// tempBuf returns a scratch slice of n elements, contents undefined, from
+// the process's pool of unexpected-message buffers (T holds no pointers, see
+// plain), and the handle that putTemp gives back; a collective's temporaries
+// then cost no allocation per call.
+func tempBuf[T any](x coll, n int) ([]T, *[]byte) {
+	var z T
+	if n == 0 || unsafe.Sizeof(z) == 0 {
+		return make([]T, n), nil
+	}
+	h := x.c.p.payloads.get(n * int(unsafe.Sizeof(z)))
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(*h))), n), h
+}
+
+// putTemp returns a tempBuf buffer to the pool; h may be nil.
+func (x coll) putTemp(h *[]byte) {
+	if h != nil {
+		x.c.p.payloads.put(h)
+	}
 }
 
 // blockSpan splits n elements into k nearly equal blocks and returns block i.
@@ -505,7 +530,8 @@ func allreduceRabenseifnerAlg[T any](x coll, buf []T, op Op[T]) error {
 	}
 	if nr >= 0 {
 		n := len(buf)
-		tmp := make([]T, n)
+		tmp, h := tempBuf[T](x, n)
+		defer x.putTemp(h)
 		// Block i of pof2 blocks ends up reduced at new rank i.
 		lo, hi := 0, pof2 // the range of blocks this rank is responsible for
 		for mask := pof2 >> 1; mask > 0; mask >>= 1 {
@@ -562,7 +588,8 @@ func allreduceRingAlg[T any](x coll, buf []T, op Op[T]) error {
 	n := len(buf)
 	left, right := (me-1+p)%p, (me+1)%p
 	_, maxHi := blockSpan(n, p, 0)
-	tmp := make([]T, maxHi)
+	tmp, h := tempBuf[T](x, maxHi)
+	defer x.putTemp(h)
 	for i := 0; i < p-1; i++ {
 		sl, sh := blockSpan(n, p, (me-i+p)%p)
 		rl, rh := blockSpan(n, p, (me-i-1+p)%p)

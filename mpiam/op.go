@@ -173,6 +173,12 @@ var plainTypes sync.Map // reflect.Type -> error (nil: plain)
 // plain checks that T's memory can travel as bytes: no pointers, maps,
 // slices, strings, interfaces, channels or funcs anywhere in it.
 func plain[T any]() error {
+	var zero T
+	switch any(zero).(type) { // the common element types, without reflection or the cache
+	case bool, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64,
+		float32, float64, complex64, complex128:
+		return nil
+	}
 	t := reflect.TypeFor[T]()
 	if v, ok := plainTypes.Load(t); ok {
 		if v == nil {
