@@ -106,7 +106,16 @@ func TestNonblockingWindowAllocs(t *testing.T) {
 				runtime.ReadMemStats(&after)
 				r.LessOrEqual(allocs, float64(2*window/handleSlab), "allocations per window of %d messages", window)
 				bytes := float64(after.TotalAlloc-before.TotalAlloc) / float64((rounds+1)*window)
-				r.LessOrEqual(bytes, 20.0, "bytes allocated per message (16 of them handles)")
+				// The fault-injecting sim network copies every packet into
+				// a 2 KiB buffer of its own, and its pool grows whenever a
+				// burst of reordered and duplicated packets sets a new high
+				// (20.1–26.3 B per message in 7 of 80 runs): its bound
+				// leaves room for a few such buffers per measurement.
+				limit := 20.0
+				if nw == "sim" {
+					limit = 40
+				}
+				r.LessOrEqual(bytes, limit, "bytes allocated per message (16 of them handles)")
 			})
 		})
 	}

@@ -160,6 +160,10 @@ func (p *proc) startRecv(r *reqState) error {
 func (p *proc) completePostedLocked(r *reqState, m *inMsg, env match.Envelope) error {
 	if !m.rndv {
 		p.finishEagerLocked(r, m, env)
+		if p.releaseMsgLocked(m) {
+			p.mu.Unlock()
+			return nil
+		}
 		p.mu.Unlock()
 		p.releaseMsg(m)
 		return nil

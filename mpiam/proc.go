@@ -74,7 +74,21 @@ type inMsg struct {
 	retained handlers.Retained
 	pb       uint64 // tool value piggybacked by the sender (hasPB)
 	hasPB    bool
+	// inl: payload is a copy in inline (counted in unexpBytes like a heap
+	// copy); an unexpected message of up to inlinePayload bytes needs no
+	// pooled buffer.
+	inl    bool
+	inline [inlinePayload]byte
 }
+
+// inlinePayload is the largest unexpected eager payload copied into its
+// message record itself rather than into a pooled buffer, in bytes: small
+// messages that run ahead of their receives (a Bcast root's, a flood of
+// short sends) then cost no buffer pool round trip.
+const inlinePayload = 128
+
+// maxFreeMsgs bounds proc.freeMsgs.
+const maxFreeMsgs = 256
 
 // deferred is work that handlers must not do themselves (the seed: "the handler
 // for the receive buffer address message is not allowed to do the actual data
@@ -114,10 +128,12 @@ type proc struct {
 	rndvSplit      int                       // EnvRndvSplit: smallest rendezvous split between store and get (0: never)
 
 	msgPool sync.Pool
-	// spareMsg is a recycled inMsg kept for the next eager arrival, used
-	// only by handlers (which run one at a time, under the endpoint's poll
-	// lock): a message matched in its own handler skips the pool.
-	spareMsg *inMsg
+	// freeMsgs holds recycled message records for the next eager arrivals
+	// (at most maxFreeMsgs), guarded by mu: a message matched in its own
+	// handler, or by a receive that found it queued with its payload inline,
+	// goes back here under the lock that the arrival takes anyway, skipping
+	// the pool.
+	freeMsgs []*inMsg
 	payloads payloadPool
 
 	unexpLimit int            // bytes of unexpected eager data per source copied out (EnvUnexpectedLimit)
@@ -223,9 +239,10 @@ func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 		p.mu.Unlock()
 		return
 	}
-	m := p.spareMsg
-	if m != nil {
-		p.spareMsg = nil
+	var m *inMsg
+	if n := len(p.freeMsgs); n > 0 {
+		m = p.freeMsgs[n-1]
+		p.freeMsgs = p.freeMsgs[:n-1]
 		*m = inMsg{}
 	} else {
 		m = p.newMsg()
@@ -258,8 +275,12 @@ func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 			}
 		}
 		if !m.kept {
-			m.heap = p.payloads.get(len(payload))
-			m.payload = (*m.heap)[:len(payload)]
+			if len(payload) <= len(m.inline) {
+				m.payload, m.inl = m.inline[:len(payload)], true
+			} else {
+				m.heap = p.payloads.get(len(payload))
+				m.payload = (*m.heap)[:len(payload)]
+			}
 			copy(m.payload, payload)
 			used.Add(int64(len(payload)))
 		}
@@ -324,12 +345,11 @@ func (p *proc) completeMatchesLocked(out []match.Match[*reqState, *inMsg], tok *
 		p.matchedLocked(r)
 		if !m.rndv {
 			p.finishEagerLocked(r, m, x.Env)
-			if m != cur {
+			switch {
+			case m == cur:
+				p.putMsgLocked(m)
+			case !p.releaseMsgLocked(m):
 				p.pendingRelease = append(p.pendingRelease, m)
-			} else if p.spareMsg == nil {
-				p.spareMsg = m // handlers only: see spareMsg
-			} else {
-				p.msgPool.Put(m)
 			}
 			continue
 		}
@@ -383,12 +403,40 @@ func (p *proc) releaseMsg(m *inMsg) {
 		p.unexpBytes[m.src].Add(-int64(m.size))
 		p.payloads.put(m.heap)
 		m.heap = nil
+	} else if m.inl {
+		p.unexpBytes[m.src].Add(-int64(m.size))
+		m.inl = false
 	}
 	if m.kept {
 		if err := p.ep.Release(m.retained); err != nil && !errors.Is(err, am.ErrPeerDead) {
 			p.dropped(err)
 		}
 		m.kept = false
+	}
+	p.msgPool.Put(m)
+}
+
+// releaseMsgLocked is releaseMsg under p.mu: a message whose payload is
+// inline (or was never copied) goes back to p.freeMsgs; others are released
+// by releaseMsg, which may call into the endpoint, once p.mu is dropped
+// (ok false).
+func (p *proc) releaseMsgLocked(m *inMsg) (ok bool) {
+	if m.heap != nil || m.kept {
+		return false
+	}
+	if m.inl {
+		p.unexpBytes[m.src].Add(-int64(m.size))
+		m.inl = false
+	}
+	p.putMsgLocked(m)
+	return true
+}
+
+// putMsgLocked recycles a released message record. p.mu held.
+func (p *proc) putMsgLocked(m *inMsg) {
+	if len(p.freeMsgs) < maxFreeMsgs {
+		p.freeMsgs = append(p.freeMsgs, m)
+		return
 	}
 	p.msgPool.Put(m)
 }
