@@ -550,12 +550,11 @@ func allreduceRabenseifnerAlg[T any](x coll, buf []T, op Op[T]) error {
 			if err := x.sendrecv(raw(buf[sl:sh]), realRank(partner, rem), raw(tmp[kl:kh]), realRank(partner, rem), 1); err != nil {
 				return err
 			}
-			if partner < nr {
-				op.Fn(tmp[kl:kh], buf[kl:kh])
-			} else {
-				op.Fn(buf[kl:kh], tmp[kl:kh])
-				copy(buf[kl:kh], tmp[kl:kh])
-			}
+			// The operation is commutative (allreduce sends the others to
+			// reduceBinomial), so the partner's half goes first whichever
+			// rank it is, with no copy back: each block is reduced on one
+			// rank only, so every rank still gets the same bits.
+			op.Fn(tmp[kl:kh], buf[kl:kh])
 			lo, hi = keepLo, keepHi
 		}
 		// Allgather by recursive doubling: the owned range doubles each step.
