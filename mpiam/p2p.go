@@ -160,12 +160,11 @@ func (p *proc) startRecv(r *reqState) error {
 func (p *proc) completePostedLocked(r *reqState, m *inMsg, env match.Envelope) error {
 	if !m.rndv {
 		p.finishEagerLocked(r, m, env)
-		if p.releaseMsgLocked(m) {
-			p.mu.Unlock()
-			return nil
-		}
+		released := p.releaseMsgLocked(m)
 		p.mu.Unlock()
-		p.releaseMsg(m)
+		if !released {
+			p.releaseMsg(m)
+		}
 		return nil
 	}
 	plan := p.planRndvLocked(r, m, env)
