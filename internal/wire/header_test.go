@@ -139,3 +139,32 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestEncodeLayout pins the byte layout of docs/wire.md: a round trip alone
+// would not notice Encode and Decode changing the format together.
+func TestEncodeLayout(t *testing.T) {
+	h := Header{Kind: KindRequestStore, Handler: 0xab, NArgs: 2, Flags: FlagSeq | FlagPiggyback | FlagLast,
+		Src: 0x01020304, Len: 3, Seq: 0x11121314, Ack: 0x21222324, Off: 0x31323334, Reserve: 0x41424344,
+		Addr: 0x5152535455565758, Frag: 0x61626364, Total: 0x71727374, Piggyback: 0x8182838485868788}
+	var b [MaxHeaderLen]byte
+	n := Encode(b[:], &h, []uint64{0x9192939495969798, 0xa1a2a3a4a5a6a7a8})
+	want := []byte{
+		Version, byte(KindRequestStore), 0xab, 2, byte(FlagSeq | FlagPiggyback | FlagLast), 0, 0, 0, // core: version, kind, handler, nargs, flags, reserved
+		0x04, 0x03, 0x02, 0x01, 3, 0, 0, 0, // src, len
+		0x34, 0x33, 0x32, 0x31, 0x44, 0x43, 0x42, 0x41, // off, reserve
+		0x14, 0x13, 0x12, 0x11, 0x24, 0x23, 0x22, 0x21, // sequence extension: seq, ack
+		0x58, 0x57, 0x56, 0x55, 0x54, 0x53, 0x52, 0x51, 0x64, 0x63, 0x62, 0x61, 0x74, 0x73, 0x72, 0x71, // store: addr, frag, total
+		0x88, 0x87, 0x86, 0x85, 0x84, 0x83, 0x82, 0x81, // piggyback
+		0x98, 0x97, 0x96, 0x95, 0x94, 0x93, 0x92, 0x91, 0xa8, 0xa7, 0xa6, 0xa5, 0xa4, 0xa3, 0xa2, 0xa1, // arguments
+	}
+	require.Equal(t, want, b[:n])
+	require.Equal(t, h.EncodedLen(), n)
+
+	var got Header
+	var args [MaxArgs]uint64
+	payload, err := Decode(append(b[:n:n], 1, 2, 3), &got, &args)
+	require.NoError(t, err)
+	require.Equal(t, h, got)
+	require.Equal(t, []uint64{0x9192939495969798, 0xa1a2a3a4a5a6a7a8}, args[:2])
+	require.Equal(t, []byte{1, 2, 3}, payload)
+}
