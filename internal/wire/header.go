@@ -203,58 +203,68 @@ func Decode(pkt []byte, h *Header, args *[MaxArgs]uint64) (payload []byte, err e
 	if len(pkt) < HeaderLen {
 		return nil, fmt.Errorf("%w: %d bytes, need %d", ErrShort, len(pkt), HeaderLen)
 	}
-	if pkt[0] != Version {
+	w0 := binary.LittleEndian.Uint64(pkt)
+	k, nargs, flags := Kind(w0>>8), uint8(w0>>24), uint16(w0>>32)
+	if uint8(w0) != Version {
 		return nil, fmt.Errorf("%w: %d (want %d)", ErrVersion, pkt[0], Version)
 	}
-	k := Kind(pkt[1])
 	if k == KindInvalid || k >= kindEnd {
 		return nil, fmt.Errorf("%w: %d", ErrKind, pkt[1])
 	}
-	nargs := pkt[3]
 	if nargs > MaxArgs {
 		return nil, fmt.Errorf("%w: %d (max %d)", ErrArgs, nargs, MaxArgs)
 	}
-	flags := binary.LittleEndian.Uint16(pkt[4:])
 	if flags&^flagAll != 0 {
 		return nil, fmt.Errorf("%w: %#x", ErrFlags, flags)
 	}
-	if pkt[6] != 0 || pkt[7] != 0 {
+	if w0>>48 != 0 {
 		return nil, fmt.Errorf("%w: reserved bytes 6-7 are %#x %#x, must be zero", ErrFlags, pkt[6], pkt[7])
 	}
-	n := HeaderLen + extLen(k, flags) + 8*int(nargs)
+	at := HeaderLen
+	if flags&(FlagSeq|FlagPiggyback) != 0 || k.HasStoreExt() {
+		at += extLen(k, flags)
+	}
+	n := at + 8*int(nargs)
 	if len(pkt) < n {
 		return nil, fmt.Errorf("%w: %d bytes, a %s header with flags %#x and %d arguments needs %d", ErrShort, len(pkt), k, flags, nargs, n)
 	}
-	*h = Header{Kind: k, Handler: pkt[2], NArgs: nargs, Flags: flags,
-		Src:     binary.LittleEndian.Uint32(pkt[8:]),
-		Len:     binary.LittleEndian.Uint32(pkt[12:]),
-		Off:     binary.LittleEndian.Uint32(pkt[16:]),
-		Reserve: binary.LittleEndian.Uint32(pkt[20:]),
+	w1, w2 := binary.LittleEndian.Uint64(pkt[8:]), binary.LittleEndian.Uint64(pkt[16:])
+	h.Kind, h.Handler, h.NArgs, h.Flags = k, uint8(w0>>16), nargs, flags
+	h.Src, h.Len, h.Off, h.Reserve = uint32(w1), uint32(w1>>32), uint32(w2), uint32(w2>>32)
+	if at != HeaderLen {
+		decodeExt(pkt, h)
+	} else {
+		h.Seq, h.Ack, h.Addr, h.Frag, h.Total, h.Piggyback = 0, 0, 0, 0, 0, 0
 	}
+	for i, a := 0, pkt[at:n]; len(a) >= 8; i, a = i+1, a[8:] {
+		args[i&(MaxArgs-1)] = binary.LittleEndian.Uint64(a)
+	}
+	if uint64(len(pkt)-n) != uint64(h.Len) {
+		return nil, fmt.Errorf("%w: header says %d, packet holds %d", ErrLength, h.Len, len(pkt)-n)
+	}
+	if h.Len != 0 && (k == KindRequestShort || k == KindReplyShort || k == KindAck || k == KindStoreDone) {
+		return nil, fmt.Errorf("%w: %s carries no payload, header says %d", ErrLength, k, h.Len)
+	}
+	return pkt[n:], nil
+}
+
+// decodeExt reads the extensions h's kind and flags call for, which pkt
+// holds (Decode checked its length).
+func decodeExt(pkt []byte, h *Header) {
+	h.Seq, h.Ack, h.Addr, h.Frag, h.Total, h.Piggyback = 0, 0, 0, 0, 0, 0
 	at := HeaderLen
-	if flags&FlagSeq != 0 {
+	if h.Flags&FlagSeq != 0 {
 		h.Seq = binary.LittleEndian.Uint32(pkt[at:])
 		h.Ack = binary.LittleEndian.Uint32(pkt[at+4:])
 		at += SeqExtLen
 	}
-	if k.HasStoreExt() {
+	if h.Kind.HasStoreExt() {
 		h.Addr = binary.LittleEndian.Uint64(pkt[at:])
 		h.Frag = binary.LittleEndian.Uint32(pkt[at+8:])
 		h.Total = binary.LittleEndian.Uint32(pkt[at+12:])
 		at += StoreExtLen
 	}
-	if flags&FlagPiggyback != 0 {
+	if h.Flags&FlagPiggyback != 0 {
 		h.Piggyback = binary.LittleEndian.Uint64(pkt[at:])
-		at += PiggybackExtLen
 	}
-	for i := 0; i < int(nargs); i++ {
-		args[i] = binary.LittleEndian.Uint64(pkt[at+8*i:])
-	}
-	if uint64(len(pkt)-n) != uint64(h.Len) {
-		return nil, fmt.Errorf("%w: header says %d, packet holds %d", ErrLength, h.Len, len(pkt)-n)
-	}
-	if (k == KindRequestShort || k == KindReplyShort || k == KindAck || k == KindStoreDone) && h.Len != 0 {
-		return nil, fmt.Errorf("%w: %s carries no payload, header says %d", ErrLength, k, h.Len)
-	}
-	return pkt[n:], nil
 }
