@@ -545,6 +545,30 @@ func (ep *Endpoint) sendRequest(dst int, h *wire.Header, args []uint64, payload 
 	}
 	res := flowctl.RoundUp(h.EncodedLen() + len(payload) + ep.cfg.ReplyReserve)
 	p := &ep.peers[dst]
+	if ep.dead[dst].Load() == nil && p.mu.TryLock() {
+		// The common case, without the wait's pacing: the peer's lock is
+		// free, nothing is backlogged and the window has room.
+		if len(p.backlog) == 0 {
+			if off, ok, err := p.win.Alloc(res); err == nil && ok {
+				h.Off, h.Reserve = off, uint32(res)
+				n := wire.Encode(p.scratch[:], h, args)
+				if err := ep.tr.Send(dst, p.scratch[:n], payload); err == nil {
+					p.c.requests++
+					p.c.bytes += uint64(len(payload))
+					p.mu.Unlock()
+					return nil
+				}
+				_ = p.win.Free(off, uint32(res)) // the loop below retries or reports
+			}
+		}
+		p.mu.Unlock()
+	}
+	return ep.sendRequestWait(dst, p, h, args, payload, res)
+}
+
+// sendRequestWait is sendRequest's loop for a request that must wait for the
+// peer's lock, for credit or for the network, polling meanwhile.
+func (ep *Endpoint) sendRequestWait(dst int, p *peer, h *wire.Header, args []uint64, payload []byte, res int) error {
 	var b backoff
 	defer b.end()
 	stalled := false // waited for credit (not for the network)
@@ -1091,9 +1115,33 @@ func (ep *Endpoint) Expect(d time.Duration) {
 // A PollUntil that starts after a death is not failed by it (DeadPeers lists
 // the dead ranks).
 func (ep *Endpoint) PollUntil(cond func() bool) error {
+	if cond() {
+		return nil
+	}
+	epoch := ep.deaths.Load()
+	// The first hotPolls polls run without the pacing's bookkeeping (a
+	// message's answer is usually found among them); errors, deaths and a
+	// busy poll lock leave for the paced loop, which handles them.
+	for range hotPolls {
+		if !ep.pollMu.TryLock() {
+			break
+		}
+		_, err := ep.pollLocked()
+		ep.pollMu.Unlock()
+		if err != nil || ep.deaths.Load() != epoch {
+			break
+		}
+		if cond() {
+			return nil
+		}
+	}
+	return ep.pollUntilPaced(cond, epoch)
+}
+
+// pollUntilPaced is PollUntil past its hot polls: paced by backoff.
+func (ep *Endpoint) pollUntilPaced(cond func() bool, epoch int64) error {
 	var b backoff
 	defer b.end()
-	epoch := ep.deaths.Load()
 	for !cond() {
 		err := ep.progress(&b)
 		if err != nil && !errors.Is(err, ErrPeerDead) {
