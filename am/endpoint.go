@@ -549,21 +549,34 @@ func (ep *Endpoint) sendRequest(dst int, h *wire.Header, args []uint64, payload 
 		// The common case, without the wait's pacing: the peer's lock is
 		// free, nothing is backlogged and the window has room.
 		if len(p.backlog) == 0 {
-			if off, ok, err := p.win.Alloc(res); err == nil && ok {
-				h.Off, h.Reserve = off, uint32(res)
-				n := wire.Encode(p.scratch[:], h, args)
-				if err := ep.tr.Send(dst, p.scratch[:n], payload); err == nil {
-					p.c.requests++
-					p.c.bytes += uint64(len(payload))
-					p.mu.Unlock()
-					return nil
-				}
-				_ = p.win.Free(off, uint32(res)) // the loop below retries or reports
-			}
+			if credit, err := ep.sendLocked(dst, p, h, args, payload, res); credit && err == nil {
+				p.mu.Unlock()
+				return nil
+			} // else the loop below waits, retries or reports
 		}
 		p.mu.Unlock()
 	}
 	return ep.sendRequestWait(dst, p, h, args, payload, res)
+}
+
+// sendLocked reserves res bytes of dst's window and sends the request; p.mu
+// is held. credit false: the window is full now. err: the reservation can
+// never fit (from flowctl), or the network refused the packet (credit true;
+// the reservation is undone).
+func (ep *Endpoint) sendLocked(dst int, p *peer, h *wire.Header, args []uint64, payload []byte, res int) (credit bool, err error) {
+	off, ok, err := p.win.Alloc(res)
+	if err != nil || !ok {
+		return false, err
+	}
+	h.Off, h.Reserve = off, uint32(res)
+	n := wire.Encode(p.scratch[:], h, args)
+	if err := ep.tr.Send(dst, p.scratch[:n], payload); err != nil {
+		_ = p.win.Free(off, uint32(res))
+		return true, err
+	}
+	p.c.requests++
+	p.c.bytes += uint64(len(payload))
+	return true, nil
 }
 
 // sendRequestWait is sendRequest's loop for a request that must wait for the
@@ -581,34 +594,25 @@ func (ep *Endpoint) sendRequestWait(dst int, p *peer, h *wire.Header, args []uin
 			ep.flushBacklogLocked(dst, p)
 		}
 		if len(p.backlog) == 0 {
-			off, ok, err := p.win.Alloc(res)
-			if err != nil {
+			credit, err := ep.sendLocked(dst, p, h, args, payload, res)
+			switch {
+			case credit && err == nil:
+				if stalled {
+					p.c.stalls++
+				}
+				p.mu.Unlock()
+				return nil
+			case !credit && err != nil:
 				p.mu.Unlock()
 				return err
-			}
-			if ok {
-				h.Off, h.Reserve = off, uint32(res)
-				n := wire.Encode(p.scratch[:], h, args)
-				err := ep.tr.Send(dst, p.scratch[:n], payload)
-				if err == nil {
-					p.c.requests++
-					p.c.bytes += uint64(len(payload))
-					if stalled {
-						p.c.stalls++
-					}
-					p.mu.Unlock()
-					return nil
-				}
-				_ = p.win.Free(off, uint32(res))
-				if !errors.Is(err, transport.ErrWouldBlock) {
-					p.mu.Unlock()
-					if pe := ep.peerFailed(dst, err); pe != nil {
-						return pe
-					}
-					return fmt.Errorf("am: request to rank %d: %w", dst, err)
-				}
-			} else {
+			case !credit:
 				stalled = true
+			case !errors.Is(err, transport.ErrWouldBlock):
+				p.mu.Unlock()
+				if pe := ep.peerFailed(dst, err); pe != nil {
+					return pe
+				}
+				return fmt.Errorf("am: request to rank %d: %w", dst, err)
 			}
 		}
 		p.mu.Unlock()

@@ -237,7 +237,7 @@ func Decode(pkt []byte, h *Header, args *[MaxArgs]uint64) (payload []byte, err e
 		h.Seq, h.Ack, h.Addr, h.Frag, h.Total, h.Piggyback = 0, 0, 0, 0, 0, 0
 	}
 	for i, a := 0, pkt[at:n]; len(a) >= 8; i, a = i+1, a[8:] {
-		args[i&(MaxArgs-1)] = binary.LittleEndian.Uint64(a)
+		args[i&(MaxArgs-1)] = binary.LittleEndian.Uint64(a) // i < nargs <= MaxArgs: the mask only drops the bounds check
 	}
 	if uint64(len(pkt)-n) != uint64(h.Len) {
 		return nil, fmt.Errorf("%w: header says %d, packet holds %d", ErrLength, h.Len, len(pkt)-n)
