@@ -1,7 +1,7 @@
 // Command amrun launches an amgo job: N processes of one program that find each
 // other over PMI-1, served by amrun on an inherited socket per rank.
 //
-//	amrun -n N [--transport shm|tcp|udp|loop|sim] [--iface NAME] [--bind-to core|none] [--tag-output] [--timeout D] [--jobdir DIR] [--trace DIR] [--profile] prog args...
+//	amrun -n N [--transport shm|tcp|udp|loop|sim] [--iface NAME] [--bind-to core|none] [--tag-output] [--timeout D] [--timer-slack D] [--jobdir DIR] [--trace DIR] [--profile] prog args...
 //
 // See docs/launch.md and package internal/launch.
 package main
@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/amgo-hpc/amgo/internal/launch"
 	"github.com/amgo-hpc/amgo/mpiam"
@@ -39,9 +40,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 0, "end the job when it runs longer than this (e.g. 30s); 0 means no limit")
 	jobdir := fs.String("jobdir", "", "parent directory for the per-job directory (default /dev/shm, else the temp dir)")
 	traceDir := fs.String("trace", "", "every rank writes a trace of its MPI events to `DIR` (AMGO_TRACE); read it with amtrace DIR")
+	slack := fs.Duration("timer-slack", launch.DefaultTimerSlack, "timer slack the ranks start with (how late the kernel may end their timed sleeps): it keeps the Go runtime's monitor thread from waking every 20 us on a busy-polling rank's CPU; 0 leaves amrun's own")
 	profile := fs.Bool("profile", false, "profile every rank's MPI calls (AMGO_PROFILE) and print time per routine, raw and compensated for the tool's overhead, per rank and for the job")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: amrun -n N [--transport shm|tcp|udp|loop|sim] [--iface NAME] [--bind-to core|none] [--tag-output] [--timeout D] [--jobdir DIR] [--trace DIR] [--profile] prog args...")
+		fmt.Fprintln(stderr, "usage: amrun -n N [--transport shm|tcp|udp|loop|sim] [--iface NAME] [--bind-to core|none] [--tag-output] [--timeout D] [--timer-slack D] [--jobdir DIR] [--trace DIR] [--profile] prog args...")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -85,7 +87,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	err := launch.Run(context.Background(), launch.Spec{
 		N: *n, Prog: fs.Arg(0), Args: fs.Args()[1:],
 		Transport: *transport, Iface: *iface, Bind: *bind, TagOutput: *tag, Timeout: *timeout, JobDirParent: *jobdir,
-		Stdout: stdout, Stderr: stderr, Signals: sigs, Env: env,
+		Stdout: stdout, Stderr: stderr, Signals: sigs, Env: env, TimerSlack: rankSlack(*slack),
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "amrun: %v\n", err)
@@ -103,4 +105,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return launch.ExitCode(err)
+}
+
+// rankSlack maps --timer-slack to launch.Spec.TimerSlack: 0 (or less) leaves
+// amrun's own slack to the ranks.
+func rankSlack(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"regexp"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -111,6 +112,14 @@ func helper(mode string) int {
 		return 0
 	case "secret":
 		fmt.Printf("%s %s %s\n", os.Getenv("PMI_RANK"), os.Getenv("AMGO_JOB_SECRET"), os.Getenv("AMGO_IFACE"))
+		return 0
+	case "slack":
+		b, err := os.ReadFile("/proc/self/timerslack_ns")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 10
+		}
+		fmt.Print(string(b))
 		return 0
 	case "env":
 		for _, k := range []string{"PMI_RANK", "PMI_SIZE", "AMGO_TRANSPORT", "AMGO_LOOP_SIZE"} {
@@ -395,4 +404,33 @@ func TestBindCPUs(t *testing.T) {
 	require.Nil(t, cpus, "goroutine ranks are not bound")
 	_, err = bindCPUs(Spec{N: 2, Transport: "shm", Bind: "socket"})
 	require.Error(t, err)
+}
+
+// Ranks start with Spec.TimerSlack (DefaultTimerSlack when 0, the launcher's
+// own when negative), and the launching thread keeps its own slack.
+func TestTimerSlack(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	own, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		slack time.Duration
+		want  string
+	}{
+		{0, "1000000"},
+		{300 * time.Microsecond, "300000"},
+		{-1, strconv.Itoa(own)}, // every thread of this test process has the slack it started with
+	} {
+		s, out, errb := spec(t, "slack", 2)
+		s.TimerSlack = tc.slack
+		require.NoError(t, Run(context.Background(), s), errb.String())
+		require.Equal(t, []string{tc.want, tc.want}, strings.Fields(out.String()), "TimerSlack %v", tc.slack)
+	}
+
+	cmd := exec.Command("true")
+	require.NoError(t, startWithSlack(cmd, 2*time.Millisecond))
+	require.NoError(t, cmd.Wait())
+	after, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, own, after, "the launching thread's slack changed")
 }
