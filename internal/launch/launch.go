@@ -634,15 +634,13 @@ func (j *job) cleanup() {
 // the thread that forked it ends. A slack the kernel refuses is skipped: it
 // only steadies timings.
 func startWithSlack(cmd *exec.Cmd, slack time.Duration) error {
-	if slack <= 0 {
-		return cmd.Start()
+	if slack > 0 {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		old, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
+		if err == nil && unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(slack.Nanoseconds()), 0, 0, 0) == nil {
+			defer unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(old), 0, 0, 0)
+		}
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	old, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
-	if err != nil || unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(slack.Nanoseconds()), 0, 0, 0) != nil {
-		return cmd.Start()
-	}
-	defer unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(old), 0, 0, 0)
 	return cmd.Start()
 }
