@@ -144,6 +144,9 @@ type proc struct {
 
 	finalized atomic.Bool
 
+	thread ThreadLevel // declared level of thread support (thread.go)
+	mainG  uint64      // id of the goroutine that called Init or runs the rank's function
+
 	tools  []Tool        // interposition hooks (tool.go); nil: none, one branch per call
 	pbTool Piggybacker   // the tool whose value rides on every outgoing message, if any
 	drops  atomic.Uint64 // protocol messages ignored (misbehaving peer)

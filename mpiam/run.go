@@ -11,6 +11,13 @@ type Config struct {
 	// AM configures the Active Messages endpoint underneath (per-peer buffer
 	// size and the like).
 	AM am.Config
+	// Thread is the level of thread support the program declares
+	// (MPI_Init_thread's required, MPI-4.1 §11.6.1): Run, RunLocal and Init
+	// record it for QueryThread. The zero value is ThreadSingle, MPI_Init's.
+	// amgo behaves as ThreadMultiple at every level (see ThreadLevel). Run,
+	// RunLocal and Init return ErrArg for a value outside ThreadSingle ..
+	// ThreadMultiple.
+	Thread ThreadLevel
 }
 
 // Run runs fn on every rank of the job with its world communicator and
@@ -20,20 +27,27 @@ type Config struct {
 // (AMGO_LOOP_SIZE ranks). An error from fn on any rank ends the job (see
 // am.Run) and is returned naming the rank.
 func Run(cfg Config, fn func(world *Comm) error) error {
-	return am.Run(cfg.AM, func(ep *am.Endpoint) error { return runRank(ep, fn) })
+	if err := checkThreadLevel(cfg.Thread); err != nil {
+		return err
+	}
+	return am.Run(cfg.AM, func(ep *am.Endpoint) error { return runRank(ep, cfg, fn) })
 }
 
 // RunLocal runs fn on n ranks that are goroutines of this process, over the
 // loop network: for tests and for embedding MPI code in a Go program.
 func RunLocal(n int, cfg Config, fn func(world *Comm) error) error {
-	return am.RunLocal(n, cfg.AM, func(ep *am.Endpoint) error { return runRank(ep, fn) })
+	if err := checkThreadLevel(cfg.Thread); err != nil {
+		return err
+	}
+	return am.RunLocal(n, cfg.AM, func(ep *am.Endpoint) error { return runRank(ep, cfg, fn) })
 }
 
-func runRank(ep *am.Endpoint, fn func(world *Comm) error) error {
+func runRank(ep *am.Endpoint, cfg Config, fn func(world *Comm) error) error {
 	p, err := newProc(ep)
 	if err != nil {
 		return err
 	}
+	p.setThread(cfg.Thread)
 	if err := p.attachEnvTools(); err != nil {
 		return err
 	}
@@ -65,15 +79,22 @@ func (p *proc) finalize() error {
 
 // Init attaches this process to its job (MPI_Init, the process-per-rank form)
 // and returns the world communicator. Call Finalize before exiting. A job of
-// goroutine ranks (AMGO_LOOP_SIZE > 1) needs Run or RunLocal instead.
-// Errors: bootstrap and network errors, wrapped in ErrOther.
+// goroutine ranks (AMGO_LOOP_SIZE > 1) needs Run or RunLocal instead. The
+// calling goroutine becomes the rank's main one (IsThreadMain), and the level
+// of thread support is cfg.Thread (ThreadSingle unless set; see InitThread).
+// Errors: ErrArg for an invalid cfg.Thread; bootstrap and network errors,
+// wrapped in ErrOther.
 func Init(cfg Config) (*Comm, error) {
+	if err := checkThreadLevel(cfg.Thread); err != nil {
+		return nil, err
+	}
 	ep, err := am.Open(cfg.AM)
 	if err != nil {
 		return nil, fmt.Errorf("%w: Init: %v", ErrOther, err)
 	}
 	p, err := newProc(ep)
 	if err == nil {
+		p.setThread(cfg.Thread)
 		err = p.attachEnvTools()
 	}
 	if err != nil {

@@ -1,4 +1,5 @@
-// Command p2pcheck checks MPI point-to-point semantics between processes: the
+// Command p2pcheck checks MPI point-to-point semantics between processes (and
+// InitThread's answers, with one rank per process): the
 // mpiam tests launch it with amrun over shared memory. Every rank runs the
 // same checks; rank 0 prints "p2pcheck: OK" when all passed, and any failure
 // exits non-zero with a message naming the rank.
@@ -13,9 +14,13 @@ import (
 )
 
 func main() {
-	w, err := mpiam.Init(mpiam.Config{})
+	w, provided, err := mpiam.InitThread(mpiam.Config{}, mpiam.ThreadFunneled)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "p2pcheck: init:", err)
+		os.Exit(1)
+	}
+	if err := checkThread(w, provided); err != nil {
+		fmt.Fprintf(os.Stderr, "p2pcheck: rank %d: %v\n", w.Rank(), err)
 		os.Exit(1)
 	}
 	if err := run(w); err != nil {
@@ -29,6 +34,26 @@ func main() {
 	if w.Rank() == 0 {
 		fmt.Printf("p2pcheck: %d ranks: OK\n", w.Size())
 	}
+}
+
+// checkThread checks MPI_Init_thread's answers in a process-per-rank job:
+// the level provided is the one required, QueryThread reports it, and only
+// the goroutine that called InitThread is the main one.
+func checkThread(w *mpiam.Comm, provided mpiam.ThreadLevel) error {
+	q, err := w.QueryThread()
+	if err != nil || provided != mpiam.ThreadFunneled || q != provided {
+		return fmt.Errorf("thread level: provided %v, QueryThread %v, %v (want funneled)", provided, q, err)
+	}
+	main, err := w.IsThreadMain()
+	if err != nil || !main {
+		return fmt.Errorf("IsThreadMain on the goroutine that called InitThread: %v, %v", main, err)
+	}
+	other := make(chan bool)
+	go func() { m, _ := w.IsThreadMain(); other <- m }()
+	if <-other {
+		return fmt.Errorf("IsThreadMain is true on another goroutine")
+	}
+	return nil
 }
 
 func pattern(n, seed int) []byte {
