@@ -203,6 +203,7 @@ type rxState struct {
 	kind    wire.Kind
 	pending []freeRange // per source: coalesced frees not yet sent
 	dirty   []int       // sources with a pending free (possibly sent since)
+	urgent  bool        // a pending free reached a quarter of the buffer: sent before the next delivery or poll
 	idle    int         // polls in a row that found nothing
 	busy    int         // polls that delivered something
 	lastErr error       // the last peer failure Poll returned, and its rank (a cache:
@@ -716,6 +717,9 @@ func (ep *Endpoint) pollLocked() (int, error) {
 			p.mu.Unlock()
 		}
 	}
+	if ep.rx.urgent {
+		ep.sendUrgentFrees()
+	}
 	n, err := ep.tr.Poll((*receiver)(ep), pollBatch)
 	if err != nil {
 		err = ep.pollFailure(err)
@@ -752,6 +756,9 @@ func (r *receiver) Deliver(src int, pkt []byte) { (*Endpoint)(r).deliver(src, pk
 
 func (ep *Endpoint) deliver(src int, pkt []byte) {
 	rx := &ep.rx
+	if rx.urgent {
+		ep.sendUrgentFrees()
+	}
 	h := &rx.hdr
 	payload, err := wire.Decode(pkt, h, &rx.args)
 	if err != nil {
@@ -833,28 +840,48 @@ func (ep *Endpoint) dispatch(idx uint8, args []uint64, payload []byte) {
 }
 
 // addFree records that space [off,+n) of src's buffer here is consumed; adjacent
-// frees coalesce into one range, sent with the next reply to src or as an ack at
-// the end of the poll.
+// frees coalesce into one range, sent with the next reply to src or as an ack:
+// once the range reaches a quarter of the buffer, before the next packet is
+// delivered or at the start of the next poll, whichever comes first
+// (sendUrgentFrees); otherwise when the endpoint idles (flushFrees). Not from
+// the delivery that filled the quarter: when that packet is the last that
+// arrived (a ping-pong), its handler's work is what the caller waits for, and
+// on a network where a send is a system call the ack sat in front of the
+// caller's answer; while packets stream in, the next delivery sends it.
 func (ep *Endpoint) addFree(src int, off, n uint32) {
 	pr := &ep.rx.pending[src]
-	if pr.n != 0 {
-		if pr.off+pr.n == off {
-			pr.n += n
-			if int(pr.n) >= ep.cfg.BufferBytes/4 {
-				ep.sendAck(src, pr.off, pr.n)
-				*pr = freeRange{}
-			}
-			return
-		}
-		ep.sendAck(src, pr.off, pr.n)
+	if pr.n != 0 && pr.off+pr.n == off {
+		pr.n += n
 	} else {
-		ep.rx.dirty = append(ep.rx.dirty, src)
+		if pr.n != 0 {
+			ep.sendAck(src, pr.off, pr.n)
+		} else {
+			ep.rx.dirty = append(ep.rx.dirty, src)
+		}
+		*pr = freeRange{off, n}
 	}
-	*pr = freeRange{off, n}
-	if int(n) >= ep.cfg.BufferBytes/4 {
-		ep.sendAck(src, off, n)
-		*pr = freeRange{}
+	if int(pr.n) >= ep.cfg.BufferBytes/4 {
+		ep.rx.urgent = true
 	}
+}
+
+// sendUrgentFrees sends the pending ranges that reached a quarter of the
+// buffer as acks (see addFree) and drops the sources with nothing pending
+// from the dirty list.
+func (ep *Endpoint) sendUrgentFrees() {
+	ep.rx.urgent = false
+	dirty := ep.rx.dirty[:0]
+	for _, src := range ep.rx.dirty {
+		pr := &ep.rx.pending[src]
+		if int(pr.n) >= ep.cfg.BufferBytes/4 {
+			ep.sendAck(src, pr.off, pr.n)
+			*pr = freeRange{}
+		}
+		if pr.n != 0 {
+			dirty = append(dirty, src)
+		}
+	}
+	ep.rx.dirty = dirty
 }
 
 func (ep *Endpoint) flushFrees() {
