@@ -55,8 +55,9 @@ func checkThreadLevel(l ThreadLevel) error {
 // InitThread is Init with a required level of thread support
 // (MPI_Init_thread, MPI-4.1 §11.6.1): it returns the world communicator and
 // the level provided, which is always the level required, since amgo
-// supports every level (Open MPI and MPICH answer the same). Init is
-// InitThread with required ThreadSingle; Run and RunLocal take the level in
+// supports every level (Open MPI and MPICH answer the same). It is Init with
+// cfg.Thread set to required (Init with a zero cfg.Thread declares
+// ThreadSingle, as MPI_Init does); Run and RunLocal take the level in
 // Config.Thread. Errors: ErrArg for a level outside ThreadSingle ..
 // ThreadMultiple (nothing is opened), otherwise Init's.
 func InitThread(cfg Config, required ThreadLevel) (*Comm, ThreadLevel, error) {
