@@ -144,7 +144,8 @@ func TestDeadRankLoop(t *testing.T) {
 			requireProcFailed(t, err, victim)
 			_, err = Irecv(w, buf, victim, 3)
 			requireProcFailed(t, err, victim)
-			require.Less(t, time.Since(start), 100*time.Millisecond)
+			// At once: no wait for a timeout (generous bound for a loaded CI machine).
+			require.Less(t, time.Since(start), time.Second)
 			// Live ranks go on: a ring among the survivors.
 			live := n - 1
 			to, from := (w.Rank()+1)%live, (w.Rank()+live-1)%live

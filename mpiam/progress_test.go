@@ -87,7 +87,7 @@ func TestRunLocalReturnsPromptly(t *testing.T) {
 		_, err := Recv(w, make([]byte, 1), 0, 1)
 		return err
 	}))
-	require.Less(t, time.Since(start), 500*time.Millisecond, "RunLocal of two ranks")
+	require.Less(t, time.Since(start), 1500*time.Millisecond, "RunLocal of two ranks")
 }
 
 // A send freed while active still completes, and MPI_Finalize completes it

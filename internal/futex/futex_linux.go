@@ -98,8 +98,10 @@ func (d Doorbell) Sleeping() bool { return d.waiters.Load() != 0 }
 // change what it reports on its own (it checks for arrivals). Wait first spins
 // calling ready for about spin, then announces itself asleep, calls ready once
 // more and sleeps until a sender rings, for at most timeout in total (measured
-// from the call). It returns ready()'s last answer: false after the timeout or
-// a spurious wake-up. Errors come from the futex system call.
+// from the call). A signal does not end the sleep early; only a ring (any ring,
+// including one meant for an earlier wait) or the timeout does. It returns
+// ready()'s last answer: false after the timeout or a ring that found nothing
+// ready. Errors come from the futex system call.
 func (d Doorbell) Wait(ready func() bool, spin, timeout time.Duration) (bool, error) {
 	start := time.Now()
 	if spin > timeout {
@@ -123,7 +125,18 @@ func (d Doorbell) Wait(ready func() bool, spin, timeout time.Duration) (bool, er
 		d.waiters.Add(^uint32(0))
 		return true, nil
 	}
-	err := Sleep(d.seq, s, left)
+	// Sleep again after a wake-up that no ring caused (a signal, such as the
+	// runtime's preemption SIGURG, interrupts futex_wait with EINTR): only a
+	// ring or the timeout ends the sleep.
+	var err error
+	for {
+		if err = Sleep(d.seq, s, left); err != nil || d.seq.Load() != s {
+			break
+		}
+		if left = timeout - time.Since(start); left <= 0 {
+			break
+		}
+	}
 	d.waiters.Add(^uint32(0))
 	return ready(), err
 }

@@ -3,11 +3,14 @@
 package futex
 
 import (
+	"os"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 func TestSleepValueChanged(t *testing.T) {
@@ -61,6 +64,40 @@ func TestDoorbell(t *testing.T) {
 		require.Less(t, time.Since(start), 5*time.Second)
 	}
 	d.Ring() // nobody sleeps: no-op
+}
+
+// TestDoorbellSignal: a signal delivered to the sleeping thread (the runtime
+// sends SIGURG to preempt goroutines) does not end Wait before its timeout.
+func TestDoorbellSignal(t *testing.T) {
+	d, err := NewDoorbell(make([]byte, 8))
+	require.NoError(t, err)
+	tid := make(chan int)
+	type result struct {
+		ok      bool
+		err     error
+		elapsed time.Duration
+	}
+	done := make(chan result)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tid <- unix.Gettid()
+		start := time.Now()
+		ok, err := d.Wait(func() bool { return false }, 0, 50*time.Millisecond)
+		done <- result{ok, err, time.Since(start)}
+	}()
+	id := <-tid
+	for !d.Sleeping() {
+		runtime.Gosched()
+	}
+	for i := 0; i < 5; i++ {
+		require.NoError(t, unix.Tgkill(os.Getpid(), id, unix.SIGURG))
+		time.Sleep(time.Millisecond)
+	}
+	r := <-done
+	require.NoError(t, r.err)
+	require.False(t, r.ok)
+	require.GreaterOrEqual(t, r.elapsed, 45*time.Millisecond)
 }
 
 // BenchmarkWakeup measures a round trip in which each side sleeps on the futex
