@@ -1,6 +1,7 @@
 package mpiam
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -184,17 +185,21 @@ type funcTool struct{ before, after func(e *Event) }
 func (f funcTool) Before(e *Event) { f.before(e) }
 func (f funcTool) After(e *Event)  { f.after(e) }
 
+var toolTestRuns atomic.Int32
+
 // A tool named in AMGO_TOOLS is attached to every rank without the program
 // changing.
 func TestToolFromEnvironment(t *testing.T) {
 	var made atomic.Int32
 	var seen atomic.Int32
-	require.NoError(t, RegisterTool("counting-test", func(w *Comm) (Tool, error) {
+	// The registry is the process's: a name of its own for every run (go test -count).
+	name := fmt.Sprintf("counting-test-%d", toolTestRuns.Add(1))
+	require.NoError(t, RegisterTool(name, func(w *Comm) (Tool, error) {
 		made.Add(1)
 		return funcTool{before: func(*Event) {}, after: func(*Event) { seen.Add(1) }}, nil
 	}))
-	require.ErrorIs(t, RegisterTool("counting-test", nil), ErrArg)
-	t.Setenv(EnvTools, "counting-test")
+	require.ErrorIs(t, RegisterTool(name, nil), ErrArg)
+	t.Setenv(EnvTools, name)
 	require.NoError(t, RunLocal(3, Config{}, func(w *Comm) error { return w.Barrier() }))
 	require.EqualValues(t, 3, made.Load())
 	require.EqualValues(t, 3, seen.Load())
