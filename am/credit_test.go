@@ -3,8 +3,10 @@ package am
 import (
 	"testing"
 
+	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/flowctl"
 	"github.com/amgo-hpc/amgo/handlers"
+	"github.com/amgo-hpc/amgo/internal/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -71,4 +73,123 @@ func TestQuarterAckFollowsTheAnswer(t *testing.T) {
 	}
 	require.EqualValues(t, 4, acks())
 	require.Len(t, eps[1].rx.dirty, 0, "the sources' list is emptied with their frees")
+}
+
+// TestRequestCarriesOwedCredit checks that a request carries the credit its
+// sender owes the destination (wire: FlagFree and the free extension on a
+// request), so that a ping-pong of requests answered without replies sends
+// no ack: of a quarter or more on every request, of less only on requests of
+// at least piggybackFreeMin bytes; and that credit a refused request took
+// goes back in an ack queued behind it.
+func TestRequestCarriesOwedCredit(t *testing.T) {
+	net := newFakeNet(2)
+	eps := newFakeEndpoints(t, net, Config{})
+	var got [2]int
+	var maxReply []int
+	for i, ep := range eps {
+		_, err := ep.Register(handlers.Entry{Index: 1, Name: "sink", NArgs: 0,
+			Fn: func(*handlers.Token, []uint64, []byte) { got[i]++ }})
+		require.NoError(t, err)
+		_, err = ep.Register(handlers.Entry{Index: 2, Name: "room", NArgs: 0,
+			Fn: func(tok *handlers.Token, _ []uint64, _ []byte) { maxReply = append(maxReply, tok.MaxReply); got[i]++ }})
+		require.NoError(t, err)
+	}
+	inUse := func(from, to int) int { return eps[from].peers[to].win.InUse() }
+	acks := func(i int) uint64 { return eps[i].Stats().AcksSent }
+	poll := func(i, want int) {
+		t.Helper()
+		n, err := eps[i].Poll()
+		require.NoError(t, err)
+		require.Equal(t, want, n)
+	}
+	idle := func() { // both ranks idle long enough to flush what they owe
+		for i := 0; i <= idleFlushPolls+1; i++ {
+			for _, ep := range eps {
+				_, err := ep.Poll()
+				require.NoError(t, err)
+			}
+		}
+	}
+	quarter := flowctl.DefaultBufferBytes / 4
+	big := make([]byte, quarter)
+
+	// A ping-pong of big messages: each message carries the space of the one
+	// before it back.
+	for round := 0; round < 4; round++ {
+		require.NoError(t, eps[0].RequestMedium(1, 1, big))
+		poll(1, 1)
+		require.Zero(t, inUse(1, 0), "round %d: the ping returned the last answer's space", round)
+		require.NoError(t, eps[1].RequestMedium(0, 1, big))
+		poll(1, 0) // no ack to send: the answer took the credit
+		poll(0, 1)
+		require.Zero(t, inUse(0, 1), "round %d: the answer returned the ping's space", round)
+	}
+	// A short request carries a quarter or more, and its handler has the
+	// same room to reply as one without (MaxReply).
+	require.NotZero(t, eps[0].peers[1].owed.Load())
+	require.NoError(t, eps[0].RequestShort(1, 2))
+	poll(1, 1)
+	require.Zero(t, inUse(1, 0))
+	require.Zero(t, eps[0].peers[1].owed.Load())
+	require.NoError(t, eps[0].RequestShort(1, 2)) // nothing owed: no free extension
+	poll(1, 1)
+	require.Equal(t, []int{256 - 24 - wire.FreeExtLen, 256 - 24 - wire.FreeExtLen}, maxReply)
+	require.Zero(t, acks(0)+acks(1), "no ack in a ping-pong whose messages carry the credit")
+	require.Equal(t, [2]int{4, 6}, got)
+	idle() // rank 1 owes the short request's space
+	require.Zero(t, inUse(0, 1))
+
+	// Below a quarter, a small request does not carry it (8 bytes would cost
+	// an 8-byte message a second cache line); an idle flush returns it.
+	require.NoError(t, eps[0].RequestMedium(1, 1, []byte{2}))
+	poll(1, 1)
+	owed := inUse(0, 1)
+	require.NotZero(t, owed)
+	require.NoError(t, eps[1].RequestMedium(0, 1, []byte{3}))
+	poll(0, 1)
+	require.Equal(t, owed, inUse(0, 1), "a small request below a quarter carries no credit")
+	// A request of piggybackFreeMin bytes or more carries it.
+	require.NoError(t, eps[1].RequestMedium(0, 1, make([]byte, piggybackFreeMin)))
+	poll(0, 1)
+	require.Zero(t, inUse(0, 1))
+	idle()
+	require.Zero(t, inUse(1, 0))
+	require.Equal(t, 0, eps[0].Drain(0))
+	require.Equal(t, 0, eps[1].Drain(0))
+
+	// A request the network refuses after taking the credit: the credit goes
+	// back in an ack queued behind the refused packets, once the network
+	// takes them again.
+	require.NoError(t, eps[0].RequestMedium(1, 1, big))
+	poll(1, 1)
+	net.mu.Lock()
+	net.limit = 1
+	net.mu.Unlock()
+	require.NoError(t, eps[1].RequestShort(0, 1)) // carries the credit; fills the 1->0 queue (limit 1)
+	require.Zero(t, eps[1].peers[0].owed.Load(), "the request took the credit")
+	require.NoError(t, eps[0].RequestMedium(1, 1, big))
+	poll(1, 1) // rank 1 owes rank 0 again
+	// The next request takes the credit and the network refuses it.
+	p := &eps[1].peers[0]
+	p.mu.Lock()
+	hdr := wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 1}
+	credit, err := eps[1].sendLocked(0, p, &hdr, nil, nil, 256)
+	p.mu.Unlock()
+	require.True(t, credit)
+	require.ErrorIs(t, err, transport.ErrWouldBlock)
+	require.Zero(t, p.owed.Load(), "the refused request had taken the credit")
+	p.mu.Lock()
+	require.Len(t, p.backlog, 1, "and queued it as an ack")
+	p.mu.Unlock()
+	net.mu.Lock()
+	net.limit = 0
+	net.mu.Unlock()
+	poll(0, 1) // the short request that filled the queue, which returned the first big request's space
+	poll(1, 0) // flushes the backlog: the ack
+	poll(0, 1)
+	require.Zero(t, inUse(0, 1), "the ack returned the second's")
+	idle()
+	require.Equal(t, 0, eps[0].Drain(0))
+	require.Equal(t, 0, eps[1].Drain(0))
+	require.Zero(t, eps[0].Stats().Drops+eps[1].Stats().Drops)
 }

@@ -61,7 +61,7 @@ type Config struct {
 	BufferBytes int
 	// ReplyReserve is the room, in bytes, that every request reserves for its reply
 	// besides its own size, so that a handler can always reply at once. It must be
-	// at least wire.MaxHeaderLen (184) so that any short reply fits. Default 184.
+	// at least wire.MaxHeaderLen (192) so that any short reply fits. Default 192.
 	ReplyReserve int
 	// SpinTime is how long a blocking wait polls before it sleeps on the
 	// transport's wake-up. Default 20 us (reference/linux.md: a 10 us spin
@@ -132,7 +132,15 @@ type sendCounters struct {
 
 // peer is the sender's state toward one rank, guarded by mu.
 type peer struct {
-	mu      sync.Mutex
+	mu sync.Mutex
+	// owed is the credit this rank owes the peer: space of the peer's
+	// reservation in this rank's receive buffer that is free and not yet
+	// returned, packed as off<<32 | bytes (0: none). The poller adds to it
+	// (addFree); a request to the peer takes it (sendLocked), as do the
+	// poller's acks and replies: always with Swap or CompareAndSwap, so a
+	// range goes back exactly once. Outside mu: the poller never waits for a
+	// sender.
+	owed    atomic.Uint64
 	win     *flowctl.Window
 	scratch [wire.MaxHeaderLen]byte
 	backlog [][]byte // packets refused by the transport, in order
@@ -201,18 +209,27 @@ type rxState struct {
 	tok     handlers.Token
 	payload []byte
 	kind    wire.Kind
-	pending []freeRange // per source: coalesced frees not yet sent
-	dirty   []int       // sources with a pending free (possibly sent since)
-	urgent  bool        // a pending free reached a quarter of the buffer: sent before the next delivery or poll
-	idle    int         // polls in a row that found nothing
-	busy    int         // polls that delivered something
-	lastErr error       // the last peer failure Poll returned, and its rank (a cache:
-	lastBad int         // networks repeat a dead peer's error on every idle poll)
+	dirty   []int  // sources owed credit (peer.owed; possibly returned since)
+	isDirty []bool // by source: in dirty
+	urgent  bool   // a pending free reached a quarter of the buffer: sent before the next delivery or poll
+	idle    int    // polls in a row that found nothing
+	busy    int    // polls that delivered something
+	lastErr error  // the last peer failure Poll returned, and its rank (a cache:
+	lastBad int    // networks repeat a dead peer's error on every idle poll)
 	c       struct{ requests, replies, acks, bytes, drops uint64 }
 }
 
-// freeRange is space in a source's buffer at this rank that can be freed.
-type freeRange struct{ off, n uint32 }
+// packOwed and unpackOwed convert a free range to and from peer.owed's word.
+func packOwed(off, n uint32) uint64 { return uint64(off)<<32 | uint64(n) }
+
+func unpackOwed(w uint64) (off, n uint32) { return uint32(w >> 32), uint32(w) }
+
+// piggybackFreeMin is the smallest payload, in bytes, of a request that
+// carries the credit owed to its destination however little it is: below it
+// a request carries a free only once the owed range reaches a quarter of the
+// buffer, when an ack would go anyway. The free extension's 8 bytes would
+// make an 8-byte MPI message two cache lines in a ring instead of one.
+const piggybackFreeMin = 256
 
 // New makes an endpoint over an open transport. Register handlers, then
 // communicate; the table is sealed by the first request or poll.
@@ -269,7 +286,7 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 		}
 		ep.peers[i].win = w
 	}
-	ep.rx.pending = cacheline.Slice[freeRange](ep.size)
+	ep.rx.isDirty = cacheline.Slice[bool](ep.size)
 	ep.rx.dirty = cacheline.Slice[int](ep.size)[:0]
 	if err := ep.registerInternal(); err != nil {
 		return nil, err
@@ -544,7 +561,9 @@ func (ep *Endpoint) sendRequest(dst int, h *wire.Header, args []uint64, payload 
 		ep.table.Seal() // communication has started
 		ep.startProgress()
 	}
-	res := flowctl.RoundUp(h.EncodedLen() + len(payload) + ep.cfg.ReplyReserve)
+	// Room for the free extension too: sendLocked decides whether the
+	// request carries one only once it has its reservation.
+	res := flowctl.RoundUp(h.EncodedLen() + wire.FreeExtLen + len(payload) + ep.cfg.ReplyReserve)
 	p := &ep.peers[dst]
 	if ep.dead[dst].Load() == nil && p.mu.TryLock() {
 		// The common case, without the wait's pacing: the peer's lock is
@@ -570,9 +589,23 @@ func (ep *Endpoint) sendLocked(dst int, p *peer, h *wire.Header, args []uint64, 
 		return false, err
 	}
 	h.Off, h.Reserve = off, uint32(res)
+	// Carry the credit owed to dst (see piggybackFreeMin).
+	h.Flags &^= wire.FlagFree
+	if w := p.owed.Load(); w != 0 && (len(payload) >= piggybackFreeMin || int(uint32(w)) >= ep.cfg.BufferBytes/4) {
+		if w = p.owed.Swap(0); w != 0 {
+			h.Flags |= wire.FlagFree
+			h.FreeOff, h.FreeLen = unpackOwed(w)
+		}
+	}
 	n := wire.Encode(p.scratch[:], h, args)
 	if err := ep.tr.Send(dst, p.scratch[:n], payload); err != nil {
 		_ = p.win.Free(off, uint32(res))
+		if h.Flags&wire.FlagFree != 0 {
+			// The credit must still go back: as an ack, queued behind
+			// whatever the network refused (dropped if dst is dead).
+			h.Flags &^= wire.FlagFree
+			ep.backlogAckLocked(dst, p, h.FreeOff, h.FreeLen)
+		}
 		return true, err
 	}
 	p.c.requests++
@@ -660,6 +693,23 @@ func (ep *Endpoint) sendResponse(dst int, h *wire.Header, args []uint64, payload
 	p.backlog = append(p.backlog, pkt)
 	p.c.backlogged++
 	return nil
+}
+
+// backlogAckLocked queues an ack returning [off,+n) to dst behind its
+// backlog; p.mu is held. The next flush of the backlog sends it.
+func (ep *Endpoint) backlogAckLocked(dst int, p *peer, off, n uint32) {
+	if ep.dead[dst].Load() != nil {
+		return
+	}
+	h := wire.Header{Kind: wire.KindAck, Src: uint32(ep.rank), Flags: wire.FlagFree, Off: off, Reserve: n}
+	pkt := make([]byte, h.EncodedLen())
+	wire.Encode(pkt, &h, nil)
+	if len(p.backlog) == 0 {
+		ep.backlogged.Add(1)
+	}
+	p.backlog = append(p.backlog, pkt)
+	p.c.acks++
+	p.c.backlogged++
 }
 
 // flushBacklogLocked sends queued responses to dst in order; p.mu is held.
@@ -771,13 +821,13 @@ func (ep *Endpoint) deliver(src int, pkt []byte) {
 	}
 	args := rx.args[:h.NArgs]
 	if h.Flags&wire.FlagFree != 0 {
+		off, n := h.Off, h.Reserve // a reply's or an ack's
 		if h.Kind.IsRequest() {
-			ep.drop(fmt.Errorf("am: %s from rank %d carries a free", h.Kind, src))
-			return
+			off, n = h.FreeOff, h.FreeLen // a request's own reservation is in Off, Reserve
 		}
 		p := &ep.peers[src]
 		p.mu.Lock()
-		err := p.win.Free(h.Off, h.Reserve)
+		err := p.win.Free(off, n)
 		p.mu.Unlock()
 		if err != nil {
 			ep.drop(fmt.Errorf("am: %s from rank %d: %w", h.Kind, src, err))
@@ -796,8 +846,16 @@ func (ep *Endpoint) deliver(src int, pkt []byte) {
 		}
 		ep.dispatch(h.Handler, args, payload)
 	case wire.KindRequestShort, wire.KindRequestMedium, wire.KindRequestStore, wire.KindStoreDone:
+		// Room for the reply: the reservation less the packet and less the
+		// free extension's room when the packet does not use it (sendRequest
+		// reserves it always), so MaxReply does not depend on whether the
+		// request carried credit.
+		room := int(h.Reserve) - len(pkt)
+		if h.Flags&wire.FlagFree == 0 {
+			room -= wire.FreeExtLen
+		}
 		if uint64(h.Off)+uint64(h.Reserve) > uint64(ep.cfg.BufferBytes) || h.Off%flowctl.Granule != 0 ||
-			h.Reserve%flowctl.Granule != 0 || int(h.Reserve) < len(pkt)+wire.MaxHeaderLen {
+			h.Reserve%flowctl.Granule != 0 || room < wire.MaxHeaderLen {
 			ep.drop(fmt.Errorf("am: %s from rank %d with bad reservation [%d,+%d) for %d bytes", h.Kind, src, h.Off, h.Reserve, len(pkt)))
 			return
 		}
@@ -822,7 +880,7 @@ func (ep *Endpoint) deliver(src int, pkt []byte) {
 			tok.SetPiggyback(h.Piggyback)
 		}
 		tok.ReqOff, tok.ReqLen = h.Off, h.Reserve
-		tok.MaxReply = int(h.Reserve) - len(pkt)
+		tok.MaxReply = room
 		rx.payload = payload
 		rx.kind = h.Kind
 		ep.dispatch(h.Handler, args, payload)
@@ -839,66 +897,83 @@ func (ep *Endpoint) dispatch(idx uint8, args []uint64, payload []byte) {
 	}
 }
 
-// addFree records that space [off,+n) of src's buffer here is consumed; adjacent
-// frees coalesce into one range, sent with the next reply to src or as an ack:
-// once the range reaches a quarter of the buffer, before the next packet is
-// delivered or at the start of the next poll, whichever comes first
-// (sendUrgentFrees); otherwise when the endpoint idles (flushFrees). Not from
-// the delivery that filled the quarter: when that packet is the last that
-// arrived (a ping-pong), its handler's work is what the caller waits for, and
-// on a network where a send is a system call the ack sat in front of the
-// caller's answer; while packets stream in, the next delivery sends it.
+// addFree records that space [off,+n) of src's buffer here is consumed and
+// owed back to src (peer.owed); adjacent frees coalesce into one range. The
+// range goes back with the next request to src that carries it (sendLocked),
+// the next reply to src when adjacent (Reply), or as an ack: once it reaches a
+// quarter of the buffer, before the next packet is delivered or at the start
+// of the next poll, whichever comes first (sendUrgentFrees); otherwise when
+// the endpoint idles (flushFrees). Not from the delivery that filled the
+// quarter: when that packet is the last that arrived (a ping-pong), its
+// handler's work is what the caller waits for, the caller's answer usually
+// carries the range, and on a network where a send is a system call an ack
+// sat in front of the answer; while packets stream in, the next delivery
+// sends it.
 func (ep *Endpoint) addFree(src int, off, n uint32) {
-	pr := &ep.rx.pending[src]
-	if pr.n != 0 && pr.off+pr.n == off {
-		pr.n += n
-	} else {
-		if pr.n != 0 {
-			ep.sendAck(src, pr.off, pr.n)
-		} else {
-			ep.rx.dirty = append(ep.rx.dirty, src)
+	w := &ep.peers[src].owed
+	total := n
+	for {
+		old := w.Load()
+		if o, l := unpackOwed(old); l != 0 && o+l == off {
+			if w.CompareAndSwap(old, packOwed(o, l+n)) {
+				total = l + n
+				break
+			}
+			continue // a request took the range meanwhile
 		}
-		*pr = freeRange{off, n}
+		if prev := w.Swap(packOwed(off, n)); prev != 0 {
+			ep.sendAck(src, prev) // not adjacent: the older range goes alone
+		}
+		break
 	}
-	if int(pr.n) >= ep.cfg.BufferBytes/4 {
+	if !ep.rx.isDirty[src] {
+		ep.rx.isDirty[src] = true
+		ep.rx.dirty = append(ep.rx.dirty, src)
+	}
+	if int(total) >= ep.cfg.BufferBytes/4 {
 		ep.rx.urgent = true
 	}
 }
 
-// sendUrgentFrees sends the pending ranges that reached a quarter of the
-// buffer as acks (see addFree) and drops the sources with nothing pending
-// from the dirty list.
+// sendUrgentFrees returns the owed ranges that reached a quarter of the
+// buffer as acks (see addFree) and drops the sources owed nothing from the
+// dirty list.
 func (ep *Endpoint) sendUrgentFrees() {
 	ep.rx.urgent = false
 	dirty := ep.rx.dirty[:0]
 	for _, src := range ep.rx.dirty {
-		pr := &ep.rx.pending[src]
-		if int(pr.n) >= ep.cfg.BufferBytes/4 {
-			ep.sendAck(src, pr.off, pr.n)
-			*pr = freeRange{}
+		w := &ep.peers[src].owed
+		if _, n := unpackOwed(w.Load()); int(n) >= ep.cfg.BufferBytes/4 {
+			if v := w.Swap(0); v != 0 {
+				ep.sendAck(src, v)
+			}
 		}
-		if pr.n != 0 {
+		if w.Load() != 0 {
 			dirty = append(dirty, src)
+		} else {
+			ep.rx.isDirty[src] = false
 		}
 	}
 	ep.rx.dirty = dirty
 }
 
+// flushFrees returns every owed range as an ack.
 func (ep *Endpoint) flushFrees() {
 	for _, src := range ep.rx.dirty {
-		pr := &ep.rx.pending[src]
-		if pr.n != 0 {
-			ep.sendAck(src, pr.off, pr.n)
-			*pr = freeRange{}
+		if v := ep.peers[src].owed.Swap(0); v != 0 {
+			ep.sendAck(src, v)
 		}
+		ep.rx.isDirty[src] = false
 	}
 	ep.rx.dirty = ep.rx.dirty[:0]
 }
 
-func (ep *Endpoint) sendAck(dst int, off, n uint32) {
+// sendAck returns the owed range w (packOwed) to dst in an ack.
+func (ep *Endpoint) sendAck(dst int, w uint64) {
 	if ep.dead[dst].Load() != nil {
 		return // credit for a dead rank: nobody to return it to
 	}
+	off, n := unpackOwed(w)
 	h := wire.Header{Kind: wire.KindAck, Src: uint32(ep.rank), Flags: wire.FlagFree, Off: off, Reserve: n}
 	if err := ep.sendResponse(dst, &h, nil, nil); err != nil {
 		ep.drop(err)
@@ -928,19 +1003,15 @@ func (ep *Endpoint) Reply(tok *handlers.Token, h handlers.Index, payload []byte,
 	} else {
 		payload = nil
 	}
-	// Carry the pending free of earlier requests from src too when it is adjacent.
-	pr := &ep.rx.pending[src]
-	merged := pr.n != 0 && pr.off+pr.n == tok.ReqOff
-	if merged {
-		hdr.Off, hdr.Reserve = pr.off, pr.n+tok.ReqLen
+	// Carry the credit owed to src for earlier requests too when it is
+	// adjacent (and no request took it meanwhile).
+	w := &ep.peers[src].owed
+	if old := w.Load(); old != 0 {
+		if o, l := unpackOwed(old); o+l == tok.ReqOff && w.CompareAndSwap(old, 0) {
+			hdr.Off, hdr.Reserve = o, l+tok.ReqLen
+		}
 	}
-	if err := ep.sendResponse(src, &hdr, args, payload); err != nil {
-		return err
-	}
-	if merged {
-		*pr = freeRange{}
-	}
-	return nil
+	return ep.sendResponse(src, &hdr, args, payload)
 }
 
 // Retain implements handlers.Replier: it keeps a medium request's payload in

@@ -21,6 +21,7 @@ func FuzzDeliver(f *testing.F) {
 	f.Add(enc(wire.Header{Kind: wire.KindRequestStore, Handler: 1, Flags: wire.FlagLast, Len: 2, Total: 2, Reserve: 320}, nil, []byte("hi")))
 	f.Add(enc(wire.Header{Kind: wire.KindReplyShort, Handler: 1, Flags: wire.FlagFree, Reserve: 256}, nil, nil))
 	f.Add(enc(wire.Header{Kind: wire.KindAck, Flags: wire.FlagFree, Off: 64, Reserve: 64}, nil, nil))
+	f.Add(enc(wire.Header{Kind: wire.KindRequestMedium, Handler: 2, Flags: wire.FlagFree, Len: 3, Off: 256, Reserve: 320, FreeOff: 0, FreeLen: 256}, nil, []byte("abc")))
 	f.Fuzz(func(t *testing.T, pkt []byte) {
 		net := newFakeNet(2)
 		var eps []*Endpoint

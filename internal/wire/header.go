@@ -12,16 +12,17 @@ import (
 )
 
 // Version is the header version this package writes and the only one it accepts.
-const Version = 2
+const Version = 3
 
 // HeaderLen is the size of the core header in bytes, the smallest header:
-// the extensions (sequence, store, piggyback) and the arguments follow it.
+// the extensions (sequence, store, free, piggyback) and the arguments follow it.
 const HeaderLen = 24
 
 // Sizes of the header extensions, in bytes.
 const (
 	SeqExtLen       = 8  // seq, ack (FlagSeq)
 	StoreExtLen     = 16 // addr, frag, total (request-store and store-done)
+	FreeExtLen      = 8  // free off, free len (requests with FlagFree)
 	PiggybackExtLen = 8  // piggyback (FlagPiggyback)
 )
 
@@ -37,8 +38,8 @@ const (
 const MaxArgs = 16
 
 // MaxHeaderLen is the largest encoded header, with every extension and
-// MaxArgs arguments, in bytes (184).
-const MaxHeaderLen = HeaderLen + SeqExtLen + StoreExtLen + PiggybackExtLen + 8*MaxArgs
+// MaxArgs arguments, in bytes (192).
+const MaxHeaderLen = HeaderLen + SeqExtLen + StoreExtLen + FreeExtLen + PiggybackExtLen + 8*MaxArgs
 
 // Kind says what a packet is.
 type Kind uint8
@@ -92,8 +93,11 @@ func (k Kind) IsReply() bool { return k == KindReplyShort || k == KindReplyMediu
 const (
 	// FlagLast marks the last fragment of a Store.
 	FlagLast uint16 = 1 << iota
-	// FlagFree (replies and acks) says that Off and Reserve name a range of the
-	// destination's reservation in this packet's sender's per-peer buffer that is now free.
+	// FlagFree says that the packet returns credit: a range of the
+	// destination's reservation in this packet's sender's per-peer buffer that
+	// is now free. Replies and acks name it in Off and Reserve; requests, whose
+	// Off and Reserve are their own reservation, in the free extension
+	// (FreeOff, FreeLen).
 	FlagFree
 	// FlagPiggyback says that the piggyback extension carries a tool value
 	// (seed: tau-piggyback-schemes).
@@ -105,7 +109,7 @@ const (
 )
 
 // Header is the decoded header. Field sizes and the extensions that carry
-// Seq/Ack, Addr/Frag/Total and Piggyback are in docs/wire.md; fields whose
+// Seq/Ack, Addr/Frag/Total, FreeOff/FreeLen and Piggyback are in docs/wire.md; fields whose
 // extension a packet lacks decode as zero, and Encode leaves them out.
 type Header struct {
 	Kind    Kind   // packet kind
@@ -121,6 +125,8 @@ type Header struct {
 	Addr    uint64 // store kinds: address of the destination region, inside memory the receiver registered
 	Frag    uint32 // store: byte offset of this fragment within the region
 	Total   uint32 // store: bytes of the whole region (the handler's payload)
+	FreeOff uint32 // request with FlagFree: offset of the range freed
+	FreeLen uint32 // request with FlagFree: bytes freed
 	// Piggyback is a tool value carried on every message when FlagPiggyback is set.
 	Piggyback uint64
 }
@@ -147,6 +153,9 @@ func extLen(k Kind, flags uint16) int {
 	}
 	if k.HasStoreExt() {
 		n += StoreExtLen
+	}
+	if flags&FlagFree != 0 && k.IsRequest() {
+		n += FreeExtLen
 	}
 	if flags&FlagPiggyback != 0 {
 		n += PiggybackExtLen
@@ -183,6 +192,11 @@ func Encode(b []byte, h *Header, args []uint64) int {
 		binary.LittleEndian.PutUint32(b[n+8:], h.Frag)
 		binary.LittleEndian.PutUint32(b[n+12:], h.Total)
 		n += StoreExtLen
+	}
+	if h.Flags&FlagFree != 0 && h.Kind.IsRequest() {
+		binary.LittleEndian.PutUint32(b[n:], h.FreeOff)
+		binary.LittleEndian.PutUint32(b[n+4:], h.FreeLen)
+		n += FreeExtLen
 	}
 	if h.Flags&FlagPiggyback != 0 {
 		binary.LittleEndian.PutUint64(b[n:], h.Piggyback)
@@ -221,7 +235,7 @@ func Decode(pkt []byte, h *Header, args *[MaxArgs]uint64) (payload []byte, err e
 		return nil, fmt.Errorf("%w: reserved bytes 6-7 are %#x %#x, must be zero", ErrFlags, pkt[6], pkt[7])
 	}
 	at := HeaderLen
-	if flags&(FlagSeq|FlagPiggyback) != 0 || k.HasStoreExt() {
+	if flags&(FlagSeq|FlagPiggyback|FlagFree) != 0 || k.HasStoreExt() {
 		at += extLen(k, flags)
 	}
 	n := at + 8*int(nargs)
@@ -234,7 +248,7 @@ func Decode(pkt []byte, h *Header, args *[MaxArgs]uint64) (payload []byte, err e
 	if at != HeaderLen {
 		decodeExt(pkt, h)
 	} else {
-		h.Seq, h.Ack, h.Addr, h.Frag, h.Total, h.Piggyback = 0, 0, 0, 0, 0, 0
+		h.Seq, h.Ack, h.Addr, h.Frag, h.Total, h.FreeOff, h.FreeLen, h.Piggyback = 0, 0, 0, 0, 0, 0, 0, 0
 	}
 	for i, a := 0, pkt[at:n]; len(a) >= 8; i, a = i+1, a[8:] {
 		args[i&(MaxArgs-1)] = binary.LittleEndian.Uint64(a) // i < nargs <= MaxArgs: the mask only drops the bounds check
@@ -251,7 +265,7 @@ func Decode(pkt []byte, h *Header, args *[MaxArgs]uint64) (payload []byte, err e
 // decodeExt reads the extensions h's kind and flags call for, which pkt
 // holds (Decode checked its length).
 func decodeExt(pkt []byte, h *Header) {
-	h.Seq, h.Ack, h.Addr, h.Frag, h.Total, h.Piggyback = 0, 0, 0, 0, 0, 0
+	h.Seq, h.Ack, h.Addr, h.Frag, h.Total, h.FreeOff, h.FreeLen, h.Piggyback = 0, 0, 0, 0, 0, 0, 0, 0
 	at := HeaderLen
 	if h.Flags&FlagSeq != 0 {
 		h.Seq = binary.LittleEndian.Uint32(pkt[at:])
@@ -263,6 +277,11 @@ func decodeExt(pkt []byte, h *Header) {
 		h.Frag = binary.LittleEndian.Uint32(pkt[at+8:])
 		h.Total = binary.LittleEndian.Uint32(pkt[at+12:])
 		at += StoreExtLen
+	}
+	if h.Flags&FlagFree != 0 && h.Kind.IsRequest() {
+		h.FreeOff = binary.LittleEndian.Uint32(pkt[at:])
+		h.FreeLen = binary.LittleEndian.Uint32(pkt[at+4:])
+		at += FreeExtLen
 	}
 	if h.Flags&FlagPiggyback != 0 {
 		h.Piggyback = binary.LittleEndian.Uint64(pkt[at:])

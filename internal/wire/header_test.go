@@ -22,7 +22,7 @@ func TestRoundTripEveryKind(t *testing.T) {
 			args := []uint64{1, 1 << 63, 42}
 			h := Header{Kind: k, Handler: 200, NArgs: 3, Flags: flags, Src: 7,
 				Len: uint32(len(payload)), Seq: 9, Ack: 8, Off: 4096, Reserve: 320, Addr: 0xdeadbeef00,
-				Frag: 1 << 20, Total: 3 << 20, Piggyback: 0x3ff0000000000000}
+				Frag: 1 << 20, Total: 3 << 20, FreeOff: 8192, FreeLen: 1024, Piggyback: 0x3ff0000000000000}
 			pkt := encode(h, args, payload)
 			want := h // what the extensions carry; the rest is left out
 			ext := 0
@@ -35,6 +35,11 @@ func TestRoundTripEveryKind(t *testing.T) {
 				want.Addr, want.Frag, want.Total = 0, 0, 0
 			} else {
 				ext += StoreExtLen
+			}
+			if flags&FlagFree == 0 || !k.IsRequest() {
+				want.FreeOff, want.FreeLen = 0, 0
+			} else {
+				ext += FreeExtLen
 			}
 			if flags&FlagPiggyback == 0 {
 				want.Piggyback = 0
@@ -85,6 +90,7 @@ func TestDecodeRejectsMalformed(t *testing.T) {
 		"done with len":  {encode(Header{Kind: KindStoreDone, Len: 1}, nil, []byte("x")), ErrLength},
 		"seq ext cut":    {encode(Header{Kind: KindAck, Flags: FlagSeq}, nil, nil)[:HeaderLen+4], ErrShort},
 		"store ext cut":  {encode(Header{Kind: KindStoreDone}, nil, nil)[:HeaderLen+15], ErrShort},
+		"free ext cut":   {encode(Header{Kind: KindRequestShort, Flags: FlagFree}, nil, nil)[:HeaderLen+7], ErrShort},
 	}
 	for name, c := range cases {
 		var h Header
@@ -124,6 +130,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(encode(Header{Kind: KindRequestStore, Flags: FlagLast, Addr: 1 << 40, Frag: 10, Total: 13, Len: 3}, nil, []byte("xyz")))
 	f.Add(encode(Header{Kind: KindRequestMedium, Flags: FlagSeq | FlagPiggyback, Seq: 3, Ack: 2, Piggyback: 9, NArgs: 1, Len: 2}, []uint64{4}, []byte("hi")))
 	f.Add(encode(Header{Kind: KindAck, Flags: FlagSeq, Ack: 5, NArgs: 2}, []uint64{1, 2}, nil))
+	f.Add(encode(Header{Kind: KindRequestMedium, Flags: FlagFree | FlagPiggyback, Off: 256, Reserve: 512, FreeOff: 0, FreeLen: 256, Len: 2}, nil, []byte("hi")))
 	f.Add([]byte{})
 	f.Add([]byte{1, 1, 0, 17})
 	f.Fuzz(func(t *testing.T, pkt []byte) {
@@ -143,17 +150,19 @@ func FuzzDecode(f *testing.F) {
 // TestEncodeLayout pins the byte layout of docs/wire.md: a round trip alone
 // would not notice Encode and Decode changing the format together.
 func TestEncodeLayout(t *testing.T) {
-	h := Header{Kind: KindRequestStore, Handler: 0xab, NArgs: 2, Flags: FlagSeq | FlagPiggyback | FlagLast,
+	h := Header{Kind: KindRequestStore, Handler: 0xab, NArgs: 2, Flags: FlagSeq | FlagPiggyback | FlagLast | FlagFree,
 		Src: 0x01020304, Len: 3, Seq: 0x11121314, Ack: 0x21222324, Off: 0x31323334, Reserve: 0x41424344,
-		Addr: 0x5152535455565758, Frag: 0x61626364, Total: 0x71727374, Piggyback: 0x8182838485868788}
+		Addr: 0x5152535455565758, Frag: 0x61626364, Total: 0x71727374,
+		FreeOff: 0xb1b2b3b4, FreeLen: 0xc1c2c3c4, Piggyback: 0x8182838485868788}
 	var b [MaxHeaderLen]byte
 	n := Encode(b[:], &h, []uint64{0x9192939495969798, 0xa1a2a3a4a5a6a7a8})
 	want := []byte{
-		Version, byte(KindRequestStore), 0xab, 2, byte(FlagSeq | FlagPiggyback | FlagLast), 0, 0, 0, // core: version, kind, handler, nargs, flags, reserved
+		Version, byte(KindRequestStore), 0xab, 2, byte(FlagSeq | FlagPiggyback | FlagLast | FlagFree), 0, 0, 0, // core: version, kind, handler, nargs, flags, reserved
 		0x04, 0x03, 0x02, 0x01, 3, 0, 0, 0, // src, len
 		0x34, 0x33, 0x32, 0x31, 0x44, 0x43, 0x42, 0x41, // off, reserve
 		0x14, 0x13, 0x12, 0x11, 0x24, 0x23, 0x22, 0x21, // sequence extension: seq, ack
 		0x58, 0x57, 0x56, 0x55, 0x54, 0x53, 0x52, 0x51, 0x64, 0x63, 0x62, 0x61, 0x74, 0x73, 0x72, 0x71, // store: addr, frag, total
+		0xb4, 0xb3, 0xb2, 0xb1, 0xc4, 0xc3, 0xc2, 0xc1, // free: off, len
 		0x88, 0x87, 0x86, 0x85, 0x84, 0x83, 0x82, 0x81, // piggyback
 		0x98, 0x97, 0x96, 0x95, 0x94, 0x93, 0x92, 0x91, 0xa8, 0xa7, 0xa6, 0xa5, 0xa4, 0xa3, 0xa2, 0xa1, // arguments
 	}
