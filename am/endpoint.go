@@ -142,6 +142,8 @@ type peer struct {
 	// sender.
 	owed    atomic.Uint64
 	win     *flowctl.Window
+	putMu   sync.Mutex              // guards putHdr (putSend), taken before mu
+	putHdr  [wire.MaxHeaderLen]byte // the store-done that putSend sends with a put's data
 	scratch [wire.MaxHeaderLen]byte
 	backlog [][]byte // packets refused by the transport, in order
 	noPut   bool     // single-copy put refused for this peer
@@ -155,6 +157,7 @@ type peer struct {
 type Endpoint struct {
 	tr        transport.Transport
 	putter    transport.Putter
+	putSender transport.PutSender // the putter, when it can send a packet with a put's data
 	getter    transport.Getter
 	noGet     []atomic.Bool // by rank: single-copy get refused by the network for that peer
 	gets      atomic.Uint64 // completed Gets
@@ -263,6 +266,7 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 	}
 	if p, ok := tr.(transport.Putter); ok && caps.Put {
 		ep.putter = p
+		ep.putSender, _ = tr.(transport.PutSender)
 	}
 	if g, ok := tr.(transport.Getter); ok && caps.Get {
 		ep.getter = g
@@ -456,14 +460,20 @@ func (ep *Endpoint) Store(dst int, h handlers.Index, addr uint64, data []byte, a
 		noPut := p.noPut
 		p.mu.Unlock()
 		if !noPut {
-			err := ep.putter.Put(dst, uintptr(addr), data)
+			hdr := wire.Header{Kind: wire.KindStoreDone, Handler: uint8(h), NArgs: uint8(len(args)),
+				Src: uint32(ep.rank), Addr: addr, Total: total}
+			sent, err := ep.putSend(dst, p, &hdr, args, addr, data)
+			if !sent && err == nil {
+				err = ep.putter.Put(dst, uintptr(addr), data)
+			}
 			switch {
 			case err == nil:
-				hdr := wire.Header{Kind: wire.KindStoreDone, Handler: uint8(h), NArgs: uint8(len(args)),
-					Src: uint32(ep.rank), Addr: addr, Total: total}
 				p.mu.Lock()
 				p.c.storesPut++
 				p.mu.Unlock()
+				if sent {
+					return nil
+				}
 				return ep.sendRequest(dst, &hdr, args, nil)
 			case errors.Is(err, transport.ErrPutUnsupported):
 				p.mu.Lock()
@@ -499,6 +509,53 @@ func (ep *Endpoint) Store(dst int, h handlers.Index, addr uint64, data []byte, a
 			return nil
 		}
 	}
+}
+
+// putSend puts data at addr in dst and sends the store-done h with it in one
+// call of the network (transport.PutSender), when the network can and the
+// store-done's credit is free now. sent false and err nil: it did nothing
+// (no PutSender, no credit now, queued responses to dst first, or dst
+// dead); the caller puts and then sends the store-done as a request, which
+// waits for credit. Errors are the put's; the reservation is undone.
+func (ep *Endpoint) putSend(dst int, p *peer, h *wire.Header, args []uint64, addr uint64, data []byte) (sent bool, err error) {
+	if ep.putSender == nil || ep.dead[dst].Load() != nil {
+		return false, nil
+	}
+	if !ep.table.Sealed() {
+		ep.table.Seal() // communication has started (as in sendRequest)
+		ep.startProgress()
+	}
+	res := flowctl.RoundUp(h.EncodedLen() + wire.FreeExtLen + ep.cfg.ReplyReserve)
+	// The header goes in p.putHdr under p.putMu (a local array would escape
+	// through the interface call: an allocation per store); the transport
+	// serializes puts to one peer anyway.
+	p.putMu.Lock()
+	defer p.putMu.Unlock()
+	buf := &p.putHdr
+	p.mu.Lock()
+	if len(p.backlog) > 0 {
+		p.mu.Unlock()
+		return false, nil
+	}
+	off, ok, err := p.win.Alloc(res)
+	if err != nil || !ok {
+		p.mu.Unlock()
+		return false, nil
+	}
+	h.Off, h.Reserve = off, uint32(res)
+	n := wire.Encode(buf[:], h, args)
+	p.mu.Unlock()
+	// Outside p.mu: the put may wait for the socket to drain.
+	if err := ep.putSender.PutSend(dst, uintptr(addr), data, buf[:n], nil); err != nil {
+		p.mu.Lock()
+		_ = p.win.Free(off, uint32(res))
+		p.mu.Unlock()
+		return false, err
+	}
+	p.mu.Lock()
+	p.c.requests++
+	p.mu.Unlock()
+	return true, nil
 }
 
 // CanGet reports whether Get from rank src can move n bytes with the network's

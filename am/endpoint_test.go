@@ -232,15 +232,19 @@ func TestRetainKeepsSpaceUntilRelease(t *testing.T) {
 }
 
 func TestStoreByPutAndByFragments(t *testing.T) {
-	for _, mode := range []string{"put", "fragments", "put-refused", "loop", "shm", "shm-small"} {
+	for _, mode := range []string{"put", "fragments", "put-refused", "loop", "shm", "shm-small", "tcp"} {
 		t.Run(mode, func(t *testing.T) {
 			var eps []*Endpoint
 			switch mode {
-			case "loop", "shm", "shm-small":
+			case "loop", "shm", "shm-small", "tcp":
 				for _, tr := range openJob(t, strings.TrimSuffix(mode, "-small"), 2) {
 					ep, err := New(tr, Config{})
 					require.NoError(t, err)
 					eps = append(eps, ep)
+					t.Cleanup(func() { _ = tr.Close() })
+				}
+				if mode == "tcp" {
+					require.NotNil(t, eps[0].putSender, "tcp sends the store-done with the data")
 				}
 			default:
 				net := newFakeNet(2)
@@ -274,7 +278,7 @@ func TestStoreByPutAndByFragments(t *testing.T) {
 			require.Equal(t, data, dst[1000:1000+size])
 			require.Zero(t, eps[0].Drain(5*time.Second))
 			s := eps[0].Stats()
-			if mode == "put" || mode == "loop" || mode == "shm" {
+			if mode == "put" || mode == "loop" || mode == "shm" || mode == "tcp" {
 				require.EqualValues(t, 1, s.StoresPut)
 			} else {
 				require.EqualValues(t, 1, s.StoresPacketed)

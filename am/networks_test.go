@@ -11,6 +11,7 @@ import (
 	"github.com/amgo-hpc/amgo/am/transport/loop"
 	"github.com/amgo-hpc/amgo/am/transport/shm"
 	"github.com/amgo-hpc/amgo/am/transport/sim"
+	"github.com/amgo-hpc/amgo/am/transport/tcp"
 	"github.com/amgo-hpc/amgo/am/transport/transporttest"
 	"github.com/amgo-hpc/amgo/am/transport/udp"
 	"github.com/stretchr/testify/require"
@@ -65,6 +66,14 @@ func openJob(t testing.TB, network string, n int) []transport.Transport {
 		jobSeq.Unlock()
 		return openBooted(t, n, id, func(b transport.Bootstrap) (transport.Transport, error) {
 			return udp.New(b, map[string]string{"iface": "127.0.0.1"})
+		})
+	case "tcp":
+		jobSeq.Lock()
+		jobN++
+		id := fmt.Sprintf("amtest-tcp-%d-%d", jobN, n)
+		jobSeq.Unlock()
+		return openBooted(t, n, id, func(b transport.Bootstrap) (transport.Transport, error) {
+			return tcp.New(b, map[string]string{"iface": "127.0.0.1"})
 		})
 	case "shm":
 		jobSeq.Lock()

@@ -95,6 +95,16 @@ type Putter interface {
 	Put(dst int, addr uintptr, data []byte) error
 }
 
+// PutSender is implemented by Putters whose put data travels in the same
+// ordered stream as packets (tcp): PutSend is Put followed by Send(dst, hdr,
+// payload), with the packet leaving together with the data's last piece (one
+// system call rather than two), as am's store-done follows a rendezvous's
+// data. The packet arrives after the data has landed. Errors as Put, plus
+// Send's ErrTooLarge.
+type PutSender interface {
+	PutSend(dst int, addr uintptr, data, hdr, payload []byte) error
+}
+
 // Getter is implemented by transports with a single-copy path out of a peer's
 // memory (shared memory: Cross Memory Attach; in-process: a copy): the
 // receiver-driven half of a rendezvous, GASNet's RMA get.

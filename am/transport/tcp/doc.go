@@ -103,7 +103,9 @@
 // and dropped (Stats.PutsDropped). Because the connection is ordered, a packet
 // sent after Put returns (am's store-done) is delivered after the data has
 // landed. Data of a put may land before packets that preceded it are
-// delivered (Poll reads ahead of delivery), never after.
+// delivered (Poll reads ahead of delivery), never after. PutSend
+// (transport.PutSender) writes such a packet in the same sendmsg as the
+// data's last piece: one system call per store fewer.
 //
 // While the socket is full, Put reads its own input without delivering it
 // (buffering up to 8 MiB of packets per connection), so that two ranks

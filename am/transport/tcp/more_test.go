@@ -383,6 +383,45 @@ func TestPut(t *testing.T) {
 	require.Error(t, ts[1].Put(1, base+4<<20, []byte("x")))
 }
 
+// PutSend sends its packet with the data's last piece: the packet arrives
+// once the data has landed, for data of one piece and of several (putChunk),
+// to a peer and to this rank itself.
+func TestPutSend(t *testing.T) {
+	ts := openJob(t, 2, nil)
+	defer closeAll(ts)
+	bufs := [][]byte{make([]byte, 4<<20), make([]byte, 4<<20)}
+	for i, tr := range ts {
+		tr.SetPutResolver(fakeResolver(bufs[i]))
+	}
+	rx := []*last{{}, {}}
+	cases := []struct{ off, n int }{{0, 1}, {3, 1000}, {4096, 64 << 10}, {0, putChunk}, {8, putChunk + 1}, {100, 3 << 20}}
+	for i, c := range cases {
+		data := putPattern(c.n)
+		for j := range data {
+			data[j] += byte(i)
+		}
+		before := bytes.Clone(bufs[1])
+		pkts := ts[0].Stats().PacketsSent
+		errc := make(chan error, 1)
+		go func() { errc <- ts[0].PutSend(1, base+uintptr(c.off), data, []byte("done"), []byte{byte(i)}) }()
+		n := rx[1].n
+		pollUntil(t, ts[1:], rx[1:], func() bool { return rx[1].n > n })
+		require.NoError(t, <-errc)
+		require.Equal(t, "done"+string([]byte{byte(i)}), string(rx[1].buf))
+		require.Equal(t, data, bufs[1][c.off:c.off+c.n], "put %+v", c)
+		require.Equal(t, before[:c.off], bufs[1][:c.off])
+		require.Equal(t, before[c.off+c.n:], bufs[1][c.off+c.n:])
+		require.Equal(t, pkts+1, ts[0].Stats().PacketsSent)
+	}
+	require.Equal(t, uint64(len(cases)), ts[1].Stats().PutsReceived)
+
+	// To itself: a local copy, then the packet.
+	require.NoError(t, ts[1].PutSend(1, base+8, []byte("self"), []byte("mine"), nil))
+	require.Equal(t, "self", string(bufs[1][8:12]))
+	pollUntil(t, ts[1:], rx[1:], func() bool { return string(rx[1].buf) == "mine" })
+	require.ErrorIs(t, ts[0].PutSend(1, base, []byte("x"), make([]byte, MaxPacket+1), nil), transport.ErrTooLarge)
+}
+
 // Two ranks putting large buffers to each other at once, with nobody
 // polling, do not deadlock: a blocked Put reads its input (the first Put
 // to finish then needs its rank to poll for the other to finish).

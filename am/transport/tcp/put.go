@@ -35,6 +35,30 @@ const putSpin = 50 * time.Microsecond
 // range, unreachable, failed or closed), transport.ErrClosed, and the
 // resolver's error for a self-put.
 func (t *Transport) Put(dst int, addr uintptr, data []byte) error {
+	return t.putSend(dst, addr, data, nil, nil, false)
+}
+
+// PutSend is Put followed by the packet (hdr, payload), which leaves with the
+// data's last piece in one sendmsg rather than in a call of its own: am's
+// store-done after the data of a rendezvous. The packet arrives after the
+// data has landed; errors as Put, and as Send for the packet
+// (transport.ErrTooLarge). When data is empty it is Send.
+func (t *Transport) PutSend(dst int, addr uintptr, data, hdr, payload []byte) error {
+	if len(hdr)+len(payload) > MaxPacket {
+		return fmt.Errorf("tcp: send %d bytes to rank %d, max %d: %w", len(hdr)+len(payload), dst, MaxPacket, transport.ErrTooLarge)
+	}
+	if len(data) == 0 || dst == t.rank {
+		if err := t.Put(dst, addr, data); err != nil {
+			return err
+		}
+		return t.Send(dst, hdr, payload)
+	}
+	return t.putSend(dst, addr, data, hdr, payload, true)
+}
+
+// putSend writes a put frame and data to dst and, when withPkt, the packet
+// (hdr, payload) after them in the same stream.
+func (t *Transport) putSend(dst int, addr uintptr, data, hdr, payload []byte, withPkt bool) error {
 	if t.closed.Load() {
 		return transport.ErrClosed
 	}
@@ -96,11 +120,17 @@ func (t *Transport) Put(dst int, addr uintptr, data []byte) error {
 		p.mu.Unlock()
 	}()
 
-	var hdr [putHdr]byte
-	binary.LittleEndian.PutUint32(hdr[0:], wordPut)
-	binary.LittleEndian.PutUint64(hdr[4:], uint64(addr))
-	binary.LittleEndian.PutUint64(hdr[12:], uint64(len(data)))
-	total := putHdr + len(data)
+	var ph [putHdr]byte
+	binary.LittleEndian.PutUint32(ph[0:], wordPut)
+	binary.LittleEndian.PutUint64(ph[4:], uint64(addr))
+	binary.LittleEndian.PutUint64(ph[12:], uint64(len(data)))
+	var lw [4]byte // the packet's length word
+	binary.LittleEndian.PutUint32(lw[:], uint32(len(hdr)+len(payload)))
+	end := putHdr + len(data) // where the packet starts in the stream
+	total := end
+	if withPkt {
+		total += len(lw) + len(hdr) + len(payload)
+	}
 	var idle time.Time
 	for off := 0; off < total; {
 		p.mu.Lock()
@@ -114,12 +144,31 @@ func (t *Transport) Put(dst int, addr uintptr, data []byte) error {
 		}
 		var k int
 		var err error
-		if off < putHdr {
-			k, err = sendv(c.fd, hdr[off:], data[:min(len(data), putChunk)], nil)
-		} else {
+		var bufs [maxIov][]byte
+		i, upTo := 0, end // buffers used; where in the stream the data of this call ends
+		switch {
+		case off < putHdr:
+			upTo = putHdr + min(len(data), putChunk)
+			bufs[0], bufs[1], i = ph[off:], data[:upTo-putHdr], 2
+		case off < end:
 			d := off - putHdr
-			k, err = sendv(c.fd, data[d:min(len(data), (d/putChunk+1)*putChunk)], nil, nil)
+			upTo = putHdr + min(len(data), (d/putChunk+1)*putChunk)
+			bufs[0], i = data[d:upTo-putHdr], 1
 		}
+		if withPkt && upTo == end {
+			// The data's last piece (or none left): the packet goes with it.
+			at := max(off-end, 0)
+			for _, b := range [3][]byte{lw[:], hdr, payload} {
+				if at >= len(b) {
+					at -= len(b)
+					continue
+				}
+				bufs[i] = b[at:]
+				at = 0
+				i++
+			}
+		}
+		k, err = sendvec(c.fd, &bufs)
 		if err != nil {
 			err = t.failLocked(p, dst, err)
 			p.mu.Unlock()
@@ -141,6 +190,9 @@ func (t *Transport) Put(dst int, addr uintptr, data []byte) error {
 		t.progress(fd, time.Since(idle) < putSpin)
 	}
 	t.st.putsOut.Add(1)
+	if withPkt {
+		t.st.pktsOut.Add(1)
+	}
 	return nil
 }
 

@@ -517,20 +517,29 @@ func appendTail(out []byte, skip int, bufs ...[]byte) []byte {
 // sendv writes up to three buffers with one sendmsg(MSG_DONTWAIT|MSG_NOSIGNAL)
 // and returns the bytes written; EAGAIN counts as 0 bytes and no error.
 func sendv(fd int, a, b, c []byte) (int, error) {
-	var iov [3]unix.Iovec
-	k := 0
-	for _, s := range [3][]byte{a, b, c} {
-		if len(s) > 0 {
+	return sendvec(fd, &[maxIov][]byte{a, b, c})
+}
+
+// maxIov is the most buffers sendvec writes with one call.
+const maxIov = 5
+
+// sendvec is sendv of up to maxIov buffers (empty ones are skipped).
+func sendvec(fd int, bufs *[maxIov][]byte) (int, error) {
+	var iov [maxIov]unix.Iovec
+	k, size := 0, 0
+	for i := range bufs {
+		if s := bufs[i]; len(s) > 0 {
 			iov[k].Base = &s[0]
 			iov[k].SetLen(len(s))
 			k++
+			size += len(s)
 		}
 	}
 	if k == 0 {
 		return 0, nil
 	}
 	msg := unix.Msghdr{Iov: &iov[0], Iovlen: uint64(k)}
-	raw := len(a)+len(b)+len(c) <= rawMax // see rawMax
+	raw := size <= rawMax // see rawMax
 	for {
 		var n uintptr
 		var e syscall.Errno
@@ -541,9 +550,7 @@ func sendv(fd int, a, b, c []byte) (int, error) {
 			n, _, e = unix.Syscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)),
 				unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
 		}
-		runtime.KeepAlive(a)
-		runtime.KeepAlive(b)
-		runtime.KeepAlive(c)
+		runtime.KeepAlive(bufs)
 		switch e {
 		case 0:
 			return int(n), nil
