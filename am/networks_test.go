@@ -38,6 +38,14 @@ func simSeed(t testing.TB, n int) int64 {
 var jobSeq sync.Mutex
 var jobN int
 
+// nextJobID names a new job of n ranks over network, unique in this process.
+func nextJobID(network string, n int) string {
+	jobSeq.Lock()
+	defer jobSeq.Unlock()
+	jobN++
+	return fmt.Sprintf("amtest-%s-%d-%d", network, jobN, n)
+}
+
 // openJob opens n ranks of one job over the named network in this process.
 func openJob(t testing.TB, network string, n int) []transport.Transport {
 	t.Helper()
@@ -60,27 +68,15 @@ func openJob(t testing.TB, network string, n int) []transport.Transport {
 		require.NoError(t, err)
 		return trs
 	case "udp":
-		jobSeq.Lock()
-		jobN++
-		id := fmt.Sprintf("amtest-udp-%d-%d", jobN, n)
-		jobSeq.Unlock()
-		return openBooted(t, n, id, func(b transport.Bootstrap) (transport.Transport, error) {
+		return openBooted(t, n, nextJobID("udp", n), func(b transport.Bootstrap) (transport.Transport, error) {
 			return udp.New(b, map[string]string{"iface": "127.0.0.1"})
 		})
 	case "tcp":
-		jobSeq.Lock()
-		jobN++
-		id := fmt.Sprintf("amtest-tcp-%d-%d", jobN, n)
-		jobSeq.Unlock()
-		return openBooted(t, n, id, func(b transport.Bootstrap) (transport.Transport, error) {
+		return openBooted(t, n, nextJobID("tcp", n), func(b transport.Bootstrap) (transport.Transport, error) {
 			return tcp.New(b, map[string]string{"iface": "127.0.0.1"})
 		})
 	case "shm":
-		jobSeq.Lock()
-		jobN++
-		id := fmt.Sprintf("amtest-%d-%d", jobN, n)
-		jobSeq.Unlock()
-		return openBooted(t, n, id, func(b transport.Bootstrap) (transport.Transport, error) {
+		return openBooted(t, n, nextJobID("shm", n), func(b transport.Bootstrap) (transport.Transport, error) {
 			return shm.New(b, map[string]string{"dir": t.TempDir()})
 		})
 	}
