@@ -467,13 +467,12 @@ func (ep *Endpoint) Store(dst int, h handlers.Index, addr uint64, data []byte, a
 				err = ep.putter.Put(dst, uintptr(addr), data)
 			}
 			switch {
+			case sent:
+				return nil
 			case err == nil:
 				p.mu.Lock()
 				p.c.storesPut++
 				p.mu.Unlock()
-				if sent {
-					return nil
-				}
 				return ep.sendRequest(dst, &hdr, args, nil)
 			case errors.Is(err, transport.ErrPutUnsupported):
 				p.mu.Lock()
@@ -544,17 +543,19 @@ func (ep *Endpoint) putSend(dst int, p *peer, h *wire.Header, args []uint64, add
 	}
 	h.Off, h.Reserve = off, uint32(res)
 	n := wire.Encode(buf[:], h, args)
+	// Counted before it leaves: dst may run the handler before PutSend returns.
+	p.c.requests++
+	p.c.storesPut++
 	p.mu.Unlock()
 	// Outside p.mu: the put may wait for the socket to drain.
 	if err := ep.putSender.PutSend(dst, uintptr(addr), data, buf[:n], nil); err != nil {
 		p.mu.Lock()
 		_ = p.win.Free(off, uint32(res))
+		p.c.requests--
+		p.c.storesPut--
 		p.mu.Unlock()
 		return false, err
 	}
-	p.mu.Lock()
-	p.c.requests++
-	p.mu.Unlock()
 	return true, nil
 }
 
