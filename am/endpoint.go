@@ -744,13 +744,21 @@ func (ep *Endpoint) sendResponse(dst int, h *wire.Header, args []uint64, payload
 			}
 			return fmt.Errorf("am: %s to rank %d: %w", h.Kind, dst, err)
 		}
+	}
+	ep.enqueueLocked(p, p.scratch[:n], payload)
+	return nil
+}
+
+// enqueueLocked appends a copy of the packet (hdr, payload) to p's backlog,
+// which a later poll sends in order; p.mu is held.
+func (ep *Endpoint) enqueueLocked(p *peer, hdr, payload []byte) {
+	if len(p.backlog) == 0 {
 		ep.backlogged.Add(1)
 	}
-	pkt := make([]byte, 0, n+len(payload))
-	pkt = append(append(pkt, p.scratch[:n]...), payload...)
+	pkt := make([]byte, 0, len(hdr)+len(payload))
+	pkt = append(append(pkt, hdr...), payload...)
 	p.backlog = append(p.backlog, pkt)
 	p.c.backlogged++
-	return nil
 }
 
 // backlogAckLocked queues an ack returning [off,+n) to dst behind its
@@ -760,14 +768,9 @@ func (ep *Endpoint) backlogAckLocked(dst int, p *peer, off, n uint32) {
 		return
 	}
 	h := wire.Header{Kind: wire.KindAck, Src: uint32(ep.rank), Flags: wire.FlagFree, Off: off, Reserve: n}
-	pkt := make([]byte, h.EncodedLen())
-	wire.Encode(pkt, &h, nil)
-	if len(p.backlog) == 0 {
-		ep.backlogged.Add(1)
-	}
-	p.backlog = append(p.backlog, pkt)
+	k := wire.Encode(p.scratch[:], &h, nil) // the refused request's header is no longer needed
+	ep.enqueueLocked(p, p.scratch[:k], nil)
 	p.c.acks++
-	p.c.backlogged++
 }
 
 // flushBacklogLocked sends queued responses to dst in order; p.mu is held.
