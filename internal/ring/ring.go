@@ -6,6 +6,8 @@ import (
 	"math/bits"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/amgo-hpc/amgo/internal/release"
 )
 
 // ControlLen is the size of the control block at the start of a region, in
@@ -142,10 +144,10 @@ func word(b []byte, off uint64) *atomic.Uint64 {
 	return (*atomic.Uint64)(unsafe.Pointer(&b[off]))
 }
 
-// wordPtr is word as a plain pointer, for storeRelease.
+// wordPtr is word as a plain pointer, for release.Store64.
 func wordPtr(b []byte, off uint64) *uint64 { return (*uint64)(unsafe.Pointer(&b[off])) }
 
-// tailPtr is the tail word as a plain pointer, for storeRelease.
+// tailPtr is the tail word as a plain pointer, for release.Store64.
 func tailPtr(t *atomic.Uint64) *uint64 { return (*uint64)(unsafe.Pointer(t)) }
 
 // lineLen is the cache line size: records start on line boundaries.
@@ -225,9 +227,9 @@ func (p *Producer) Push(hdr, payload []byte) bool {
 	d := p.data[start+8 : start+8+n]
 	copy(d, hdr)
 	copy(d[len(hdr):], payload)
-	storeRelease(wordPtr(p.data, start), validBit|n)
+	release.Store64(wordPtr(p.data, start), validBit|n)
 	if pad > 0 {
-		storeRelease(wordPtr(p.data, off), validBit|padBit|pad)
+		release.Store64(wordPtr(p.data, off), validBit|padBit|pad)
 	}
 	p.pos = end
 	if p.zeroed-end < p.ahead {
@@ -247,6 +249,8 @@ func (p *Producer) Push(hdr, payload []byte) bool {
 // call Fence between the two, or it can read a stale "awake" while the record
 // is still in its store buffer and the consumer, rechecking, does not see it
 // yet. The barrier is a locked add to a word only this producer touches.
+// Where the consumer's sleep path runs the heavy side of an asymmetric
+// barrier (internal/membarrier: Enabled), the caller needs no Fence.
 func (p *Producer) Fence() { p.fence.Add(0) }
 
 // zeroTo zeroes the data area from p.zeroed up to position to, which must not
@@ -357,7 +361,7 @@ func (c *Consumer) Advance() {
 	}
 	c.head += c.cur
 	c.cur = 0
-	storeRelease(tailPtr(c.tailp), c.head)
+	release.Store64(tailPtr(c.tailp), c.head)
 }
 
 // Receiver takes the records Take hands over (transport.Receiver satisfies it).
