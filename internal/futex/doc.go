@@ -23,6 +23,13 @@
 // or is already queued and is woken (the kernel checks the value and queues the
 // waiter atomically with respect to wakes).
 //
+// The sender's publication need not be a sequentially consistent store: where
+// internal/membarrier is Enabled, Wait runs membarrier.Heavy between its
+// increment and its last ready(), the heavy side of an asymmetric barrier, so
+// a sender may publish with a release store and load waiters with no fence
+// between (the argument is in package membarrier). Elsewhere the sender must
+// put a full barrier between the two (ring.Producer.Fence).
+//
 // On this class of machine (2 vCPUs, halting idle vCPUs) a futex wake-up costs
 // 30-40 us, so a receiver should spin about 10-20 us before it sleeps:
 // see /work/shared/reference/linux.md §1.

@@ -11,6 +11,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/amgo-hpc/amgo/internal/membarrier"
 )
 
 // Operations of futex(2). Deliberately without FUTEX_PRIVATE_FLAG: the word may
@@ -81,7 +83,9 @@ func NewDoorbell(mem []byte) (Doorbell, error) {
 }
 
 // Ring wakes the receiver if it sleeps. Call it after publishing what the
-// receiver should see. It costs one atomic load when nobody sleeps; otherwise
+// receiver should see: after a full barrier, or with none where
+// membarrier.Enabled (Wait then runs the heavy side; see the package
+// documentation). It costs one atomic load when nobody sleeps; otherwise
 // it wakes every sleeper. A failing wake is ignored: the receiver's timeout
 // covers it.
 func (d Doorbell) Ring() {
@@ -121,6 +125,11 @@ func (d Doorbell) Wait(ready func() bool, spin, timeout time.Duration) (bool, er
 	}
 	s := d.seq.Load()
 	d.waiters.Add(1)
+	if err := membarrier.Heavy(); err != nil {
+		// A sender that skipped its fence may not be visible yet: do not sleep.
+		d.waiters.Add(^uint32(0))
+		return ready(), err
+	}
 	if ready() {
 		d.waiters.Add(^uint32(0))
 		return true, nil

@@ -17,7 +17,8 @@
 //	c, err := ring.NewConsumer(mem)      // in the receiving process
 //
 //	p.Push(hdr, payload)                 // false: full, try again after the consumer advances
-//	p.Fence()                            // only before checking whether the consumer sleeps
+//	p.Fence()                            // only before checking whether the consumer sleeps, and only
+//	                                     // where the consumer's sleep path has no membarrier.Heavy
 //
 //	for {
 //		rec, ok := c.Peek()              // rec points into mem: zero copy

@@ -10,6 +10,7 @@ import (
 	"github.com/amgo-hpc/amgo/am/transport"
 	settings "github.com/amgo-hpc/amgo/am/transport/internal/opts"
 	"github.com/amgo-hpc/amgo/internal/cacheline"
+	"github.com/amgo-hpc/amgo/internal/membarrier"
 	"github.com/amgo-hpc/amgo/internal/ring"
 )
 
@@ -45,6 +46,7 @@ type Transport struct {
 	spin   time.Duration
 	ready  func() bool
 	bell   bell
+	fence  bool // see shm.Transport.fence
 	closed atomic.Bool
 
 	// Written by every Poll: on cache lines of its own, so that peers' Sends
@@ -80,7 +82,7 @@ func NewJob(n int, opts map[string]string) ([]transport.Transport, error) {
 	for r := range j.ranks {
 		t := cacheline.New[Transport]() // ranks are goroutines of one process: no shared lines
 		*t = Transport{rank: r, job: j, in: cacheline.Slice[*ring.Consumer](n), out: cacheline.Slice[*ring.Producer](n), streak: cacheline.Slice[bool](n),
-			spin: spin, bell: bell{ch: make(chan struct{}, 1)}}
+			spin: spin, bell: bell{ch: make(chan struct{}, 1)}, fence: !membarrier.Enabled()}
 		t.ready = t.arrived
 		j.ranks[r] = t
 	}
@@ -139,7 +141,9 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	if !out.Push(hdr, payload) {
 		return transport.ErrWouldBlock
 	}
-	out.Fence() // the record visible before the sleep check (ring.Producer.Fence)
+	if t.fence {
+		out.Fence() // the record visible before the sleep check (ring.Producer.Fence)
+	}
 	d.bell.ring()
 	return nil
 }
@@ -244,9 +248,10 @@ func (b *bell) ring() {
 }
 
 // wait returns when ready() does, or after about d. The announce-recheck-park
-// sequence is the one of futex.Doorbell: a sender that publishes after the
-// recheck sees waiters != 0 and signals; a stale signal only causes an early,
-// allowed, return.
+// sequence is the one of futex.Doorbell, with its heavy barrier for senders
+// that skip their fence: a sender that publishes after the recheck sees
+// waiters != 0 and signals; a stale signal only causes an early, allowed,
+// return.
 func (b *bell) wait(ready func() bool, spin, d time.Duration) {
 	start := time.Now()
 	for i := 0; ; i++ {
@@ -264,8 +269,8 @@ func (b *bell) wait(ready func() bool, spin, d time.Duration) {
 	}
 	b.waiters.Add(1)
 	defer b.waiters.Add(-1)
-	if ready() {
-		return
+	if membarrier.Heavy() != nil || ready() {
+		return // without the barrier a fenceless sender's record may not be visible yet: no parking
 	}
 	tm := time.NewTimer(left)
 	select {

@@ -39,3 +39,14 @@ func TestOptions(t *testing.T) {
 	_, err = NewJob(0, nil)
 	require.Error(t, err)
 }
+
+// No wake-up is lost with senders that skip their fence (internal/membarrier).
+func TestWakeRace(t *testing.T) {
+	rounds := 3000
+	if testing.Short() {
+		rounds = 300
+	}
+	ts, err := NewJob(2, map[string]string{"spin": "0s"})
+	require.NoError(t, err)
+	transporttest.WakeRace(t, ts, rounds, 1)
+}

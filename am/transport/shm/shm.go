@@ -19,6 +19,7 @@ import (
 	"github.com/amgo-hpc/amgo/am/transport"
 	settings "github.com/amgo-hpc/amgo/am/transport/internal/opts"
 	"github.com/amgo-hpc/amgo/internal/futex"
+	"github.com/amgo-hpc/amgo/internal/membarrier"
 	"github.com/amgo-hpc/amgo/internal/ring"
 )
 
@@ -75,6 +76,10 @@ type Transport struct {
 	in         []*ring.Consumer // inbound ring from each rank
 	peers      []peer
 	pending    func() bool
+	// fence: Send puts a full barrier between publishing a record and
+	// checking whether the receiver sleeps; false where the receiver's
+	// sleep path runs membarrier.Heavy instead (internal/membarrier).
+	fence bool
 
 	closed    atomic.Bool
 	anyDead   atomic.Bool
@@ -154,7 +159,7 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Transport{rank: rank, size: size, spin: spin, own: own,
+	t := &Transport{rank: rank, size: size, spin: spin, own: own, fence: !membarrier.Enabled(),
 		in: make([]*ring.Consumer, size), peers: make([]peer, size), streak: make([]bool, size)}
 	t.pending = t.arrived
 	fail := func(err error) (*Transport, error) {
@@ -367,7 +372,9 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	}
 	if p.out.Push(hdr, payload) {
 		p.full = 0
-		p.out.Fence() // the record visible before the sleep check (ring.Producer.Fence)
+		if t.fence {
+			p.out.Fence() // the record visible before the sleep check (ring.Producer.Fence)
+		}
 		p.bell.Ring()
 		return nil
 	}

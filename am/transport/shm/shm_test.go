@@ -131,3 +131,12 @@ func TestCorruptRing(t *testing.T) {
 		tr.Close()
 	}
 }
+
+// No wake-up is lost with senders that skip their fence (internal/membarrier).
+func TestWakeRace(t *testing.T) {
+	rounds := 3000
+	if testing.Short() {
+		rounds = 300
+	}
+	transporttest.WakeRace(t, openJob(t, 2, map[string]string{"spin": "0s"}), rounds, 1)
+}

@@ -1,0 +1,60 @@
+package transporttest
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/amgo-hpc/amgo/am/transport"
+)
+
+// WakeRace checks that no wake-up is lost where a receiver goes to sleep just
+// as a sender publishes: rank 1 of ts (opened with a spin of zero, so that
+// every Wait announces itself asleep at once) waits with a timeout of 10 s
+// while rank 0 sends one packet after a delay drawn from seed (0 to ~20 µs,
+// and one round in eight at once), for rounds rounds. A round that takes
+// more than a second slept through its packet. shm and loop senders skip
+// their fence where the receiver's sleep path runs membarrier.Heavy: this
+// checks the wake-up path end to end, while the ordering that makes it safe is
+// tested by internal/membarrier's litmus test (the window in which a missing
+// barrier loses a wake-up is a cache-line transfer, which these rounds rarely
+// hit). Transports without Caps().Wakeup are skipped.
+func WakeRace(t *testing.T, ts []transport.Transport, rounds int, seed uint64) {
+	if !ts[1].Caps().Wakeup {
+		t.Skip("the transport has no wake-up")
+	}
+	rng := rand.New(rand.NewPCG(seed, 1))
+	j := newDriver(t, ts)
+	hdr, payload := build(0, 1, 0, 0, 8)
+	var slowest time.Duration
+	for i := range rounds {
+		delay := time.Duration(rng.IntN(20_000))
+		if rng.IntN(8) == 0 {
+			delay = 0
+		}
+		sent := make(chan error, 1)
+		go func() {
+			for start := time.Now(); time.Since(start) < delay; {
+			}
+			sent <- ts[0].Send(1, hdr, payload)
+		}()
+		start := time.Now()
+		for {
+			require.NoError(t, ts[1].Wait(10*time.Second))
+			n, err := ts[1].Poll(j.rx[1], 1)
+			require.NoError(t, err)
+			if n > 0 {
+				break
+			}
+			require.Less(t, time.Since(start), 20*time.Second, "round %d (seed %d): nothing arrived", i, seed)
+		}
+		took := time.Since(start)
+		require.NoError(t, <-sent)
+		require.Less(t, took, time.Second, "round %d (seed %d, delay %v): Wait slept through the packet", i, seed, delay)
+		slowest = max(slowest, took)
+		j.rx[1].take()
+	}
+	t.Logf("%d rounds, slowest %v", rounds, slowest)
+}
