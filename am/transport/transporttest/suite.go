@@ -545,20 +545,26 @@ func testWait(t *testing.T, ts []transport.Transport) {
 		}
 	}()
 	start = time.Now()
-	deadline := start.Add(10 * time.Second)
-	for {
-		require.NoError(t, ts[1].Wait(5*time.Second))
-		n, err := ts[1].Poll(j.rx[1], 10)
-		require.NoError(t, err)
-		if n > 0 {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "nothing arrived")
-	}
+	j.waitArrival(1, 5*time.Second, 10*time.Second)
 	if ts[1].Caps().Wakeup {
 		require.Less(t, time.Since(start), 3*time.Second, "Wait slept through the arrival")
 	}
 	check(t, j.rx[1].take()[0], 1)
+}
+
+// waitArrival has rank r Wait (each call for at most wait) and Poll until a
+// packet arrives, failing after limit.
+func (j *job) waitArrival(r int, wait, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for {
+		require.NoError(j.t, j.ts[r].Wait(wait))
+		n, err := j.ts[r].Poll(j.rx[r], 10)
+		require.NoError(j.t, err)
+		if n > 0 {
+			return
+		}
+		require.True(j.t, time.Now().Before(deadline), "rank %d: nothing arrived in %v", r, limit)
+	}
 }
 
 type discard struct{ n int }

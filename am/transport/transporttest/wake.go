@@ -41,15 +41,7 @@ func WakeRace(t *testing.T, ts []transport.Transport, rounds int, seed uint64) {
 			sent <- ts[0].Send(1, hdr, payload)
 		}()
 		start := time.Now()
-		for {
-			require.NoError(t, ts[1].Wait(10*time.Second))
-			n, err := ts[1].Poll(j.rx[1], 1)
-			require.NoError(t, err)
-			if n > 0 {
-				break
-			}
-			require.Less(t, time.Since(start), 20*time.Second, "round %d (seed %d): nothing arrived", i, seed)
-		}
+		j.waitArrival(1, 10*time.Second, 20*time.Second)
 		took := time.Since(start)
 		require.NoError(t, <-sent)
 		require.Less(t, took, time.Second, "round %d (seed %d, delay %v): Wait slept through the packet", i, seed, delay)
