@@ -30,6 +30,7 @@ func requireProcFailed(t testing.TB, err error, want int) {
 	require.True(t, errors.As(err, &pf), "%v", err)
 	require.Equal(t, want, pf.WorldRank, "%v", err)
 	require.Contains(t, err.Error(), fmt.Sprintf("rank %d", want))
+	require.NotContains(t, err.Error(), "%!", "a format verb without its argument")
 }
 
 // runDeadJob runs ranks as goroutines over loop; rank victim runs die (which

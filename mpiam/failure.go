@@ -296,10 +296,9 @@ func (p *proc) dropSourceLocked(c *Comm, w int, done ...func()) []func() {
 	}
 	var msgs []match.Message[*inMsg]
 	var recvs []*reqState
-	what := "receive from rank %d, tag %d"
-	if c.ctx&1 == 1 {
+	collective := c.ctx&1 == 1
+	if collective {
 		msgs, recvs = p.eng.DropContext(c.ctx, msgs, recvs)
-		what = "collective on communicator %[3]d (waiting on rank %[1]d, tag %[2]d)"
 	} else {
 		msgs, recvs = p.eng.DropSource(c.ctx, int32(src), msgs, recvs)
 	}
@@ -309,7 +308,11 @@ func (p *proc) dropSourceLocked(c *Comm, w int, done ...func()) []func() {
 	for _, r := range recvs {
 		r.handle = match.PostedHandle{}
 		p.matchedLocked(r)
-		st := Status{Source: r.peer, Tag: r.tag, Err: p.procFailed(c, w, fmt.Sprintf(what, r.peer, r.tag, c.ctx&^1))}
+		op := fmt.Sprintf("receive from rank %d, tag %d", r.peer, r.tag)
+		if collective {
+			op = fmt.Sprintf("collective on communicator %d (waiting on rank %d, tag %d)", c.ctx&^1, r.peer, r.tag)
+		}
+		st := Status{Source: r.peer, Tag: r.tag, Err: p.procFailed(c, w, op)}
 		done = append(done, func() { r.complete(st) })
 	}
 	return done
