@@ -187,7 +187,11 @@ func (x coll) sendrecv(sb []byte, dest int, rb []byte, src int, step int) error 
 	return err
 }
 
+// checkRoot checks that c is a valid communicator and root one of its ranks.
 func checkRoot(c *Comm, root int) error {
+	if err := c.valid(); err != nil {
+		return err
+	}
 	if root < 0 || root >= c.size {
 		return fmt.Errorf("%w: %d (communicator has %d ranks)", ErrRoot, root, c.size)
 	}

@@ -35,14 +35,31 @@ type Comm struct {
 	bar      atomic.Pointer[barrierCounts] // this rank's arrival counts of c's barrier messages, once looked up
 }
 
-// Rank is the calling process's rank in c (MPI_Comm_rank).
-func (c *Comm) Rank() int { return c.rank }
+// Rank is the calling process's rank in c (MPI_Comm_rank), or Undefined for
+// the nil communicator (MPI_COMM_NULL, what Split with color Undefined returns).
+func (c *Comm) Rank() int {
+	if c == nil {
+		return Undefined
+	}
+	return c.rank
+}
 
-// Size is the number of ranks in c (MPI_Comm_size).
-func (c *Comm) Size() int { return c.size }
+// Size is the number of ranks in c (MPI_Comm_size), 0 for the nil communicator.
+func (c *Comm) Size() int {
+	if c == nil {
+		return 0
+	}
+	return c.size
+}
 
-// Context is c's context id, for tools and diagnostics.
-func (c *Comm) Context() uint32 { return c.ctx }
+// Context is c's context id, for tools and diagnostics; 0 for the nil
+// communicator.
+func (c *Comm) Context() uint32 {
+	if c == nil {
+		return 0
+	}
+	return c.ctx
+}
 
 func (c *Comm) world(r int) int {
 	if c.ranks == nil {
