@@ -22,6 +22,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"sort"
@@ -68,6 +70,9 @@ func main() {
 		os.Exit(2)
 	}
 	if err := b.run(os.Args[2:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) { // the flag package has printed the usage
+			os.Exit(0)
+		}
 		fmt.Fprintf(os.Stderr, "osu %s: %v\n", os.Args[1], err)
 		os.Exit(1)
 	}

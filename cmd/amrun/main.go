@@ -15,9 +15,12 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/internal/launch"
 	"github.com/amgo-hpc/amgo/mpiam"
 )
@@ -33,7 +36,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("amrun", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	n := fs.Int("n", 1, "number of ranks")
-	transport := fs.String("transport", "shm", "network the ranks use (AMGO_TRANSPORT): shm, tcp, udp; loop or sim (faults injected) for N goroutine ranks in one process")
+	network := fs.String("transport", "shm", "network the ranks use (AMGO_TRANSPORT): shm, tcp, udp; loop or sim (faults injected) for N goroutine ranks in one process")
 	bind := fs.String("bind-to", "", "bind each rank to a CPU of its own: core, or none; default: core when every rank gets a CPU (as Open MPI's mpirun binds 2 or fewer processes), else none")
 	iface := fs.String("iface", "", "network interface (name or IP address) that tcp listens on (AMGO_IFACE); default: the host name's address")
 	tag := fs.Bool("tag-output", false, "prefix each output line with [rank]")
@@ -55,6 +58,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() == 0 {
 		fmt.Fprintln(stderr, "amrun: no program given")
 		fs.Usage()
+		return 2
+	}
+	// Checked here, once, rather than by every rank at start-up.
+	if known := transport.Names(); !slices.Contains(known, *network) {
+		fmt.Fprintf(stderr, "amrun: unknown network %q for --transport (have %s)\n", *network, strings.Join(known, ", "))
 		return 2
 	}
 	sigs := make(chan os.Signal, 4)
@@ -86,7 +94,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	err := launch.Run(context.Background(), launch.Spec{
 		N: *n, Prog: fs.Arg(0), Args: fs.Args()[1:],
-		Transport: *transport, Iface: *iface, Bind: *bind, TagOutput: *tag, Timeout: *timeout, JobDirParent: *jobdir,
+		Transport: *network, Iface: *iface, Bind: *bind, TagOutput: *tag, Timeout: *timeout, JobDirParent: *jobdir,
 		Stdout: stdout, Stderr: stderr, Signals: sigs, Env: env, TimerSlack: rankSlack(*slack),
 	})
 	if err != nil {

@@ -21,11 +21,13 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"text/tabwriter"
+	"time"
 
 	"github.com/amgo-hpc/amgo/trace"
 )
@@ -45,6 +47,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	if fs.NArg() != 1 {
@@ -91,7 +96,17 @@ func writeJSON(path string, tr *trace.Trace, m *trace.Matching) error {
 }
 
 // us formats nanoseconds as microseconds with three decimals.
+// us formats a time of ns nanoseconds in microseconds with three decimals.
 func us(ns uint64) string { return fmt.Sprintf("%d.%03d", ns/1000, ns%1000) }
+
+// usDur formats a duration in microseconds, as us does; a negative one (clocks
+// of two ranks that disagree) keeps its sign.
+func usDur(d time.Duration) string {
+	if d < 0 {
+		return "-" + us(uint64(-d))
+	}
+	return us(uint64(d))
+}
 
 func report(out io.Writer, tr *trace.Trace, m *trace.Matching) error {
 	records := 0
@@ -105,16 +120,16 @@ func report(out io.Writer, tr *trace.Trace, m *trace.Matching) error {
 	fmt.Fprintf(out, "\nmessages (by send time; times in µs):\n")
 	fmt.Fprintf(tw, "time\tsrc\t->\tdst\tcomm\ttag\tbytes\tlatency\t\n")
 	for _, x := range m.Messages {
-		fmt.Fprintf(tw, "%s\t%d\t->\t%d\t%d\t%d\t%d\t%v\t\n", us(x.SendTime), x.Src, x.Dst, x.Comm, x.Tag, x.SendLength, x.Latency())
+		fmt.Fprintf(tw, "%s\t%d\t->\t%d\t%d\t%d\t%d\t%v\t\n", us(x.SendTime), x.Src, x.Dst, x.Comm, x.Tag, x.SendLength, usDur(x.Latency()))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 
-	fmt.Fprintf(out, "\nper-pair statistics:\n")
+	fmt.Fprintf(out, "\nper-pair statistics (latencies in µs):\n")
 	fmt.Fprintf(tw, "src\t->\tdst\tcount\tbytes\tmean\tmin\tmax\t\n")
 	for _, p := range m.Pairs {
-		fmt.Fprintf(tw, "%d\t->\t%d\t%d\t%d\t%v\t%v\t%v\t\n", p.Src, p.Dst, p.Count, p.Bytes, p.Mean, p.Min, p.Max)
+		fmt.Fprintf(tw, "%d\t->\t%d\t%d\t%d\t%s\t%s\t%s\t\n", p.Src, p.Dst, p.Count, p.Bytes, usDur(p.Mean), usDur(p.Min), usDur(p.Max))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

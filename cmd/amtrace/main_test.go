@@ -149,15 +149,15 @@ func TestAmtraceListsMessagesStatisticsAndUnmatchedAndWritesPerfettoJSON(t *test
 	// messages in send order, ranks translated through communicator 4,
 	// rank 1's times moved by its later epoch
 	requireLine(t, out, "time", "src", "->", "dst", "comm", "tag", "bytes", "latency")
-	requireLine(t, out, "0.110", "0", "->", "1", "0", "5", "100", "1.24µs")
-	requireLine(t, out, "0.140", "0", "->", "2", "0", "5", "8", "40ns")
-	requireLine(t, out, "0.210", "2", "->", "1", "4", "1", "16", "1.14µs")
+	requireLine(t, out, "0.110", "0", "->", "1", "0", "5", "100", "1.240")
+	requireLine(t, out, "0.140", "0", "->", "2", "0", "5", "8", "0.040")
+	requireLine(t, out, "0.210", "2", "->", "1", "4", "1", "16", "1.140")
 	require.Less(t, strings.Index(out, "0.110"), strings.Index(out, "0.140"))
 	require.Less(t, strings.Index(out, "0.140"), strings.Index(out, "0.210"))
 	// per-pair statistics
-	requireLine(t, out, "0", "->", "1", "1", "100", "1.24µs", "1.24µs", "1.24µs")
-	requireLine(t, out, "0", "->", "2", "1", "8", "40ns", "40ns", "40ns")
-	requireLine(t, out, "2", "->", "1", "1", "16", "1.14µs", "1.14µs", "1.14µs")
+	requireLine(t, out, "0", "->", "1", "1", "100", "1.240", "1.240", "1.240")
+	requireLine(t, out, "0", "->", "2", "1", "8", "0.040", "0.040", "0.040")
+	requireLine(t, out, "2", "->", "1", "1", "16", "1.140", "1.140", "1.140")
 	// the send nobody received
 	requireLine(t, out, "unmatched", "sends", "(1):")
 	requireLine(t, out, "0.210", "0", "->", "1", "0", "6", "3", "10")
@@ -243,5 +243,10 @@ func TestAmtraceFailsClearlyOnMalformedFiles(t *testing.T) {
 
 	_, errOut, code = runAmtrace(t, bin)
 	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "usage: amtrace [-json out.json] DIR")
+
+	// Asking for help is not a usage error.
+	_, errOut, code = runAmtrace(t, bin, "-h")
+	require.Equal(t, 0, code)
 	require.Contains(t, errOut, "usage: amtrace [-json out.json] DIR")
 }
