@@ -292,7 +292,9 @@ type job struct {
 
 func lastElem(p string) string { return p[strings.LastIndexByte(p, '/')+1:] }
 
-// makeJobDir creates the per-job directory (mode 0700).
+// makeJobDir creates the per-job directory (mode 0700), named after this
+// launcher's pid. It first removes what launchers that were killed before
+// they could clean up left in the same parent (removeStaleJobDirs).
 func makeJobDir(parent string) (string, error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
@@ -303,6 +305,7 @@ func makeJobDir(parent string) (string, error) {
 	}
 	var lastErr error
 	for _, p := range parents {
+		removeStaleJobDirs(p)
 		d := p + "/" + name
 		if err := os.Mkdir(d, 0o700); err != nil {
 			lastErr = err
@@ -311,6 +314,38 @@ func makeJobDir(parent string) (string, error) {
 		return d, nil
 	}
 	return "", fmt.Errorf("create job directory: %w", lastErr)
+}
+
+// jobDirName matches the name makeJobDir gives a job directory.
+var jobDirName = regexp.MustCompile(`^amgo-([0-9]+)-[0-9a-f]{12}$`)
+
+// removeStaleJobDirs removes the job directories in parent that belong to
+// this user and whose launcher no longer runs (a launcher killed by SIGKILL
+// cannot remove its own). A directory whose pid is alive, or that cannot be
+// checked, is left alone: at worst a reused pid keeps one stale directory.
+func removeStaleJobDirs(parent string) {
+	ents, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		m := jobDirName.FindStringSubmatch(e.Name())
+		if m == nil || !e.IsDir() {
+			continue
+		}
+		pid, err := strconv.Atoi(m[1])
+		if err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Lstat(parent+"/"+e.Name(), &st) != nil || int(st.Uid) != os.Getuid() {
+			continue
+		}
+		if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
+			continue // alive (or not ours to signal): not stale
+		}
+		_ = os.RemoveAll(parent + "/" + e.Name())
+	}
 }
 
 // jobSecret returns a fresh per-job secret, 16 random bytes in hex, given to

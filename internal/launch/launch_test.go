@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"sort"
@@ -433,4 +434,26 @@ func TestTimerSlack(t *testing.T) {
 	after, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
 	require.NoError(t, err)
 	require.Equal(t, own, after, "the launching thread's slack changed")
+}
+
+// A launcher killed by SIGKILL leaves its job directory behind; the next
+// launcher removes it, and leaves alone those of launchers still running.
+func TestStaleJobDirsRemoved(t *testing.T) {
+	parent := t.TempDir()
+	dead := exec.Command("true")
+	require.NoError(t, dead.Run())
+	stale := filepath.Join(parent, fmt.Sprintf("amgo-%d-0123456789ab", dead.Process.Pid))
+	require.NoError(t, os.Mkdir(stale, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(stale, "shm-0"), []byte("x"), 0o600))
+	live := filepath.Join(parent, fmt.Sprintf("amgo-%d-0123456789ab", os.Getppid()))
+	require.NoError(t, os.Mkdir(live, 0o700))
+	other := filepath.Join(parent, "amgo-not-a-job")
+	require.NoError(t, os.Mkdir(other, 0o700))
+
+	d, err := makeJobDir(parent)
+	require.NoError(t, err)
+	require.DirExists(t, d)
+	require.NoDirExists(t, stale)
+	require.DirExists(t, live)
+	require.DirExists(t, other)
 }
