@@ -72,12 +72,22 @@ func (c *Config) fromEnv() error {
 // barrier and is closed after fn returns. If fn fails on a rank, the job is
 // ended: in-process, the other ranks' endpoints are closed so their blocked
 // calls return ErrClosed; across processes, the launcher is asked to abort.
-// The error names the failing rank.
+// The error names the failing rank. In an in-process job, a rank that called
+// Abort makes Run print the abort and exit the process with its code, as
+// Abort does itself under a launcher.
 func Run(cfg Config, fn func(ep *Endpoint) error) error {
 	if n, loop, err := loopSize(); err != nil {
 		return err
 	} else if loop {
-		return RunLocal(n, cfg, fn)
+		err := RunLocal(n, cfg, fn)
+		// MPI_Abort's code is returned to the invoking environment
+		// (MPI_Abort(3)), as a rank process under a launcher does in Abort.
+		var ae *AbortError
+		if errors.As(err, &ae) {
+			fmt.Fprintln(os.Stderr, ae)
+			os.Exit(ae.Code)
+		}
+		return err
 	}
 	ep, err := Open(cfg)
 	if err != nil {
@@ -175,13 +185,30 @@ func (ep *Endpoint) Finalize() error {
 	return err
 }
 
-// ErrAborted is returned by Abort in an in-process job.
+// ErrAborted is returned by Abort in an in-process job; the error is an
+// *AbortError.
 var ErrAborted = errors.New("am: job aborted")
+
+// AbortError reports that a rank ended the job with Abort (MPI_Abort): the
+// rank, the exit code it asked for and its message. It matches ErrAborted.
+type AbortError struct {
+	Rank int    // the rank that called Abort
+	Code int    // the exit code the job should end with
+	Msg  string // what the rank said
+}
+
+func (e *AbortError) Error() string {
+	return fmt.Sprintf("am: job aborted by rank %d with exit code %d: %s", e.Rank, e.Code, e.Msg)
+}
+
+// Is makes an *AbortError match ErrAborted.
+func (e *AbortError) Is(target error) bool { return target == ErrAborted }
 
 // Abort ends the whole job (MPI_Abort): under a launcher it asks the launcher
 // to kill every rank and exits this process with code; in an in-process job it
 // closes every rank's endpoint, so their blocked calls fail with ErrClosed, and
-// returns ErrAborted for the caller to return from its rank function.
+// returns an *AbortError (matching ErrAborted) for the caller to return from
+// its rank function; Run then exits the process with code.
 func (ep *Endpoint) Abort(code int, msg string) error {
 	if ep.boot != nil {
 		_ = ep.boot.Abort(code, msg)
@@ -192,7 +219,7 @@ func (ep *Endpoint) Abort(code int, msg string) error {
 	} else {
 		ep.closed.Store(true)
 	}
-	return fmt.Errorf("%w: rank %d: %s (code %d)", ErrAborted, ep.rank, msg, code)
+	return &AbortError{Rank: ep.rank, Code: code, Msg: msg}
 }
 
 // RunLocal runs fn on n ranks that are goroutines of this process, over the

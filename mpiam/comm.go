@@ -222,13 +222,17 @@ func (c *Comm) free() error {
 	return nil
 }
 
-// Abort ends every process of the job with exit code code (MPI_Abort). Under a
-// launcher the launcher kills the job and Abort does not return; in an
-// in-process job the other ranks' calls fail with ErrOther and Abort returns
-// an error for the caller to return from its rank function.
+// Abort ends every process of the job with exit code code (MPI_Abort). The
+// calling rank's tools are closed first, so its trace and profile are whole.
+// Under a launcher the launcher kills the job and Abort does not return; in an
+// in-process job the other ranks' calls fail (their errors match am.ErrClosed)
+// and Abort returns an *am.AbortError (matching am.ErrAborted) for the caller
+// to return from its rank function: Run then exits the process with code, as
+// a launched rank does.
 func (c *Comm) Abort(code int) error {
 	if c == nil || c.p == nil {
 		return fmt.Errorf("%w: nil communicator", ErrComm)
 	}
+	_ = c.p.closeTools() // a failed job's trace and profile are wanted most
 	return c.p.ep.Abort(code, fmt.Sprintf("MPI_Abort(code %d) on rank %d of communicator %d", code, c.rank, c.ctx))
 }

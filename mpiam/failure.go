@@ -81,7 +81,7 @@ func (p *proc) netErr(c *Comm, w int, op string, err error) error {
 	if errors.As(err, &pe) {
 		return &ProcFailedError{Rank: commRankOfOr(c, pe.Rank), WorldRank: pe.Rank, Op: op, Err: pe}
 	}
-	return fmt.Errorf("%w: %s: %v", ErrOther, op, err)
+	return fmt.Errorf("%w: %s: %w", ErrOther, op, err)
 }
 
 func commRankOfOr(c *Comm, w int) int {

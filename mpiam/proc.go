@@ -147,9 +147,10 @@ type proc struct {
 	thread ThreadLevel // declared level of thread support (thread.go)
 	mainG  uint64      // id of the goroutine that called Init or runs the rank's function
 
-	tools  []Tool        // interposition hooks (tool.go); nil: none, one branch per call
-	pbTool Piggybacker   // the tool whose value rides on every outgoing message, if any
-	drops  atomic.Uint64 // protocol messages ignored (misbehaving peer)
+	tools       []Tool        // interposition hooks (tool.go); nil: none, one branch per call
+	toolsClosed atomic.Bool   // closeTools has run (Finalize, Abort or a fatal signal)
+	pbTool      Piggybacker   // the tool whose value rides on every outgoing message, if any
+	drops       atomic.Uint64 // protocol messages ignored (misbehaving peer)
 
 	fail failures // failed ranks and what to fail with them (failure.go)
 }
@@ -477,7 +478,7 @@ func (p *proc) wrapNet(err error) error {
 	if errors.As(err, &pe) {
 		return &ProcFailedError{Rank: pe.Rank, WorldRank: pe.Rank, Op: "rendezvous", Err: pe}
 	}
-	return fmt.Errorf("%w: %v", ErrOther, err)
+	return fmt.Errorf("%w: %w", ErrOther, err)
 }
 
 func (p *proc) dropped(err error) {
@@ -503,7 +504,7 @@ func (p *proc) waitFor(cond func() bool) error {
 			return nil
 		}
 		if !errors.Is(err, am.ErrPeerDead) {
-			return fmt.Errorf("%w: %v", ErrOther, err)
+			return fmt.Errorf("%w: %w", ErrOther, err)
 		}
 		p.syncDeaths()
 		if cond() {

@@ -90,7 +90,7 @@ func Init(cfg Config) (*Comm, error) {
 	}
 	ep, err := am.Open(cfg.AM)
 	if err != nil {
-		return nil, fmt.Errorf("%w: Init: %v", ErrOther, err)
+		return nil, fmt.Errorf("%w: Init: %w", ErrOther, err)
 	}
 	p, err := newProc(ep)
 	if err == nil {

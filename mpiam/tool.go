@@ -192,6 +192,9 @@ func (c *Comm) AddTool(t Tool) error {
 	if pb, ok := t.(Piggybacker); ok && p.pbTool == nil {
 		p.pbTool = pb
 	}
+	if _, ok := t.(Closer); ok {
+		p.watchToolsOnSignal()
+	}
 	return nil
 }
 
@@ -248,8 +251,13 @@ type Closer interface {
 	Close() error
 }
 
-// closeTools runs the Close of every tool that has one, in reverse order.
+// closeTools runs the Close of every tool that has one, in reverse order,
+// once: Abort, a fatal signal and Finalize may each ask.
 func (p *proc) closeTools() error {
+	if !p.toolsClosed.CompareAndSwap(false, true) {
+		return nil
+	}
+	defer p.unwatchTools()
 	var first error
 	for i := len(p.tools) - 1; i >= 0; i-- {
 		if c, ok := p.tools[i].(Closer); ok {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -196,12 +197,30 @@ func TestWriterErrorsAreSticky(t *testing.T) {
 	require.EqualError(t, w.Close(), "disk full")
 }
 
-func TestEveryTruncationIsAFormatError(t *testing.T) {
-	data := encode(t, testDefs(), allKinds())
-	for n := 0; n < len(data); n++ {
-		_, err := Read(bytes.NewReader(data[:n]))
-		require.ErrorIs(t, err, ErrFormat, "prefix of %d bytes", n)
+// Every prefix of a file is either refused (a cut header) or read up to its
+// last whole record, with Truncated saying so: a rank killed mid-run leaves
+// such a file, and its records are wanted most then.
+func TestEveryTruncationIsReadToItsLastWholeRecord(t *testing.T) {
+	recs := allKinds()
+	data := encode(t, testDefs(), recs)
+	whole, err := Read(bytes.NewReader(data))
+	require.NoError(t, err)
+	prev := 0
+	for n := 0; n < len(data)-1; n++ { // the last byte completes the end record
+		f, err := Read(bytes.NewReader(data[:n]))
+		if n < HeaderSize {
+			require.ErrorIs(t, err, ErrFormat, "prefix of %d bytes", n)
+			require.NotErrorIs(t, err, ErrTruncated)
+			continue
+		}
+		require.NoError(t, err, "prefix of %d bytes", n)
+		require.ErrorIs(t, f.Truncated, ErrTruncated, "prefix of %d bytes", n)
+		require.ErrorIs(t, f.Truncated, ErrFormat)
+		require.GreaterOrEqual(t, len(f.Records), prev, "records only grow with the prefix")
+		require.True(t, slices.Equal(whole.Records[:len(f.Records)], f.Records), "prefix of %d bytes", n)
+		prev = len(f.Records)
 	}
+	require.Equal(t, len(recs), prev, "the prefix without the end record has every record")
 }
 
 func TestMalformedFilesAreFormatErrors(t *testing.T) {
@@ -242,7 +261,14 @@ func TestMalformedFilesAreFormatErrors(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, err := Read(bytes.NewReader(c.data))
+			f, err := Read(bytes.NewReader(c.data))
+			if name == "no end" || name == "truncated record" {
+				// A file cut short is read up to its last whole record.
+				require.NoError(t, err)
+				require.Empty(t, f.Records)
+				err = f.Truncated
+				require.ErrorIs(t, err, ErrTruncated)
+			}
 			require.ErrorIs(t, err, ErrFormat)
 			var fe *FormatError
 			require.ErrorAs(t, err, &fe)
@@ -344,6 +370,8 @@ func FuzzReader(f *testing.F) {
 		require.NoError(t, w.Close())
 		again, err := Read(&buf)
 		require.NoError(t, err)
+		require.Nil(t, again.Truncated)
+		got.Truncated = nil // a cut file's records are written whole again
 		require.Equal(t, got, again)
 		// and the algorithm must not panic on whatever was accepted
 		_, _, _ = Messages(got.Records)

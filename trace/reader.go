@@ -21,10 +21,16 @@ import (
 // of range, a missing end record, conflicting definitions).
 var ErrFormat = errors.New("trace: malformed trace file")
 
+// ErrTruncated is wrapped by the FormatError of a file that ends before its
+// end record: a rank that was killed before it closed its trace. Everything
+// before Offset is whole; Read keeps it (File.Truncated).
+var ErrTruncated = errors.New("trace: truncated trace file")
+
 // FormatError describes malformed input at a byte offset of a file.
 type FormatError struct {
-	Offset int64  // byte offset in the file where the bad item starts
-	Msg    string // what is wrong
+	Offset    int64  // byte offset in the file where the bad item starts
+	Msg       string // what is wrong
+	Truncated bool   // the file ends there, before its end record
 }
 
 // Error implements error.
@@ -32,8 +38,11 @@ func (e *FormatError) Error() string {
 	return fmt.Sprintf("trace: malformed trace file at byte %d: %s", e.Offset, e.Msg)
 }
 
-// Is makes errors.Is(err, ErrFormat) true.
-func (e *FormatError) Is(target error) bool { return target == ErrFormat }
+// Is makes errors.Is(err, ErrFormat) true, and errors.Is(err, ErrTruncated)
+// for a file cut short.
+func (e *FormatError) Is(target error) bool {
+	return target == ErrFormat || (e.Truncated && target == ErrTruncated)
+}
 
 // Reader decodes one rank's trace file. Malformed input of any kind is
 // reported as an error wrapping ErrFormat; the Reader never panics.
@@ -58,18 +67,18 @@ func NewReader(r io.Reader) (*Reader, error) {
 	tr.off = int64(n)
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, &FormatError{int64(n), fmt.Sprintf("file of %d bytes is shorter than the %d-byte header", n, HeaderSize)}
+			return nil, &FormatError{Offset: int64(n), Msg: fmt.Sprintf("file of %d bytes is shorter than the %d-byte header", n, HeaderSize)}
 		}
 		return nil, err
 	}
 	if string(h[0:4]) != Magic {
-		return nil, &FormatError{0, fmt.Sprintf("magic %q is not %q (not an amgo trace file)", h[0:4], Magic)}
+		return nil, &FormatError{Offset: 0, Msg: fmt.Sprintf("magic %q is not %q (not an amgo trace file)", h[0:4], Magic)}
 	}
 	if v := binary.LittleEndian.Uint16(h[4:6]); v != Version {
-		return nil, &FormatError{4, fmt.Sprintf("version %d, this reader knows version %d", v, Version)}
+		return nil, &FormatError{Offset: 4, Msg: fmt.Sprintf("version %d, this reader knows version %d", v, Version)}
 	}
 	if f := binary.LittleEndian.Uint16(h[6:8]); f != 0 {
-		return nil, &FormatError{6, fmt.Sprintf("reserved flags %#x are not zero", f)}
+		return nil, &FormatError{Offset: 6, Msg: fmt.Sprintf("reserved flags %#x are not zero", f)}
 	}
 	d := &tr.defs
 	d.Rank = binary.LittleEndian.Uint32(h[8:12])
@@ -77,10 +86,10 @@ func NewReader(r io.Reader) (*Reader, error) {
 	d.Clock.Resolution = binary.LittleEndian.Uint64(h[16:24])
 	d.Clock.Epoch = int64(binary.LittleEndian.Uint64(h[24:32]))
 	if d.Size == 0 || d.Rank >= d.Size {
-		return nil, &FormatError{8, fmt.Sprintf("rank %d of a job of size %d", d.Rank, d.Size)}
+		return nil, &FormatError{Offset: 8, Msg: fmt.Sprintf("rank %d of a job of size %d", d.Rank, d.Size)}
 	}
 	if d.Clock.Resolution == 0 {
-		return nil, &FormatError{16, "clock resolution 0"}
+		return nil, &FormatError{Offset: 16, Msg: "clock resolution 0"}
 	}
 	d.Comms = map[uint32][]uint32{}
 	d.Regions = map[uint32]string{}
@@ -102,7 +111,14 @@ func (r *Reader) ReadByte() (byte, error) {
 }
 
 func (r *Reader) fail(msg string, args ...any) error {
-	r.err = &FormatError{r.start, fmt.Sprintf(msg, args...)}
+	r.err = &FormatError{Offset: r.start, Msg: fmt.Sprintf(msg, args...)}
+	return r.err
+}
+
+// cut is fail for input that ends in the middle of an item or before the end
+// record.
+func (r *Reader) cut(msg string, args ...any) error {
+	r.err = &FormatError{Offset: r.start, Msg: fmt.Sprintf(msg, args...), Truncated: true}
 	return r.err
 }
 
@@ -111,7 +127,7 @@ func (r *Reader) uvarint(what string) (uint64, error) {
 	v, err := binary.ReadUvarint(r)
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return 0, r.fail("%s truncated in the %s field", r.item, what)
+			return 0, r.cut("%s truncated in the %s field", r.item, what)
 		}
 		return 0, r.fail("%s %s field: %v", r.item, what, err)
 	}
@@ -145,7 +161,7 @@ func (r *Reader) Next() (Record, error) {
 		tag, err := r.ReadByte()
 		if err != nil {
 			if err == io.EOF {
-				return Record{}, r.fail("file ends without the end record (truncated, or the Writer was not closed)")
+				return Record{}, r.cut("file ends without the end record (truncated, or the Writer was not closed)")
 			}
 			r.err = err
 			return Record{}, err
@@ -178,7 +194,7 @@ func (r *Reader) readEvent(k Kind) (Record, error) {
 	zz, err := binary.ReadVarint(r)
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return Record{}, r.fail("%v record truncated in the time field", k)
+			return Record{}, r.cut("%v record truncated in the time field", k)
 		}
 		return Record{}, r.fail("%v record time field: %v", k, err)
 	}
@@ -259,7 +275,7 @@ func (r *Reader) readDefRegion() error {
 	r.off += int64(got)
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return r.fail("region %d: name truncated", id)
+			return r.cut("region %d: name truncated", id)
 		}
 		r.err = err
 		return err
@@ -354,9 +370,16 @@ type File struct {
 	// Records are the event records in file order, time stamps as written
 	// (ns since Defs.Clock.Epoch).
 	Records []Record
+	// Truncated is nil for a whole file. For a file that ends before its end
+	// record (the rank was killed before it closed its trace), it is the
+	// error saying where (wrapping ErrTruncated), and Records holds every
+	// whole record before that point.
+	Truncated error
 }
 
-// Read decodes a whole trace file from r.
+// Read decodes a whole trace file from r. A file cut short after its header
+// is read up to its last whole record (File.Truncated says where); any other
+// malformed input is an error wrapping ErrFormat.
 func Read(r io.Reader) (*File, error) {
 	tr, err := NewReader(r)
 	if err != nil {
@@ -364,6 +387,10 @@ func Read(r io.Reader) (*File, error) {
 	}
 	f := &File{}
 	for rec, err := range tr.All() {
+		if errors.Is(err, ErrTruncated) {
+			f.Truncated = err
+			break
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -15,8 +15,9 @@
 // process per rank, a slice per MPI call and an arrow from each send to its
 // receive; open it in https://ui.perfetto.dev.
 //
-// Times are in microseconds since the earliest rank's clock epoch. A
-// malformed or missing file is an error: amtrace says which file and which
+// Times are in microseconds since the earliest rank's clock epoch. A file cut
+// short (a rank killed before it closed its trace) is read up to its last whole
+// record, with a warning. Any other malformed or missing file is an error: amtrace says which file and which
 // byte, and exits with status 1 (2 for a usage error).
 package main
 
@@ -61,6 +62,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "amtrace: %v\n", err)
 		return 1
+	}
+	for r, f := range tr.Ranks {
+		if f.Truncated != nil {
+			fmt.Fprintf(stderr, "amtrace: warning: %s is cut short (the rank did not close its trace); its records up to the cut are used: %v\n",
+				trace.FileName(uint32(r)), f.Truncated)
+		}
 	}
 	m, problems := tr.Messages()
 	if problems != nil {

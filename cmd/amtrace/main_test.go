@@ -223,12 +223,20 @@ func TestAmtraceFailsClearlyOnMalformedFiles(t *testing.T) {
 	bin := buildAmtrace(t)
 	dir := t.TempDir()
 	writeJob(t, dir)
-	// Truncate rank 1's file in the middle.
+	// Rank 1's file cut in the middle (a rank killed before it closed its
+	// trace) is read up to its last whole record, with a warning.
 	p := filepath.Join(dir, "rank-1.amtr")
 	data, err := os.ReadFile(p)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(p, data[:len(data)-5], 0o644))
-	_, errOut, code := runAmtrace(t, bin, dir)
+	out, errOut, code := runAmtrace(t, bin, dir)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, errOut, "amtrace: warning: rank-1.amtr is cut short")
+	require.Contains(t, out, "3 ranks")
+
+	// A header cut short is an error naming the file.
+	require.NoError(t, os.WriteFile(p, data[:10], 0o644))
+	_, errOut, code = runAmtrace(t, bin, dir)
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "rank-1.amtr: trace: malformed trace file at byte")
 

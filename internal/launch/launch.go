@@ -2,6 +2,7 @@ package launch
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -16,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -222,6 +224,7 @@ func Run(ctx context.Context, spec Spec) error {
 		nproc = 1
 	}
 	aborts := make(chan abortEvent, nproc)
+	pmiState := make([]atomic.Uint32, nproc) // pmiInit, then pmiFinalized
 	srv, err := pmi.NewServer(pmi.ServerConfig{
 		Size:    nproc,
 		KVSName: strings.ReplaceAll(lastElem(jobDir), "-", "_"),
@@ -231,6 +234,8 @@ func Run(ctx context.Context, spec Spec) error {
 			default:
 			}
 		},
+		OnInit:     func(r int) { pmiState[r].CompareAndSwap(0, pmiInit) },
+		OnFinalize: func(r int) { pmiState[r].Store(pmiFinalized) },
 		OnError: func(r int, err error) {
 			fmt.Fprintf(spec.Stderr, "amrun: rank %d: PMI: %v\n", r, err)
 		},
@@ -239,7 +244,7 @@ func Run(ctx context.Context, spec Spec) error {
 		return &JobError{Kind: ErrStart, Rank: -1, Code: 1, Detail: err.Error()}
 	}
 
-	j := &job{spec: spec, srv: srv, exits: make(chan exitEvent, nproc), cpus: cpus}
+	j := &job{spec: spec, srv: srv, exits: make(chan exitEvent, nproc), cpus: cpus, pmiState: pmiState}
 	defer j.cleanup()
 	secret, err := jobSecret()
 	if err != nil {
@@ -288,7 +293,15 @@ type job struct {
 	exits  chan exitEvent
 	served sync.WaitGroup
 	cpus   []int // rank r is bound to cpus[r%len(cpus)]; nil: not bound
+	// pmiState[r] is 0 until rank r's PMI init, then pmiInit, then
+	// pmiFinalized: a rank that exits 0 in between never finalized.
+	pmiState []atomic.Uint32
 }
+
+const (
+	pmiInit      = 1
+	pmiFinalized = 2
+)
 
 func lastElem(p string) string { return p[strings.LastIndexByte(p, '/')+1:] }
 
@@ -581,14 +594,32 @@ func (j *job) supervise(ctx context.Context, aborts <-chan abortEvent) error {
 		}
 	}
 	ctxDone := ctx.Done()
+	onExit := func(ev exitEvent) {
+		j.ranks[ev.rank].exited = true
+		if failure != nil {
+			return
+		}
+		detail, code, ok := describe(ev)
+		if ok && j.pmiState != nil && j.pmiState[ev.rank].Load() == pmiInit {
+			// As Hydra does: a rank that took part in the job (PMI init) and
+			// ended without finalizing leaves its peers waiting for it.
+			detail, code, ok = "exited with status 0 without calling Finalize (after Init)", 1, false
+		}
+		if !ok {
+			teardown(&JobError{Kind: ErrRankFailed, Rank: ev.rank, Code: clampCode(code), Detail: detail}, syscall.SIGTERM)
+		}
+	}
 	for j.running() > 0 {
 		select {
 		case ev := <-j.exits:
-			j.ranks[ev.rank].exited = true
-			if detail, code, ok := describe(ev); !ok && failure == nil {
-				teardown(&JobError{Kind: ErrRankFailed, Rank: ev.rank, Code: clampCode(code), Detail: detail}, syscall.SIGTERM)
-			}
+			onExit(ev)
 		case a := <-aborts:
+			// A rank that aborts because a peer died (its connection broke)
+			// may reach the launcher before that peer's exit does: a peer
+			// that had already ended is the cause, and is named.
+			if failure == nil {
+				j.awaitEnded(j.endedRanks(a.rank), time.Second, onExit)
+			}
 			detail := fmt.Sprintf("called PMI abort with exit code %d", a.code)
 			if a.msg != "" {
 				detail += ": " + a.msg
@@ -624,6 +655,60 @@ func (j *job) supervise(ctx context.Context, aborts <-chan abortEvent) error {
 		return failure
 	}
 	return nil
+}
+
+// endedRanks returns the ranks other than except whose process has ended but
+// whose exit supervise has not handled yet (processEnded).
+func (j *job) endedRanks(except int) []int {
+	var ended []int
+	for r, rk := range j.ranks {
+		if r == except || rk.exited || rk.cmd == nil || rk.cmd.Process == nil {
+			continue
+		}
+		if processEnded(rk.cmd.Process.Pid) {
+			ended = append(ended, r)
+		}
+	}
+	return ended
+}
+
+// processEnded reports whether the child pid has ended, without reaping it
+// (its Wait does that): waitid(2) with WNOWAIT finds it exited, or it was
+// already reaped (ECHILD), or /proc shows it a zombie or gone (the kernel
+// hides a zombie from other waiters while one of them reaps it).
+func processEnded(pid int) bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	if errors.Is(err, unix.ECHILD) || (err == nil && info.Signo == int32(unix.SIGCHLD)) {
+		return true
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist)
+	}
+	// The state follows the command name, which is in parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
+}
+
+// awaitEnded hands the exits of the ranks in ended (which have ended, so
+// their Wait returns at once) to onExit, and any other exit that comes first,
+// waiting at most d in all.
+func (j *job) awaitEnded(ended []int, d time.Duration, onExit func(exitEvent)) {
+	if len(ended) == 0 {
+		return
+	}
+	deadline := time.After(d)
+	for _, r := range ended {
+		for !j.ranks[r].exited {
+			select {
+			case ev := <-j.exits:
+				onExit(ev)
+			case <-deadline:
+				return
+			}
+		}
+	}
 }
 
 func clampCode(c int) int {

@@ -103,6 +103,46 @@ func helper(mode string) int {
 		}
 		time.Sleep(time.Minute)
 		return 0
+	case "nofinalize": // rank 1 ends after Init without Finalize
+		c, err := pmi.FromEnv()
+		if err != nil {
+			return 10
+		}
+		if c.Rank() == 1 {
+			return 0
+		}
+		time.Sleep(200 * time.Millisecond)
+		_ = c.Finalize()
+		return 0
+	case "killed": // rank 1 dies by SIGKILL; rank 0 aborts the moment it sees
+		c, err := pmi.FromEnv()
+		if err != nil {
+			return 10
+		}
+		if err := c.Put(fmt.Sprintf("pid-%d", c.Rank()), strconv.Itoa(os.Getpid())); err != nil {
+			return 11
+		}
+		if err := c.Fence(); err != nil {
+			return 12
+		}
+		switch c.Rank() {
+		case 1:
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		case 0:
+			v, err := c.Get("pid-1")
+			if err != nil {
+				return 13
+			}
+			for { // as a peer whose connection broke: abort at once
+				b, err := os.ReadFile("/proc/" + v + "/stat")
+				if err != nil || strings.Contains(string(b), ") Z ") {
+					break
+				}
+			}
+			_ = c.Abort(1, "rank 1 failed")
+		}
+		time.Sleep(time.Minute)
+		return 0
 	case "print":
 		r := os.Getenv("PMI_RANK")
 		for i := 0; i < 50; i++ {
@@ -210,6 +250,27 @@ func TestAbort(t *testing.T) {
 	require.Equal(t, "rank 1 called PMI abort with exit code 5: bad input file", err.Error())
 	require.Equal(t, 5, ExitCode(err))
 	requireGone(t, *dir, *pids)
+}
+
+// A rank that ends after Init without Finalize fails the job, as under Hydra.
+func TestExitWithoutFinalize(t *testing.T) {
+	s, _, _ := spec(t, "nofinalize", 3)
+	err := Run(context.Background(), s)
+	require.ErrorIs(t, err, ErrRankFailed)
+	require.Equal(t, "rank 1 exited with status 0 without calling Finalize (after Init)", err.Error())
+	require.Equal(t, 1, ExitCode(err))
+}
+
+// The rank that died first is named, not the peer that aborted on seeing it
+// die (whose abort can reach the launcher before the death does).
+func TestFirstDeathIsNamedBeforeAPeersAbort(t *testing.T) {
+	for i := 0; i < 5; i++ {
+		s, _, _ := spec(t, "killed", 3)
+		err := Run(context.Background(), s)
+		require.ErrorIs(t, err, ErrRankFailed, "run %d", i)
+		require.Equal(t, "rank 1 was killed by signal 9 (killed)", err.Error(), "run %d", i)
+		require.Equal(t, 137, ExitCode(err))
+	}
 }
 
 func TestForwardedSignal(t *testing.T) {

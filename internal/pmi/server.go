@@ -24,6 +24,10 @@ type ServerConfig struct {
 	// OnAbort, if set, is called (from the rank's serving goroutine) when a
 	// rank sends cmd=abort, with its exitcode and message.
 	OnAbort func(rank, code int, msg string)
+	// OnInit and OnFinalize, if set, are called (from the rank's serving
+	// goroutine) when a rank sends cmd=init and cmd=finalize, before the
+	// reply: a launcher learns which ranks end without finalizing.
+	OnInit, OnFinalize func(rank int)
 	// OnError, if set, is called for each protocol problem a rank causes
 	// (malformed line, unknown or unsupported command, bad arguments); the
 	// rank got an error reply and the job goes on.
@@ -215,6 +219,9 @@ func (s *Server) handle(rank int, sc *srvConn, q Line) (done bool, err error) {
 			return false, s.fail(rank, sc, "response_to_init", "unsupported_pmi_version",
 				fmt.Errorf("%w: init asks for PMI version %q.%q; this server speaks 1.1/1.2 text", ErrInvalid, v, sv))
 		}
+		if s.cfg.OnInit != nil {
+			s.cfg.OnInit(rank)
+		}
 		return false, reply(sc, "response_to_init", "rc", "0", "pmi_version", "1", "pmi_subversion", "2")
 	case "get_maxes":
 		return false, reply(sc, "maxes", "rc", "0", "kvsname_max", strconv.Itoa(DefaultMaxes.KVSName),
@@ -262,6 +269,9 @@ func (s *Server) handle(rank int, sc *srvConn, q Line) (done bool, err error) {
 	case "barrier_in":
 		return false, s.barrierIn(rank, sc)
 	case "finalize":
+		if s.cfg.OnFinalize != nil {
+			s.cfg.OnFinalize(rank)
+		}
 		return true, reply(sc, "finalize_ack", "rc", "0")
 	case "abort":
 		code := 1

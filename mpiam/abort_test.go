@@ -1,0 +1,67 @@
+package mpiam
+
+import (
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/amgo-hpc/amgo/am"
+	"github.com/amgo-hpc/amgo/trace"
+	"github.com/stretchr/testify/require"
+)
+
+// In an in-process job, Abort's code reaches the caller: the result is the
+// abort alone (the other ranks' "endpoint closed" is its consequence).
+func TestAbortInProcessCarriesItsCode(t *testing.T) {
+	err := RunLocal(3, Config{}, func(w *Comm) error {
+		if w.Rank() == 2 {
+			return w.Abort(7)
+		}
+		return w.Barrier()
+	})
+	var ae *am.AbortError
+	require.ErrorAs(t, err, &ae)
+	require.ErrorIs(t, err, am.ErrAborted)
+	require.Equal(t, 7, ae.Code)
+	require.Equal(t, 2, ae.Rank)
+	require.NotContains(t, err.Error(), "closed", "only the abort is reported")
+}
+
+// Under amrun, over every kind of network: the job ends with the code given to
+// Abort, the first line of its output names the abort, and every rank's
+// trace is readable (the aborting rank's closed by Abort, the others' by the
+// launcher's SIGTERM, or by their own return in an in-process job).
+func TestAbortUnderAmrunExitsWithCodeAndLeavesTraces(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and launches programs")
+	}
+	dir := t.TempDir()
+	out, err := exec.Command("go", "build", "-o", dir+"/", "../cmd/amrun", "./internal/abortcheck").CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	for _, nw := range []string{"loop", "shm", "tcp"} {
+		t.Run(nw, func(t *testing.T) {
+			tr := t.TempDir()
+			cmd := exec.Command(filepath.Join(dir, "amrun"), "-n", "3", "--transport", nw, "--timeout", "60s",
+				"--trace", tr, filepath.Join(dir, "abortcheck"))
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			require.True(t, errors.As(err, &ee), "%v: %s", err, out)
+			require.Equal(t, 7, ee.ExitCode(), "%s", out)
+			first, _, _ := strings.Cut(string(out), "\n")
+			require.Contains(t, first, "abort", "%s", out)
+			require.NotContains(t, string(out), "endpoint closed", "%s", out)
+
+			job, err := trace.ReadDir(tr)
+			require.NoError(t, err, "%s", out)
+			require.Len(t, job.Ranks, 3)
+			require.Nil(t, job.Ranks[2].Truncated, "the aborting rank closes its trace")
+			for r, f := range job.Ranks {
+				require.NotEmpty(t, f.Records, "rank %d", r)
+			}
+			m, _ := job.Messages()
+			require.GreaterOrEqual(t, len(m.Messages), 3, "the ring's messages are in the traces")
+		})
+	}
+}
