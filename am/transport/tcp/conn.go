@@ -224,12 +224,18 @@ func (t *Transport) dialStep(c *conn) (done, moved bool) {
 	return false, false
 }
 
-// acceptSettle bounds how long the poller, having accepted a connection,
-// waits for the dialer's hello and first frame: a dialer always has queued
-// data, and waiting here lets that data arrive in the same Poll.
-const acceptSettle = 2 * time.Millisecond
+// MaxHandshakes bounds the accepted connections that have not yet proved
+// membership of the job. Past it, accepting a connection refuses the oldest
+// one in its handshake: a flood of silent connections costs a rank a bounded
+// number of descriptors, and a peer's own dial, which proves itself within a
+// round trip, is not crowded out unless MaxHandshakes newer connections
+// arrive during that round trip.
+const MaxHandshakes = 64
 
-// accept takes every pending connection and sends each a challenge.
+// accept takes every pending connection and sends each a challenge. It does
+// not wait for the answer: the handshake goes on from later polls (epoll
+// reports the hello), so that a connection costs the progress path a few
+// non-blocking system calls and nothing more.
 func (t *Transport) accept() {
 	for {
 		fd, sa, err := unix.Accept4(t.lfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
@@ -250,24 +256,12 @@ func (t *Transport) accept() {
 			unix.Close(fd)
 			continue
 		}
+		if len(t.hs) >= MaxHandshakes {
+			t.refuse(t.hs[0]) // the oldest: the one least likely to be a peer
+		}
 		c.polled = true
 		t.hs = append(t.hs, c)
 		t.byFd[fd] = c
-		t.settle(c)
-	}
-}
-
-// settle advances a just-accepted connection for up to acceptSettle, until it
-// is refused, or open with a packet to deliver.
-func (t *Transport) settle(c *conn) {
-	deadline := time.Now().Add(acceptSettle)
-	for c.fd >= 0 && time.Now().Before(deadline) {
-		if c.state != stOpen {
-			c.handshake()
-		} else if c.read(); c.r < c.scan || c.putLeft > 0 {
-			return
-		}
-		runtime.Gosched()
 	}
 }
 

@@ -41,8 +41,12 @@
 //
 // The dialer's side of the handshake runs on a short-lived connector
 // goroutine (so that a Send's packet goes out even if the sender does not
-// poll); the acceptor's side runs in Poll, which, having accepted a
-// connection, waits up to 2 ms for the hello and the first packet.
+// poll); the acceptor's side runs in Poll, a non-blocking step at a time:
+// accepting writes the challenge and returns, and the hello is read when
+// epoll reports it. Connections from outside the job therefore cost the
+// progress path a few system calls each. At most MaxHandshakes accepted
+// connections wait for their hello; the next one refuses the oldest, so a
+// flood of silent connections holds a bounded number of descriptors.
 //
 // # Framing
 //
@@ -80,8 +84,8 @@
 // work on every arriving packet, on the sender's critical path (about 0.17 us
 // per half round trip on loopback). Beyond four it puts them all in the set
 // and asks epoll (with a zero timeout) which are readable. Every 16th Poll, and
-// whenever a handshake is under way or no connection is open, it also takes
-// epoll's events for the listening socket. No goroutine and no netpoller sit
+// every Poll while no connection is open, it also takes epoll's events for
+// the listening socket and the handshakes. No goroutine and no netpoller sit
 // on the data path: the Go netpoller's wake-up costs 30-40 us on small VMs.
 // Reads and sends of at most 512 KiB plus a put header (put data always moves
 // in such pieces; only a packet or read buffer larger than that goes through

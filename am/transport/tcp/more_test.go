@@ -524,3 +524,67 @@ func TestCongestionControl(t *testing.T) {
 		require.False(t, tr.sameHost(&unix.SockaddrUnix{Name: "x"}))
 	})
 }
+
+// Silent connections from outside the job (a port scanner, a stuck client)
+// arriving at a steady rate cost a rank neither its progress nor unbounded
+// descriptors: accepting does not wait for their handshake, at most
+// MaxHandshakes of them are held (the oldest is refused to make room), and
+// the job's ping-pong goes on. The times with and without the churn are
+// logged for comparison (benchmarks, not this test, judge speed).
+func TestSilentConnectionChurn(t *testing.T) {
+	ts := openJob(t, 2, map[string]string{"secret": testSecret})
+	defer closeAll(ts)
+	exchange(t, ts)
+	rx := []*last{{}, {}}
+	const rounds = 20000
+	maxHs := 0
+	pingPong := func() time.Duration {
+		start := time.Now()
+		for i := 0; i < rounds; i++ {
+			for k, dst := range []int{1, 0} {
+				want := rx[dst].n + 1
+				require.NoError(t, ts[1-dst].Send(dst, []byte("ping"), nil), "round %d/%d", i, k)
+				pollUntil(t, ts, rx, func() bool { return rx[dst].n == want })
+				maxHs = max(maxHs, len(ts[1].hs))
+			}
+		}
+		return time.Since(start)
+	}
+	quiet := pingPong()
+
+	stop := make(chan struct{})
+	dialed := make(chan int)
+	go func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+			dialed <- len(conns)
+		}()
+		tick := time.NewTicker(time.Second / 800)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			c, err := net.Dial("tcp", ts[1].Addr())
+			if err != nil {
+				continue
+			}
+			conns = append(conns, c) // silent, and kept open
+		}
+	}()
+	time.Sleep(100 * time.Millisecond) // the churn is under way
+	churned := pingPong()
+	close(stop)
+	n := <-dialed
+	t.Logf("%d ping-pongs: %v quiet, %v with %d silent connections dialed at 800/s", rounds, quiet, churned, n)
+	require.LessOrEqual(t, maxHs, MaxHandshakes)
+	if n > MaxHandshakes {
+		pollUntil(t, ts, rx, func() bool { return ts[1].Stats().Refused >= uint64(n-MaxHandshakes) })
+	}
+	exchange(t, ts)
+}

@@ -761,7 +761,10 @@ func (t *Transport) pump() {
 	t.syncPolled()
 	t.tick++
 	direct := len(t.open) <= directMax
-	if !direct || len(t.hs) > 0 || len(t.open) == 0 || t.tick%16 == 0 {
+	// Listening socket and handshakes every 16th poll once connections are
+	// open: connections in their handshake (a peer's, or silent ones from
+	// outside the job) must not cost every poll a system call.
+	if !direct || len(t.open) == 0 || t.tick%16 == 0 {
 		t.events()
 	}
 	if direct {
