@@ -65,3 +65,29 @@ func TestAbortUnderAmrunExitsWithCodeAndLeavesTraces(t *testing.T) {
 		})
 	}
 }
+
+// An erroneous program that hangs: amrun --timeout has every rank print what
+// it waits for before the job is ended (exit status 124).
+func TestHungJobPrintsPendingOperations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and launches programs")
+	}
+	dir := t.TempDir()
+	out, err := exec.Command("go", "build", "-o", dir+"/", "../cmd/amrun", "./internal/abortcheck").CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	for _, nw := range []string{"loop", "shm", "tcp"} {
+		t.Run(nw, func(t *testing.T) {
+			cmd := exec.Command(filepath.Join(dir, "amrun"), "-n", "3", "--transport", nw, "--timeout", "1s",
+				filepath.Join(dir, "abortcheck"), "hang")
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			require.True(t, errors.As(err, &ee), "%v: %s", err, out)
+			require.Equal(t, 124, ee.ExitCode(), "%s", out)
+			s := string(out)
+			require.Contains(t, s, "amgo: rank 0:   receive from rank 1, tag 5, communicator 0, 8 bytes", s)
+			require.Contains(t, s, "amgo: rank 1:   Bcast on communicator 0, root 0, 800 bytes", s)
+			require.Contains(t, s, "amgo: rank 2:   Barrier on communicator 0", s)
+			require.Contains(t, s, "timed out after 1s", s)
+		})
+	}
+}

@@ -100,10 +100,11 @@ func (x coll) status(err error) Status {
 // see carries the largest piggybacked value the rank received in the call).
 func (c *Comm) runColl(call Call, peer, bytes int, f func(x coll) error) error {
 	x, err := c.startColl(call, false)
-	if err != nil || !c.hooked() {
-		if err != nil {
-			return err
-		}
+	if err != nil {
+		return err
+	}
+	defer c.p.collEnd(c.p.collBegin(call, c, peer, bytes))
+	if !c.hooked() {
 		return f(x)
 	}
 	e := Event{Call: call, Comm: c, Peer: peer, Bytes: bytes}

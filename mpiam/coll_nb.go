@@ -15,8 +15,11 @@ func (c *Comm) startNB(call Call, peer, bytes int, run func(x coll) error) (*Req
 			return nil, err
 		}
 		s := &reqState{p: c.p, kind: kindColl, comm: c, peer: AnySource, tag: AnyTag}
+		id := c.p.collBegin(call, c, peer, bytes)
 		go func() {
-			s.complete(x.status(run(x)))
+			err := run(x)
+			c.p.collEnd(id)
+			s.complete(x.status(err))
 		}()
 		return &Request{s: s}, nil
 	}

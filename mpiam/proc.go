@@ -153,6 +153,10 @@ type proc struct {
 	drops       atomic.Uint64 // protocol messages ignored (misbehaving peer)
 
 	fail failures // failed ranks and what to fail with them (failure.go)
+
+	diagMu  sync.Mutex   // guards colls and collSeq
+	colls   []activeColl // collective calls under way, for writePending (signals.go)
+	collSeq uint64
 }
 
 func newProc(ep *am.Endpoint) (*proc, error) {

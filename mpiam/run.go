@@ -47,6 +47,8 @@ func runRank(ep *am.Endpoint, cfg Config, fn func(world *Comm) error) error {
 	if err != nil {
 		return err
 	}
+	p.watchSignals()
+	defer p.unwatch()
 	p.setThread(cfg.Thread)
 	if err := p.attachEnvTools(); err != nil {
 		return err
@@ -94,10 +96,14 @@ func Init(cfg Config) (*Comm, error) {
 	}
 	p, err := newProc(ep)
 	if err == nil {
+		p.watchSignals()
 		p.setThread(cfg.Thread)
 		err = p.attachEnvTools()
 	}
 	if err != nil {
+		if p != nil {
+			p.unwatch()
+		}
 		_ = ep.Finalize()
 		return nil, err
 	}
@@ -118,6 +124,7 @@ func Finalize(world *Comm) error {
 	if terr := world.p.closeTools(); err == nil {
 		err = terr
 	}
+	world.p.unwatch()
 	if ferr := world.p.ep.Finalize(); err == nil && ferr != nil {
 		err = fmt.Errorf("%w: Finalize: %v", ErrOther, ferr)
 	}

@@ -257,7 +257,6 @@ func (p *proc) closeTools() error {
 	if !p.toolsClosed.CompareAndSwap(false, true) {
 		return nil
 	}
-	defer p.unwatchTools()
 	var first error
 	for i := len(p.tools) - 1; i >= 0; i-- {
 		if c, ok := p.tools[i].(Closer); ok {

@@ -40,7 +40,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	bind := fs.String("bind-to", "", "bind each rank to a CPU of its own: core, or none; default: core when every rank gets a CPU (as Open MPI's mpirun binds 2 or fewer processes), else none")
 	iface := fs.String("iface", "", "network interface (name or IP address) that tcp listens on (AMGO_IFACE); default: the host name's address")
 	tag := fs.Bool("tag-output", false, "prefix each output line with [rank]")
-	timeout := fs.Duration("timeout", 0, "end the job when it runs longer than this (e.g. 30s); 0 means no limit")
+	timeout := fs.Duration("timeout", 0, "end the job when it runs longer than this (e.g. 30s), after each rank has printed its pending operations (SIGUSR1, as `kill -USR1` of amrun does while the job goes on); 0 means no limit")
 	jobdir := fs.String("jobdir", "", "parent directory for the per-job directory (default /dev/shm, else the temp dir)")
 	traceDir := fs.String("trace", "", "every rank writes a trace of its MPI events to `DIR` (AMGO_TRACE); read it with amtrace DIR")
 	slack := fs.Duration("timer-slack", launch.DefaultTimerSlack, "timer slack the ranks start with (how late the kernel may end their timed sleeps): it keeps the Go runtime's monitor thread from waking every 20 us on a busy-polling rank's CPU; 0 leaves amrun's own")
@@ -66,7 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, mpiam.DiagSignal)
 	defer signal.Stop(sigs)
 
 	var env []string // nil: the ranks inherit amrun's environment
@@ -96,6 +96,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		N: *n, Prog: fs.Arg(0), Args: fs.Args()[1:],
 		Transport: *network, Iface: *iface, Bind: *bind, TagOutput: *tag, Timeout: *timeout, JobDirParent: *jobdir,
 		Stdout: stdout, Stderr: stderr, Signals: sigs, Env: env, TimerSlack: rankSlack(*slack),
+		DumpSignal: mpiam.DiagSignal,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "amrun: %v\n", err)

@@ -47,6 +47,10 @@ var (
 // is torn down.
 const DefaultGrace = 2 * time.Second
 
+// DefaultDumpWait is how long ranks get to report their pending operations
+// (Spec.DumpSignal) before a timed-out job is ended.
+const DefaultDumpWait = time.Second
+
 // Spec describes a job.
 type Spec struct {
 	// N is the number of ranks, at least 1.
@@ -87,6 +91,13 @@ type Spec struct {
 	Env []string
 	// Grace is the wait between SIGTERM and SIGKILL; 0 means DefaultGrace.
 	Grace time.Duration
+	// DumpSignal, if not 0, asks every rank to report what it waits for
+	// (amgo ranks print their pending operations on SIGUSR1): when the
+	// timeout passes, the ranks get it and DumpWait (0: DefaultDumpWait) to
+	// report before they are ended; and when it arrives on Signals, it is
+	// forwarded to every rank and the job goes on.
+	DumpSignal syscall.Signal
+	DumpWait   time.Duration
 	// Signals, if set, are forwarded to every rank as they arrive (amrun
 	// passes SIGINT and SIGTERM); the job then ends with ErrInterrupted.
 	Signals <-chan os.Signal
@@ -194,6 +205,9 @@ func Run(ctx context.Context, spec Spec) error {
 	}
 	if spec.Stderr == nil {
 		spec.Stderr = os.Stderr
+	}
+	if spec.DumpWait <= 0 {
+		spec.DumpWait = DefaultDumpWait
 	}
 	if spec.Grace <= 0 {
 		spec.Grace = DefaultGrace
@@ -630,6 +644,13 @@ func (j *job) supervise(ctx context.Context, aborts <-chan abortEvent) error {
 			}
 			teardown(&JobError{Kind: ErrAborted, Rank: a.rank, Code: clampCode(code), Detail: detail}, syscall.SIGTERM)
 		case <-timeout:
+			if j.spec.DumpSignal != 0 && failure == nil && !terminating {
+				// Ask the ranks what they wait for, then end the job.
+				j.killAll(j.spec.DumpSignal)
+				timeout = time.After(j.spec.DumpWait)
+				j.spec.DumpSignal = 0
+				continue
+			}
 			teardown(&JobError{Kind: ErrTimeout, Rank: -1, Code: 124,
 				Detail: fmt.Sprintf("job timed out after %v; killed %d running rank(s)", j.spec.Timeout, j.running())}, syscall.SIGTERM)
 		case <-ctxDone:
@@ -639,6 +660,10 @@ func (j *job) supervise(ctx context.Context, aborts <-chan abortEvent) error {
 			s, _ := sig.(syscall.Signal)
 			if s == 0 {
 				s = syscall.SIGTERM
+			}
+			if s == j.spec.DumpSignal {
+				j.killAll(s) // a request for a report, not for an end
+				continue
 			}
 			if terminating {
 				j.killAll(syscall.SIGKILL)

@@ -1,8 +1,17 @@
-// Command abortcheck ends its job with Abort: the mpiam tests launch it with
-// amrun (with --trace) over loop, shm and tcp. Every rank exchanges one
-// message with its neighbours and passes a barrier; then the last rank calls Abort(7) while the
-// others wait in a Barrier it never joins. The job must end with status 7,
-// say first that the rank aborted, and leave a readable trace of every rank.
+// Command abortcheck is a job that goes wrong, for the mpiam tests, which
+// launch it with amrun over loop, shm and tcp.
+//
+// Usage: abortcheck [hang]
+//
+// Without an argument, every rank exchanges one message with its neighbours
+// and passes a barrier; then the last rank calls Abort(7) while the others
+// wait in a Barrier it never joins. The job must end with status 7, say first
+// that the rank aborted, and leave a readable trace of every rank (--trace).
+//
+// With "hang", the program is erroneous and never ends: rank 0 waits for a
+// message with tag 5 that rank 1 never sends, rank 1 waits in a Bcast of 800
+// bytes from root 0 that rank 0 never calls, and the others in a Barrier.
+// amrun --timeout must have each rank print what it waits for.
 package main
 
 import (
@@ -13,6 +22,10 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "hang" {
+		hang()
+		return
+	}
 	err := mpiam.Run(mpiam.Config{}, func(w *mpiam.Comm) error {
 		n, me := w.Size(), w.Rank()
 		out, in := []int64{int64(me)}, make([]int64, 1)
@@ -26,6 +39,24 @@ func main() {
 			return w.Abort(7)
 		}
 		return w.Barrier()
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "abortcheck:", err)
+		os.Exit(1)
+	}
+}
+
+func hang() {
+	err := mpiam.Run(mpiam.Config{}, func(w *mpiam.Comm) error {
+		switch w.Rank() {
+		case 0:
+			_, err := mpiam.Recv(w, make([]int64, 1), 1, 5)
+			return err
+		case 1:
+			return mpiam.Bcast(w, make([]int64, 100), 0)
+		default:
+			return w.Barrier()
+		}
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "abortcheck:", err)

@@ -108,3 +108,21 @@ func (e *Engine[R, M]) dropRecvs(recvs []R) []R {
 	e.scratch = e.scratch[:0]
 	return recvs
 }
+
+// Posted calls yield for every queued receive, in posting order, until yield
+// returns false: for diagnostics (what a hung rank waits for). It costs
+// O(receives ever allocated); it is not for hot paths.
+func (e *Engine[R, M]) Posted(yield func(s Spec, r R) bool) {
+	nodes := make([]*recvNode[R, M], 0, e.nPosted)
+	for _, x := range e.slots {
+		if x.in != nil {
+			nodes = append(nodes, x)
+		}
+	}
+	slices.SortFunc(nodes, func(a, b *recvNode[R, M]) int { return cmp.Compare(a.pseq, b.pseq) })
+	for _, x := range nodes {
+		if !yield(x.spec, x.r) {
+			return
+		}
+	}
+}

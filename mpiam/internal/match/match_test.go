@@ -534,3 +534,25 @@ func TestAnySourceTagIndexedLate(t *testing.T) {
 	require.NoError(t, checkInvariants(e))
 	require.Equal(t, 1, e.Stats().Unexpected)
 }
+
+func TestPostedListsQueuedReceivesInPostingOrder(t *testing.T) {
+	e := New[int, int]()
+	specs := []Spec{{Context: 0, Source: 1, Tag: 5}, {Context: 0, Source: AnySource, Tag: 7},
+		{Context: 2, Source: 3, Tag: AnyTag}, {Context: 0, Source: AnySource, Tag: AnyTag}, {Context: 0, Source: 1, Tag: 6}}
+	var hs []PostedHandle
+	for i, s := range specs {
+		_, _, h, ok := e.Post(s, i)
+		require.False(t, ok)
+		hs = append(hs, h)
+	}
+	_, ok := e.Cancel(hs[1])
+	require.True(t, ok)
+	var got []int
+	var gotSpecs []Spec
+	e.Posted(func(s Spec, r int) bool { got = append(got, r); gotSpecs = append(gotSpecs, s); return true })
+	require.Equal(t, []int{0, 2, 3, 4}, got)
+	require.Equal(t, specs[2], gotSpecs[1])
+	n := 0
+	e.Posted(func(Spec, int) bool { n++; return false })
+	require.Equal(t, 1, n, "stops when yield says so")
+}

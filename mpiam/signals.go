@@ -1,0 +1,249 @@
+package mpiam
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/amgo-hpc/amgo/mpiam/internal/match"
+)
+
+// Signals a rank process reacts to, for every rank of the process that has
+// not finalized:
+//
+//   - SIGUSR1 prints each rank's pending operations to standard error and the
+//     job goes on (DiagSignal). amrun sends it to every rank before it ends a
+//     job whose --timeout passed, and forwards its own SIGUSR1 to its ranks:
+//     an erroneous program that hangs (a receive nobody matches, collectives
+//     called in different orders) says what each rank waits for.
+//   - SIGTERM, SIGINT and SIGHUP, once a tool with a Close method is attached
+//     (the trace and profile tools), close the tools, so that a failed job's
+//     trace is whole, then let the signal end the process as it would have.
+//     A launcher ends the other ranks of a failed job with SIGTERM.
+//
+// A signal the program ignores is left alone.
+
+// DiagSignal makes every rank of the process print its pending operations.
+const DiagSignal = syscall.SIGUSR1
+
+var toolSignals = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP}
+
+// live is the process's ranks that have not finalized, and the watchers.
+var live struct {
+	mu      sync.Mutex
+	procs   map[*proc]bool // value: its tools must be closed on a fatal signal
+	diag    chan os.Signal
+	closing chan os.Signal
+}
+
+// watchSignals makes p answer DiagSignal until it finalizes (unwatch).
+func (p *proc) watchSignals() {
+	live.mu.Lock()
+	defer live.mu.Unlock()
+	if live.procs == nil {
+		live.procs = map[*proc]bool{}
+	}
+	if _, ok := live.procs[p]; !ok {
+		live.procs[p] = false
+	}
+	if live.diag == nil && !signal.Ignored(DiagSignal) {
+		live.diag = make(chan os.Signal, 1)
+		signal.Notify(live.diag, DiagSignal)
+		go printPendingOnSignal(live.diag)
+	}
+}
+
+// watchToolsOnSignal has p's tools closed if the process is ended by a
+// signal before p finalizes.
+func (p *proc) watchToolsOnSignal() {
+	p.watchSignals()
+	live.mu.Lock()
+	defer live.mu.Unlock()
+	live.procs[p] = true
+	if live.closing != nil {
+		return
+	}
+	var sigs []os.Signal
+	for _, sig := range toolSignals {
+		if !signal.Ignored(sig) {
+			sigs = append(sigs, sig)
+		}
+	}
+	if len(sigs) == 0 {
+		return
+	}
+	live.closing = make(chan os.Signal, 1)
+	signal.Notify(live.closing, sigs...)
+	go closeToolsAndReraise(live.closing)
+}
+
+// unwatch forgets p (finalized or aborted); the last rank stops the watchers.
+func (p *proc) unwatch() {
+	live.mu.Lock()
+	defer live.mu.Unlock()
+	if _, ok := live.procs[p]; !ok {
+		return
+	}
+	delete(live.procs, p)
+	if len(live.procs) > 0 {
+		return
+	}
+	for _, ch := range []*chan os.Signal{&live.diag, &live.closing} {
+		if *ch != nil {
+			signal.Stop(*ch)
+			close(*ch)
+			*ch = nil
+		}
+	}
+}
+
+// liveProcs returns the process's live ranks in rank order; tools: only those
+// whose tools must be closed on a fatal signal.
+func liveProcs(tools bool) []*proc {
+	live.mu.Lock()
+	ps := make([]*proc, 0, len(live.procs))
+	for p, closable := range live.procs {
+		if closable || !tools {
+			ps = append(ps, p)
+		}
+	}
+	live.mu.Unlock()
+	sort.Slice(ps, func(i, j int) bool { return ps[i].ep.Rank() < ps[j].ep.Rank() })
+	return ps
+}
+
+func printPendingOnSignal(ch chan os.Signal) {
+	for range ch {
+		var b strings.Builder
+		for _, p := range liveProcs(false) {
+			p.writePending(&b)
+		}
+		_, _ = io.WriteString(os.Stderr, b.String())
+	}
+}
+
+func closeToolsAndReraise(ch chan os.Signal) {
+	sig, ok := <-ch
+	if !ok {
+		return
+	}
+	for _, p := range liveProcs(true) {
+		_ = p.closeTools()
+	}
+	signal.Reset(sig)
+	_ = syscall.Kill(os.Getpid(), sig.(syscall.Signal))
+}
+
+// activeColl is a collective call under way on this rank (runColl, startNB).
+type activeColl struct {
+	id    uint64
+	call  Call
+	ctx   uint32 // the communicator's context id
+	peer  int    // root, or AnySource
+	bytes int
+}
+
+// collBegin records a collective call under way, for writePending, and
+// returns its id for collEnd, which forgets it. Neither allocates once the
+// slice has grown to the number of collectives in flight.
+func (p *proc) collBegin(call Call, c *Comm, peer, bytes int) uint64 {
+	p.diagMu.Lock()
+	p.collSeq++
+	id := p.collSeq
+	p.colls = append(p.colls, activeColl{id: id, call: call, ctx: c.ctx, peer: peer, bytes: bytes})
+	p.diagMu.Unlock()
+	return id
+}
+
+func (p *proc) collEnd(id uint64) {
+	p.diagMu.Lock()
+	for i := range p.colls {
+		if p.colls[i].id == id {
+			p.colls = append(p.colls[:i], p.colls[i+1:]...)
+			break
+		}
+	}
+	p.diagMu.Unlock()
+}
+
+// writePending writes what rank p waits for: collective calls under way,
+// posted receives, rendezvous transfers and the unexpected messages queued.
+func (p *proc) writePending(w io.Writer) {
+	var lines []string
+	p.diagMu.Lock()
+	for _, a := range p.colls {
+		l := fmt.Sprintf("%v on communicator %d", a.call, a.ctx)
+		if a.peer != AnySource {
+			l += fmt.Sprintf(", root %d", a.peer)
+		}
+		lines = append(lines, l+fmt.Sprintf(", %d bytes", a.bytes))
+	}
+	p.diagMu.Unlock()
+
+	locked := false
+	for deadline := time.Now().Add(100 * time.Millisecond); !locked && time.Now().Before(deadline); {
+		if locked = p.mu.TryLock(); !locked {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if !locked {
+		lines = append(lines, "(the rank's matching state stayed locked; receives not listed)")
+	} else {
+		p.eng.Posted(func(s match.Spec, r *reqState) bool {
+			lines = append(lines, "receive "+describeRecv(s, r))
+			return true
+		})
+		ids := make([]uint64, 0, len(p.reqs))
+		for id := range p.reqs {
+			ids = append(ids, id)
+		}
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		for _, id := range ids {
+			r := p.reqs[id]
+			what := "rendezvous send to"
+			if r.kind == kindRecv {
+				what = "rendezvous receive from"
+			}
+			lines = append(lines, fmt.Sprintf("%s rank %d, tag %d, communicator %d, %d bytes (transfer under way)",
+				what, r.peer, r.tag, r.comm.ctx, len(r.buf)))
+		}
+		st := p.eng.Stats()
+		if st.Unexpected > 0 || st.Held > 0 {
+			lines = append(lines, fmt.Sprintf("%d unexpected messages waiting for a receive, %d arrivals held for an earlier one", st.Unexpected, st.Held))
+		}
+		p.mu.Unlock()
+	}
+	fmt.Fprintf(w, "amgo: rank %d: %d pending operation(s)\n", p.ep.Rank(), len(lines))
+	for _, l := range lines {
+		fmt.Fprintf(w, "amgo: rank %d:   %s\n", p.ep.Rank(), l)
+	}
+}
+
+// describeRecv says which message a posted receive waits for: source, tag,
+// communicator (a collective's traffic runs on its communicator's context
+// plus one) and buffer size.
+func describeRecv(s match.Spec, r *reqState) string {
+	src := fmt.Sprintf("rank %d", s.Source)
+	if s.Source == match.AnySource {
+		src = "any source"
+	}
+	tag := fmt.Sprintf("tag %d", s.Tag)
+	if s.Tag == match.AnyTag {
+		tag = "any tag"
+	}
+	comm := fmt.Sprintf("communicator %d", s.Context)
+	if s.Context&1 == 1 {
+		comm = fmt.Sprintf("communicator %d (a collective's traffic)", s.Context&^1)
+	}
+	size := 0
+	if r != nil {
+		size = len(r.buf)
+	}
+	return fmt.Sprintf("from %s, %s, %s, %d bytes", src, tag, comm, size)
+}
