@@ -1,54 +1,115 @@
 package mpiam
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// Unexpected eager data from one source is copied out of the per-peer buffer up
-// to AMGO_UNEXPECTED_LIMIT; past it, messages keep their space (the seed's
-// buffered protocol), so a sender that floods a rank that receives nothing is
-// back-pressured: memory at the receiver stays bounded, and every message is
-// delivered in order once receives are posted.
+// A sender that floods a rank which posts no receive, with messages of any
+// size down to 0 bytes, is throttled: past AMGO_UNEXPECTED_LIMIT (records
+// counted, not just payload) its sends to that rank go by rendezvous, so a
+// blocking Send waits for its receive, memory at the receiver stays below the
+// hard limit, and every message arrives in order once receives are posted;
+// then the throttle is lifted.
 func TestUnexpectedFloodIsBounded(t *testing.T) {
 	t.Setenv(EnvUnexpectedLimit, "4096")
-	const msgs, size = 200, 1000
-	var sent atomic.Int32
-	eachNetwork(t, 2, func(r *rk, w *Comm) {
-		sent.Store(0)
-		if w.Rank() == 0 {
-			buf := make([]byte, size)
-			for i := 0; i < msgs; i++ {
-				buf[0] = byte(i)
-				r.NoError(Send(w, buf, 1, 7))
-				sent.Add(1)
+	for _, size := range []int{0, 8, 1000} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			msgs := 200
+			if size < 100 {
+				msgs = 2000
 			}
-			return
-		}
-		// Poll without receiving for a while: the sender must stall.
-		deadline := time.Now().Add(100 * time.Millisecond)
-		for time.Now().Before(deadline) {
-			_, _, err := w.Iprobe(0, 99)
-			r.NoError(err)
-		}
-		stalledAt := sent.Load()
-		r.Less(int(stalledAt), msgs, "the sender must be back-pressured")
-		w.p.mu.Lock()
-		queued := w.p.eng.Stats().Unexpected
-		w.p.mu.Unlock()
-		// At most the limit in heap copies plus one per-peer buffer's worth held in place.
-		r.LessOrEqual(queued, (4096+w.p.ep.BufferBytes())/size+1)
-		r.LessOrEqual(w.p.unexpBytes[0].Load(), int64(4096))
-		buf := make([]byte, size)
-		for i := 0; i < msgs; i++ {
-			st, err := Recv(w, buf, 0, 7)
-			r.NoError(err)
-			r.Equal(size, st.Bytes)
-			r.Equal(byte(i), buf[0], "in order")
-		}
-		r.Zero(w.p.unexpBytes[0].Load())
-	})
+			var sent atomic.Int32
+			eachNetwork(t, 2, func(r *rk, w *Comm) {
+				sent.Store(0)
+				if w.Rank() == 0 {
+					buf := make([]byte, size)
+					for i := 0; i < msgs; i++ {
+						if size > 0 {
+							buf[0] = byte(i)
+						}
+						r.NoError(Send(w, buf, 1, 7))
+						sent.Add(1)
+					}
+					return
+				}
+				// Poll without receiving for a while: the sender must stall.
+				deadline := time.Now().Add(100 * time.Millisecond)
+				for time.Now().Before(deadline) {
+					_, _, err := w.Iprobe(0, 99)
+					r.NoError(err)
+				}
+				r.Less(int(sent.Load()), msgs, "the sender must be throttled")
+				r.True(w.p.recvThrottle[0].on.Load(), "the source was told to stop sending eagerly")
+				w.p.mu.Lock()
+				queued := w.p.eng.Stats().Unexpected
+				w.p.mu.Unlock()
+				hard := w.p.unexpHardLimit()
+				r.LessOrEqual(w.p.unexpBytes[0].Load(), hard)
+				r.LessOrEqual(int64(queued), hard/unexpRecordBytes+1)
+				buf := make([]byte, size)
+				for i := 0; i < msgs; i++ {
+					st, err := Recv(w, buf, 0, 7)
+					r.NoError(err)
+					r.Equal(size, st.Bytes)
+					if size > 0 {
+						r.Equal(byte(i), buf[0], "in order")
+					}
+				}
+				r.Zero(w.p.unexpBytes[0].Load())
+				r.False(w.p.recvThrottle[0].on.Load(), "the throttle is lifted")
+			})
+		})
+	}
+}
+
+// Isend is local and both ranks reach the barrier, so MPI's progress rule
+// (MPI-4.1 §3.7.4) requires the barrier to complete however many sends wait
+// unmatched: past the unexpected limit, messages must not keep the buffer
+// space that the barrier's message needs. Rank 0 starts more Isends than the
+// limit holds, with no receive posted; both ranks pass a barrier; then rank 1
+// receives them in reverse order and rank 0 completes its sends.
+func TestUnmatchedIsendsPastTheLimitDoNotBlockABarrier(t *testing.T) {
+	for _, c := range []struct {
+		limit      string
+		msgs, size int
+	}{
+		{"", 600, 2000},      // past the default limit (1 MiB) by payload
+		{"", 6000, 32},       // past it by records
+		{"16384", 300, 2000}, // far past a small limit
+	} {
+		t.Run(fmt.Sprintf("%d×%dB/limit=%s", c.msgs, c.size, c.limit), func(t *testing.T) {
+			if c.limit != "" {
+				t.Setenv(EnvUnexpectedLimit, c.limit)
+			}
+			eachNetwork(t, 2, func(r *rk, w *Comm) {
+				if w.Rank() == 0 {
+					reqs := make([]*Request, c.msgs)
+					for i := range reqs {
+						buf := make([]byte, c.size)
+						buf[0], buf[len(buf)-1] = byte(i), byte(i>>8)
+						var err error
+						reqs[i], err = Isend(w, buf, 1, i)
+						r.NoError(err)
+					}
+					r.NoError(w.Barrier())
+					r.NoError(Waitall(reqs, nil))
+					return
+				}
+				r.NoError(w.Barrier())
+				buf := make([]byte, c.size)
+				for i := c.msgs - 1; i >= 0; i-- {
+					st, err := Recv(w, buf, 0, i)
+					r.NoError(err)
+					r.Equal(c.size, st.Bytes)
+					r.Equal(byte(i), buf[0])
+					r.Equal(byte(i>>8), buf[c.size-1])
+				}
+			})
+		})
+	}
 }
 
 // A rendezvous receive whose buffer cannot be registered (it overlaps another

@@ -170,6 +170,7 @@ func (p *proc) completePostedLocked(r *reqState, m *inMsg, env match.Envelope) e
 	plan := p.planRndvLocked(r, m, env)
 	p.mu.Unlock()
 	dst := m.src
+	p.unchargeUnexpected(m)
 	p.msgPool.Put(m)
 	p.runRndv(r, dst, plan)
 	return nil
@@ -588,7 +589,8 @@ func (c *Comm) sendPB(buf []byte, dest, tag int, pb uint64, hasPB, exchange bool
 		return err
 	}
 	p := c.p
-	if dest != ProcNull && (p.eager(c.world(dest), len(buf)) || exchange && len(buf) <= p.eagerNoGet) {
+	if dest != ProcNull && (p.eager(c.world(dest), len(buf)) ||
+		exchange && len(buf) <= p.eagerNoGet && !p.sendThrottle[c.world(dest)].on.Load()) {
 		return p.sendEager(c, buf, dest, tag, Standard, pb, hasPB)
 	}
 	r, _ := c.newSend(buf, dest, tag, Standard, false)

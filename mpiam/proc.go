@@ -33,21 +33,22 @@ const EnvEagerLimit = "AMGO_EAGER_LIMIT"
 // is still 0.1 us faster. Open MPI's vader BTL uses the same 4 KiB.
 const DefaultGetEagerLimit = 4 << 10
 
-// EnvUnexpectedLimit sets how many bytes of unexpected eager data from one
-// source are copied out of the per-peer buffer (default 1 MiB); past it,
-// unexpected messages keep their space in the sender's per-peer buffer and so
-// back-pressure the sender until receives take them.
+// EnvUnexpectedLimit sets how many bytes of unexpected messages from one
+// source, payload and records, a rank holds before it tells that source to
+// send it every message by rendezvous (default 1 MiB); below half of it, the
+// source may send eagerly again. See unexpected.go and docs/mpi.md.
 const EnvUnexpectedLimit = "AMGO_UNEXPECTED_LIMIT"
 
 // Handler indices mpiam registers on its endpoint.
 const (
-	hEager   handlers.Index = 200 + iota // medium request: envelope + data (eager protocol)
-	hRTS                                 // short request: envelope + size (rendezvous request-to-send)
-	hCTS                                 // short reply or request: receive buffer address (clear-to-send)
-	hData                                // store handler: rendezvous data has landed
-	hFin                                 // short request: rendezvous with nothing to store is done
-	hPulled                              // short request: the receiver has read its part of the send buffer
-	hBarrier                             // short request: a dissemination barrier's message (coll_am.go)
+	hEager    handlers.Index = 200 + iota // medium request: envelope + data (eager protocol)
+	hRTS                                  // short request: envelope + size (rendezvous request-to-send)
+	hCTS                                  // short reply or request: receive buffer address (clear-to-send)
+	hData                                 // store handler: rendezvous data has landed
+	hFin                                  // short request: rendezvous with nothing to store is done
+	hPulled                               // short request: the receiver has read its part of the send buffer
+	hBarrier                              // short request: a dissemination barrier's message (coll_am.go)
+	hThrottle                             // short reply or request: stop or resume eager sends to the sender (unexpected.go)
 )
 
 // Message flags, in the envelope's third argument.
@@ -68,12 +69,13 @@ type inMsg struct {
 	heap     *[]byte // the pooled copy payload lives in, if any
 	notReady bool    // a ready send that found no posted receive
 	// kept: the payload stays in the sender's space of the per-peer buffer
-	// (retained) until a receive takes it: the seed's buffered protocol, used
-	// once the source's unexpected data passes the limit.
+	// (retained) until a receive takes it: back-pressure, only past the hard
+	// limit (unexpected.go).
 	kept     bool
 	retained handlers.Retained
 	pb       uint64 // tool value piggybacked by the sender (hasPB)
 	hasPB    bool
+	cost     int64 // charged to unexpBytes[src] while unexpected (unexpected.go)
 	// inl: payload is a copy in inline (counted in unexpBytes like a heap
 	// copy); an unexpected message of up to inlinePayload bytes needs no
 	// pooled buffer.
@@ -102,6 +104,9 @@ type deferred struct {
 	dst   int       // world rank of the peer
 	cts   ctsArgs   // cts: what to send; store: what the receiver asked for
 	pull  pullJob   // pull: what to read
+
+	throttleOn bool   // throttle: stop (true) or resume eager sends
+	epoch      uint64 // throttle: the episode (unexpected.go)
 }
 
 // proc is one rank's MPI state: its endpoint, the matching engine, the request
@@ -136,9 +141,12 @@ type proc struct {
 	freeMsgs []*inMsg
 	payloads payloadPool
 
-	unexpLimit int            // bytes of unexpected eager data per source copied out (EnvUnexpectedLimit)
-	unexpBytes []atomic.Int64 // by world rank: unexpected eager bytes held in heap copies
-	states     reqCache       // idle operation states and request handles (reqcache.go)
+	unexpLimit   int            // unexpected cost per source before it is throttled (EnvUnexpectedLimit; unexpected.go)
+	unexpBytes   []atomic.Int64 // by world rank: cost of its unexpected messages held here
+	recvThrottle []recvThrottle // by world rank: what this rank told that source
+	sendThrottle []sendThrottle // by world rank: that destination's word on eager sends
+	throttleOff  atomic.Bool    // some recvThrottle has an "off" to send
+	states       reqCache       // idle operation states and request handles (reqcache.go)
 
 	bsend bsendBuffer
 
@@ -179,6 +187,8 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		p.unexpLimit = n
 	}
 	p.unexpBytes = make([]atomic.Int64, ep.Size())
+	p.recvThrottle = make([]recvThrottle, ep.Size())
+	p.sendThrottle = make([]sendThrottle, ep.Size())
 	split, err := rndvSplitFromEnv()
 	if err != nil {
 		return nil, err
@@ -201,6 +211,7 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		{Index: hFin, Name: "mpi.fin", NArgs: 1, Fn: p.onData},
 		{Index: hPulled, Name: "mpi.pulled", NArgs: 1, Fn: p.onPulled},
 		{Index: hBarrier, Name: "mpi.barrier", NArgs: 2, Fn: p.onBarrier},
+		{Index: hThrottle, Name: "mpi.throttle", NArgs: 2, Fn: p.onThrottle},
 	}
 	for _, e := range entries {
 		if _, err := ep.Register(e); err != nil {
@@ -264,22 +275,21 @@ func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 	if !ok {
 		return
 	}
+	over := false
+	src := m.src
 	if !mine {
-		// Unexpected (or held for order). Up to the limit per source the data
-		// is copied out of the per-peer buffer and the handler's return frees
-		// the sender's space: the sender allocates that space in ring order
-		// (flowctl), so one message kept there would stop the ring, and a
-		// sender that sent a buffer's worth after it could neither start an
-		// Isend nor store rendezvous data the receiver waits for. Past the
-		// limit the message keeps its space (the seed's protocol), which
-		// back-pressures a sender that floods this rank, so memory stays
-		// bounded. A message held for order is always copied: the message
-		// before it, from another goroutine of the sender, may be waiting for
-		// space in the buffer.
-		used := &p.unexpBytes[m.src]
-		if !held && used.Load()+int64(len(payload)) > int64(p.unexpLimit) {
+		// Unexpected (or held for order): copied out of the per-peer buffer,
+		// so that the sender's space returns at once, and charged to the
+		// source; past the limit the source is throttled (unexpected.go).
+		// Past the hard limit, which a sender that obeys reaches only by
+		// ignoring the throttle, the message keeps its space. A message held
+		// for order is always copied: the message before it, from another
+		// goroutine of the sender, may be waiting for space in the buffer.
+		cost := unexpRecordBytes + int64(len(payload))
+		if !held && p.unexpBytes[src].Load()+cost > p.unexpHardLimit() {
 			if buf, r, err := tok.Retain(); err == nil {
 				m.payload, m.retained, m.kept = buf, r, true
+				cost = unexpRecordBytes
 			}
 		}
 		if !m.kept {
@@ -290,13 +300,16 @@ func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 				m.payload = (*m.heap)[:len(payload)]
 			}
 			copy(m.payload, payload)
-			used.Add(int64(len(payload)))
 		}
+		over = p.chargeUnexpected(m, cost)
 		if m.flags&flagReady != 0 {
 			m.notReady = true
 		}
 	}
 	p.finishArrivalLocked(out, tok, m)
+	if over {
+		p.throttleSource(tok, src)
+	}
 }
 
 // finishArrivalLocked completes the matches an arrival made in its handler
@@ -364,6 +377,7 @@ func (p *proc) completeMatchesLocked(out []match.Match[*reqState, *inMsg], tok *
 		plan := p.planRndvLocked(r, m, x.Env)
 		if m == cur && plan.pull && !plan.cts && plan.job.n-plan.job.off <= inlinePullMax {
 			pull, ok = deferred{kind: workPull, req: r, dst: m.src, pull: plan.job}, true
+			p.unchargeUnexpected(m)
 			p.msgPool.Put(m)
 			continue
 		}
@@ -378,6 +392,7 @@ func (p *proc) completeMatchesLocked(out []match.Match[*reqState, *inMsg], tok *
 			plan.cts = rerr != nil // queue it as a request if the reply failed
 		}
 		p.queueRndvLocked(r, m.src, plan)
+		p.unchargeUnexpected(m)
 		p.msgPool.Put(m)
 	}
 	return pull, ok
@@ -407,14 +422,12 @@ func (p *proc) queueLocked(d deferred) {
 }
 
 func (p *proc) releaseMsg(m *inMsg) {
+	p.unchargeUnexpected(m)
 	if m.heap != nil {
-		p.unexpBytes[m.src].Add(-int64(m.size))
 		p.payloads.put(m.heap)
 		m.heap = nil
-	} else if m.inl {
-		p.unexpBytes[m.src].Add(-int64(m.size))
-		m.inl = false
 	}
+	m.inl = false
 	if m.kept {
 		if err := p.ep.Release(m.retained); err != nil && !errors.Is(err, am.ErrPeerDead) {
 			p.dropped(err)
@@ -432,10 +445,8 @@ func (p *proc) releaseMsgLocked(m *inMsg) (ok bool) {
 	if m.heap != nil || m.kept {
 		return false
 	}
-	if m.inl {
-		p.unexpBytes[m.src].Add(-int64(m.size))
-		m.inl = false
-	}
+	p.unchargeUnexpected(m)
+	m.inl = false
 	p.putMsgLocked(m)
 	return true
 }
@@ -527,5 +538,5 @@ func (p *proc) progress() {
 // eager reports whether a standard or ready send of n bytes to world rank
 // world uses the eager protocol (see EnvEagerLimit).
 func (p *proc) eager(world, n int) bool {
-	return n <= p.eagerLimit || (n <= p.eagerNoGet && !p.ep.CanGet(world, n))
+	return (n <= p.eagerLimit || (n <= p.eagerNoGet && !p.ep.CanGet(world, n))) && !p.sendThrottle[world].on.Load()
 }

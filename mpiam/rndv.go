@@ -52,9 +52,10 @@ const (
 type workKind uint8
 
 const (
-	workCTS   workKind = iota + 1 // send a clear-to-send request for a receive
-	workStore                     // store a send's data where the receiver asked
-	workPull                      // receive: optionally a CTS, then get, then the pulled notice
+	workCTS      workKind = iota + 1 // send a clear-to-send request for a receive
+	workStore                        // store a send's data where the receiver asked
+	workPull                         // receive: optionally a CTS, then get, then the pulled notice
+	workThrottle                     // tell a source to stop or resume eager sends (unexpected.go)
 )
 
 // ctsArgs are a clear-to-send's arguments: which send, where and which part of
@@ -126,10 +127,20 @@ func (p *proc) onRTS(tok *handlers.Token, a []uint64, _ []byte) {
 	if !ok {
 		return
 	}
-	if !mine && m.flags&flagReady != 0 {
-		m.notReady = true
+	over := false
+	src := m.src
+	if !mine {
+		// A request-to-send waiting for its receive costs its record
+		// (unexpected.go).
+		over = p.chargeUnexpected(m, unexpRecordBytes)
+		if m.flags&flagReady != 0 {
+			m.notReady = true
+		}
 	}
 	p.finishArrivalLocked(out, tok, m)
+	if over {
+		p.throttleSource(tok, src)
+	}
 }
 
 // planRndvLocked decides how matched rendezvous m reaches receive r, sets r's
@@ -365,6 +376,9 @@ func (p *proc) pullInHandler(tok *handlers.Token, d deferred) {
 // receivers' gets, and the stores of rendezvous data whose address has
 // arrived. Any goroutine that waits in MPI runs it; each item runs once.
 func (p *proc) runDeferred() {
+	if p.throttleOff.Load() && p.throttleOff.Swap(false) {
+		p.sendThrottleOffs()
+	}
 	for p.hasWork.Load() {
 		p.mu.Lock()
 		if p.workHead == len(p.work) {
@@ -415,6 +429,8 @@ func (p *proc) storeInstead(d *deferred) error {
 func (p *proc) runWork(d deferred) {
 	r := d.req
 	switch d.kind {
+	case workThrottle:
+		p.sendThrottleMsg(d.dst, d.throttleOn, d.epoch)
 	case workCTS:
 		if err := p.sendCTS(&d); err != nil {
 			p.partDone(r, p.wrapNet(err), 0, false)
