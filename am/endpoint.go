@@ -56,16 +56,17 @@ func (e *PeerError) Unwrap() error { return e.Err }
 // Config tunes an endpoint. The zero value gives the defaults.
 type Config struct {
 	// BufferBytes is the receive buffer every endpoint preallocates for every peer
-	// (seed: mpi-over-active-messages, "one buffer (currently 16 Kbytes) for every
-	// other process"), in bytes, a multiple of 64. Default 16 KiB (AMGO_BUFFER_BYTES).
+	// (MPI over SP AM keeps one 16 KiB buffer for every other process), in
+	// bytes, a multiple of 64. Default 16 KiB (AMGO_BUFFER_BYTES).
 	BufferBytes int
 	// ReplyReserve is the room, in bytes, that every request reserves for its reply
 	// besides its own size, so that a handler can always reply at once. It must be
 	// at least wire.MaxHeaderLen (192) so that any short reply fits. Default 192.
 	ReplyReserve int
 	// SpinTime is how long a blocking wait polls before it sleeps on the
-	// transport's wake-up. Default 20 us (reference/linux.md: a 10 us spin
-	// captures nearly all shared-memory latency; waking a halted vCPU costs 30-40 us).
+	// transport's wake-up. Default 20 us: a short spin catches nearly every
+	// shared-memory reply, while waking a halted virtual CPU costs tens of
+	// microseconds (docs/performance.md).
 	SpinTime time.Duration
 	// OnDrop, if set, is called on the polling goroutine for every incoming packet
 	// that is dropped (malformed, unknown handler, bad reservation). By default
@@ -74,8 +75,8 @@ type Config struct {
 	// Progress, if positive, starts a progress goroutine: when no goroutine has
 	// polled the endpoint for that long, it polls, so that handlers run and
 	// protocols advance (a rendezvous store, credit returns) while the program
-	// computes for long stretches between calls (DESIGN.md "an optional
-	// progress goroutine"; the seed: "a timer may be used to periodically poll").
+	// computes for long stretches between calls (the timer that MPI over SP AM
+	// proposes for programs with long gaps between MPI calls).
 	// 0: off. AMGO_PROGRESS (a Go duration, e.g. 100us) sets it.
 	Progress time.Duration
 }
@@ -242,9 +243,9 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 	}
 	caps := tr.Caps()
 	if !caps.Ordered || !caps.Reliable {
-		// The seed: "On AM platforms without ordered delivery, a sequence
-		// number would have to be added": am adds order and reliability once,
-		// for every network that lacks them.
+		// A network without ordered or reliable delivery gets sequence
+		// numbers, acknowledgements and retransmission here, once, for every
+		// such network (package reliable).
 		w, err := reliable.Wrap(tr, reliable.Config{}, nil)
 		if err != nil {
 			return nil, fmt.Errorf("am: reliability layer over %s: %w", caps.Name, err)
@@ -357,9 +358,9 @@ func (ep *Endpoint) RequestShort(dst int, h handlers.Index, args ...uint64) erro
 }
 
 // RequestShortPiggyback is RequestShort with a tool value piggybacked in the
-// packet's header (seed: tau-piggyback-schemes: one value per message, in the
-// same packet, never an extra message); the handler reads it with
-// Token.Piggyback.
+// packet's header (one value per message, in the same packet, never an extra
+// message: the header-extension scheme of TAU's overhead compensation); the
+// handler reads it with Token.Piggyback.
 func (ep *Endpoint) RequestShortPiggyback(dst int, h handlers.Index, pb uint64, args ...uint64) error {
 	if h > handlers.MaxClientIndex {
 		return fmt.Errorf("%w: %d", handlers.ErrIndexReserved, h)
@@ -424,7 +425,7 @@ func (ep *Endpoint) requestMedium(dst int, h handlers.Index, payload []byte, fla
 	return ep.sendRequest(dst, &hdr, args, payload)
 }
 
-// Store is am_store (seed: mpi-over-active-messages; GASNet RequestLong): it
+// Store is SP AM's am_store (GASNet-EX RequestLong): it
 // writes data into rank dst's memory at addr, an address inside a segment that
 // dst registered (Segment.Addr plus an offset) and passed to this rank, and then
 // runs handler h at dst with args and the stored region as payload. Where the
@@ -569,7 +570,7 @@ func (ep *Endpoint) CanGet(src, n int) bool {
 }
 
 // Get is a blocking single-copy read (GASNet-EX gex_RMA_GetBlocking; SP AM's
-// am_get without its completion handler, seed: mpi-over-active-messages): it
+// am_get without its completion handler): it
 // copies len(buf) bytes at addr in rank src's memory into buf and returns
 // when they are there. It runs no handler at either end and sends no packet:
 // the owner learns that the read is done only from a request the caller sends
@@ -1167,12 +1168,12 @@ type backoff struct {
 	asleep    time.Time // when this wait first slept: a long wait probes for dead peers
 }
 
-// Pacing of a blocking wait, in polls (one takes 25-40 ns on the 2-vCPU test
-// machine): the first hotPolls run back to back. A wait that lasts longer
-// counts itself in longWaiters; if fewer goroutines of the process wait so
-// than GOMAXPROCS, it goes on polling without yielding up to soloPolls (a
-// Gosched costs about 200 ns and delays noticing an arrival: osu latency over
-// shm at 2 and 4 KiB, waits of about a microsecond, -10 %, 16 KiB -2 %); otherwise (ranks as goroutines, several
+// Pacing of a blocking wait, in polls (a poll takes tens of nanoseconds): the
+// first hotPolls run back to back. A wait that lasts longer counts itself in
+// longWaiters; if fewer goroutines of the process wait so than GOMAXPROCS, it
+// goes on polling without yielding up to soloPolls (a Gosched costs several
+// polls' time and delays noticing an arrival, which shows in waits of about a
+// microsecond); otherwise (ranks as goroutines, several
 // waiting goroutines per rank) it yields every 16 polls from hotPolls on, so
 // that the goroutine that will answer gets a processor.
 const (
@@ -1255,8 +1256,8 @@ func (ep *Endpoint) progress(b *backoff) error {
 
 // Expect tells the endpoint that traffic is due within d (a transfer of known
 // size is under way): until then blocking waits keep polling instead of sleeping
-// on the network's wake-up, which costs 30-40 us on a halted virtual CPU
-// (reference/linux.md). A layer that asked a peer for a large store calls it
+// on the network's wake-up, which costs tens of microseconds on a halted
+// virtual CPU. A layer that asked a peer for a large store calls it
 // with the store's expected duration.
 func (ep *Endpoint) Expect(d time.Duration) {
 	until := time.Now().Add(d).UnixNano()
@@ -1355,8 +1356,8 @@ func (ep *Endpoint) Drain(d time.Duration) int {
 
 // OnProgress registers f to run after each poll of the progress goroutine
 // (Config.Progress), outside any handler: a layer above am runs there the
-// work its handlers deferred (the seed's list of stores that "any MPI
-// communication function that explicitly polls" performs). Register before
+// work its handlers deferred (in MPI over SP AM, the list of stores that any
+// polling MPI call performs). Register before
 // communication starts. f must not block for long.
 func (ep *Endpoint) OnProgress(f func()) {
 	ep.progressHooks = append(ep.progressHooks, f)

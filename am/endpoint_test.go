@@ -200,7 +200,7 @@ func TestCreditBackPressure(t *testing.T) {
 	})
 }
 
-// The seed's unexpected message keeps its space until the receive is posted.
+// An unexpected message may keep its space (Retain) until the receive is posted.
 func TestRetainKeepsSpaceUntilRelease(t *testing.T) {
 	forEachNetwork(t, 2, Config{BufferBytes: 2048}, func(t *testing.T, eps []*Endpoint) {
 		var kept []handlers.Retained
@@ -441,8 +441,8 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 	}
 }
 
-// A tool value rides in the header of requests and replies (seed:
-// tau-piggyback-schemes): never an extra message, absent unless set.
+// A tool value rides in the header of requests and replies: never an extra
+// message, absent unless set.
 func TestPiggybackOnRequestsAndReplies(t *testing.T) {
 	forEachNetwork(t, 2, Config{}, func(t *testing.T, eps []*Endpoint) {
 		type seen struct {

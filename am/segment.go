@@ -10,7 +10,7 @@ import (
 )
 
 // Segment is memory a rank registered as a Store destination (the GASNet
-// segment, or the receive buffer the seed's rendezvous protocol names to the
+// segment, or the receive buffer the rendezvous protocol names to the
 // sender). Addr is its address in the registering process; peers store to
 // Addr+offset. The memory stays pinned and reachable until Unregister.
 type Segment struct {

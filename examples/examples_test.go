@@ -125,8 +125,8 @@ func TestHeatRejectsTooManyRanks(t *testing.T) {
 }
 
 // The tools end to end: the heat demo traced with amrun --trace, the traces
-// turned into messages by amtrace with every message matched (seed:
-// otf2-nonblocking-messages), and profiled with amrun --profile.
+// turned into messages by amtrace with every message matched, and profiled
+// with amrun --profile.
 func TestHeatTracedAndProfiled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and launches programs")

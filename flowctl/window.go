@@ -1,10 +1,10 @@
-// Package flowctl is the sender's side of the buffered protocol of
-// seed: mpi-over-active-messages: "Each receiver holds one buffer (currently 16
-// Kbytes) for every other process in the system. To send a message, the sender
-// allocates space within its buffer at the receiver (this allocation is done
-// entirely at the sender side and involves no communication) [...] After the
-// receiver has copied the message [...] it sends a reply to free up the
-// temporary buffer space."
+// Package flowctl is the sender's side of the buffered protocol of MPI over
+// SP AM (Chang, Czajkowski, Hawblitzel, Hu and von Eicken, "Low-Latency
+// Communication on the IBM RISC System/6000 SP", Supercomputing 1996): every
+// receiver holds one buffer (16 KiB) for every other process; a sender
+// allocates space in its buffer at the receiver on its own, with no
+// communication, and the receiver's reply, once it has consumed the message,
+// frees that space.
 //
 // A Window is that allocation: the sender's picture of its buffer at one peer.
 // Space is handed out in ring order in units of Granule bytes; replies free it
@@ -28,7 +28,7 @@ import (
 // Granule is the allocation unit in bytes; every reservation is a multiple of it.
 const Granule = 64
 
-// DefaultBufferBytes is the seed's per-peer receive buffer: 16 KiB.
+// DefaultBufferBytes is the per-peer receive buffer of MPI over SP AM: 16 KiB.
 const DefaultBufferBytes = 16 << 10
 
 // Errors of Free; a malformed or duplicated reply yields one of them.

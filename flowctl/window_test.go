@@ -14,7 +14,7 @@ func TestNewWindowRejectsBadSizes(t *testing.T) {
 	}
 }
 
-// The seed's buffered protocol: allocation at the sender, freed by the reply.
+// The buffered protocol of MPI over SP AM: allocation at the sender, freed by the reply.
 func TestBufferedProtocolFreesOnReply(t *testing.T) {
 	w, err := NewWindow(DefaultBufferBytes)
 	require.NoError(t, err)

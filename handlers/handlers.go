@@ -250,7 +250,7 @@ func (tok *Token) Begin(r Replier, src int, isRequest bool) {
 func (tok *Token) SetPiggyback(v uint64) { tok.pb, tok.hasPB = v, true }
 
 // Piggyback returns the tool value the sender attached to this message, if any
-// (seed: tau-piggyback-schemes: one value per message, carried in its header).
+// (one value per message, carried in its header).
 func (tok *Token) Piggyback() (uint64, bool) {
 	if !tok.hasPB {
 		return 0, false
@@ -340,7 +340,8 @@ func (tok *Token) reply(h Index, payload []byte, medium bool, args []uint64) err
 }
 
 // Retain keeps the request's payload in the receive buffer after the handler
-// returns (the seed's unexpected message that "keeps its space"), and returns
+// returns (the buffered protocol's unexpected message that keeps its space until
+// its receive comes), and returns
 // it together with the handle that releases it. The request is then answered
 // by the release, not by a reply. Errors: ErrNotInHandler, ErrReplyFromReply,
 // ErrReplied, ErrRetained (twice).

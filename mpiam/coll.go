@@ -55,7 +55,8 @@ type coll struct {
 // collPB tracks the largest tool value among the messages a rank received
 // in one collective, and forwards it on the messages it sends, so that each
 // participant learns the largest delay among the ranks it depends on
-// (peers.md §9, TAU overhead compensation for collectives).
+// (TAU's overhead compensation for collectives: Shende, Malony, Morris and
+// Wolf, EuroPVM/MPI 2005).
 type collPB struct {
 	mu  sync.Mutex
 	max uint64

@@ -582,8 +582,8 @@ func (p *proc) outgoingPB() (uint64, bool) {
 // With exchange (a collective's exchange step: the peer sends to this rank at
 // once) the message goes eager up to MaxMedium on every network: a rendezvous
 // send returns only after the peer's pulled notice, a trip that an exchange
-// pays on top of the copy (osu allreduce 16 KiB over shm, two exchanges of
-// 8 KiB: 11.8 us by rendezvous, 9.8 eager).
+// pays on top of the copy (docs/collectives.md). A peer that throttled this
+// rank (unexpected.go) gets a rendezvous all the same.
 func (c *Comm) sendPB(buf []byte, dest, tag int, pb uint64, hasPB, exchange bool) error {
 	if err := c.checkSend(dest, tag); err != nil {
 		return err

@@ -27,10 +27,9 @@ const EnvEagerLimit = "AMGO_EAGER_LIMIT"
 // whose memory this rank can read with a single copy (shared memory's Cross
 // Memory Attach, in-process ranks): above it the rendezvous protocol's one
 // copy (the receiver's get) beats the eager protocol's two (into the per-peer
-// buffer and out of it) despite its request-to-send. Measured on a 2-vCPU
-// guest (docs/performance.md): osu latency 8 KiB over shm 2.44 -> 1.81 us and
-// bandwidth 3.2 -> 6.0 GB/s with the rendezvous; at 4 KiB the eager protocol
-// is still 0.1 us faster. Open MPI's vader BTL uses the same 4 KiB.
+// buffer and out of it) despite its request-to-send; below it the eager
+// protocol is faster (docs/mpi.md has the measurements). Open MPI's vader BTL
+// uses the same 4 KiB.
 const DefaultGetEagerLimit = 4 << 10
 
 // EnvUnexpectedLimit sets how many bytes of unexpected messages from one
@@ -92,10 +91,9 @@ const inlinePayload = 128
 // maxFreeMsgs bounds proc.freeMsgs.
 const maxFreeMsgs = 256
 
-// deferred is work that handlers must not do themselves (the seed: "the handler
-// for the receive buffer address message is not allowed to do the actual data
-// transfer [...] it places the information in a list"); any polling MPI call
-// runs it (runDeferred, rndv.go).
+// deferred is work that handlers must not do themselves (AM handlers may not
+// move data or wait: the clear-to-send handler only puts the store on a
+// list); any polling MPI call runs it (runDeferred, rndv.go).
 type deferred struct {
 	kind  workKind
 	pb    uint64 // store: the receiver's piggybacked value from the clear-to-send
@@ -240,11 +238,9 @@ func (p *proc) newMsg() *inMsg {
 	return m
 }
 
-// onEager handles eager data (seed: "the store transfers the data and invokes a
-// handler at the receiving end [...] If the store handler finds that the
-// receive has been posted it can copy the message and use the reply message to
-// free the buffer space. If a matching receive has not been posted, the
-// message's arrival is simply recorded in an unexpected messages list").
+// onEager handles eager data: if the receive is posted, the handler copies the
+// message into it and the space goes back to the sender; if not, the message
+// goes on the unexpected list (unexpected.go).
 func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 	env := unpackEnvelope(a[0], a[1])
 	p.mu.Lock()

@@ -18,7 +18,7 @@ import (
 // the tool's own overhead (TAU overhead compensation: Malony and Shende,
 // "Overhead Compensation in Performance Profiling", Euro-Par 2004; Shende et
 // al., "Performance Profiling Overhead Compensation for MPI Programs",
-// EuroPVM/MPI 2005; seeds tau-piggyback-schemes and tau-piggyback-async).
+// EuroPVM/MPI 2005).
 //
 // Every rank measures the time its own hooks take (its overhead o) and keeps
 // its delay x: how much later its events happen than they would without the

@@ -10,8 +10,7 @@ import (
 
 // With a progress goroutine (AMGO_PROGRESS), a rendezvous Isend moves its
 // data while the sending rank computes and makes no MPI call: the receive
-// completes long before the sender comes back (asynchronous progress, what
-// users of MPI ask for most: peers.md, "What users ask for").
+// completes long before the sender comes back (asynchronous progress).
 func TestAsyncProgressDuringCompute(t *testing.T) {
 	t.Setenv("AMGO_PROGRESS", "200us")
 	var recvDone, computeDone atomic.Int64

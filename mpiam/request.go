@@ -59,8 +59,8 @@ func (m Mode) String() string {
 // A Request is an 8-byte handle: the operation's state lives apart and, once
 // its completion is reported (and no tool is attached, see Info), is recycled
 // for a later operation, so that a stream of Isend/Irecv/Waitall allocates 8
-// bytes per operation instead of the whole state (osu_bw 8 B: 27 -> 40 MB/s,
-// docs/performance.md), and handles come 64 to an allocation (reqcache.go).
+// bytes per operation instead of the whole state (docs/performance.md), and
+// handles come 64 to an allocation (reqcache.go).
 // A handle is never reused: every copy of a *Request points to the same
 // handle, so all of them see it become null.
 type Request struct {

@@ -19,7 +19,7 @@ import (
 // a single-copy read (am.Endpoint.CanGet), its buffer's address. The receiver,
 // once the message matches a receive, moves the data one of three ways:
 //
-//   - store (the seed's protocol; networks without Get, small messages): a
+//   - store (MPI over SP AM's protocol; networks without Get, small messages): a
 //     clear-to-send (CTS) names the receive buffer, the sender Stores the data
 //     there, the store's handler completes the receive;
 //   - pull: the receiver reads the whole message with am Get and tells the
@@ -249,10 +249,8 @@ func (p *proc) sendCTS(d *deferred) error {
 }
 
 // onCTS runs at the sender when the receiver has named where to store (part
-// of) the data. It only records the fact; the data moves in runDeferred
-// (seed: "the store is performed by the blocked MPI_Send or, for nonblocking
-// MPI_Isends by any MPI communication function that explicitly polls the
-// network").
+// of) the data. It only records the fact; the data moves in runDeferred, run
+// by the blocked send or, for a nonblocking one, by any MPI call that polls.
 func (p *proc) onCTS(tok *handlers.Token, a []uint64, _ []byte) {
 	args := ctsArgs{sendID: a[0], addr: a[1], off: a[2], n: a[3], recvID: a[4], flags: a[5]}
 	p.mu.Lock()

@@ -133,7 +133,7 @@ type Tool interface {
 }
 
 // Piggybacker is implemented by a tool that attaches one 64-bit value to every
-// message this process sends (seed: tau-piggyback-schemes): the value rides in
+// message this process sends: the value rides in
 // the AM header of the message's own packet (eager data, rendezvous
 // request-to-send and clear-to-send, collective traffic), never as an extra
 // message and never by copying the user's buffer. It arrives in

@@ -12,8 +12,8 @@ import (
 // AMGO_TRACE/rank-N.amtr in the record kinds of OTF2 (Send, Isend,
 // IsendComplete, Recv, IrecvRequest, Irecv, RequestCancelled, collective
 // begin and end) plus the enter and leave of every call; cmd/amtrace turns the
-// files into matched messages (seed: otf2-nonblocking-messages) and Perfetto
-// JSON. docs/tools.md describes the format.
+// files into matched messages and Perfetto JSON. docs/tools.md describes the
+// format.
 
 type tracer struct {
 	w     *trace.Writer

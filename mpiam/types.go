@@ -60,7 +60,7 @@ type Status struct {
 	// Cancelled reports that the request was cancelled (MPI_Test_cancelled).
 	Cancelled bool
 	// Piggyback is the tool value that arrived with the message, when
-	// HasPiggyback (seed: tau-piggyback-schemes): for a receive, the sender's
+	// HasPiggyback: for a receive, the sender's
 	// value; for a rendezvous send, the receiver's value from the handshake;
 	// for a collective, the largest value among the messages this rank received
 	// in it.

@@ -111,7 +111,7 @@ func (l *pendingList[M]) find(req uint64) *pending[M] {
 	return nil
 }
 
-// complete implements the seed's completion rule for p. If p is the earliest
+// complete implements the completion rule for p. If p is the earliest
 // pending request, its message (if record) and everything queued behind it are
 // emitted in order; otherwise they are appended to the previous request's
 // queue. p leaves the list.
@@ -150,8 +150,8 @@ func (l *pendingList[M]) complete(p *pending[M], msg M, record bool, emit func(M
 }
 
 // Messages turns the records of one rank, in the order they were recorded,
-// into the ordered lists of messages it sent and received, by the algorithm of
-// seeds/otf2-nonblocking-messages.txt:
+// into the ordered lists of messages it sent and received (the algorithm by
+// which OTF2 readers process nonblocking MPI records; docs/tools.md):
 //
 //   - Send: recorded at once if no Isend is pending, else queued behind the
 //     latest pending Isend.
@@ -173,8 +173,8 @@ func (l *pendingList[M]) complete(p *pending[M], msg M, record bool, emit func(M
 // anomaly (an unknown or duplicate request id, a request pending at the end,
 // see the Err...Request variables), and sent and received are the best
 // result despite them. At the end of the records, messages still queued
-// behind a pending request are recorded in queue order (the seed leaves
-// them queued; they were completed, so they are kept).
+// behind a pending request are recorded in queue order (they were
+// completed, so they are kept).
 func Messages(records []Record) (sent []SentMessage, received []ReceivedMessage, err error) {
 	var (
 		isends   pendingList[SentMessage]

@@ -2,8 +2,9 @@
 // record kinds of OTF2 (Send, Isend, IsendComplete, Recv, IrecvRequest, Irecv,
 // RequestCancelled, plus call regions and collectives), stores them in a
 // compact binary file per rank, turns each rank's records into ordered lists of
-// sent and received messages (Messages, the algorithm of
-// seeds/otf2-nonblocking-messages.txt), matches sends to receives across ranks
+// sent and received messages (Messages: the rule by which OTF2 readers process
+// nonblocking MPI records, "OTF2 Knowledge: How to Process Non-Blocking MPI
+// Messages", 2015), matches sends to receives across ranks
 // (Match) and exports the result as Chrome trace / Perfetto JSON with a flow
 // arrow from every send to its receive (WriteChromeJSON).
 //

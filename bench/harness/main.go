@@ -404,7 +404,7 @@ func summarize(samples []sample) map[key]stats {
 	return out
 }
 
-// num formats a figure with about three significant digits, as speed-anchors.md does.
+// num formats a figure with about three significant digits.
 func num(v float64) string {
 	switch {
 	case v >= 100:

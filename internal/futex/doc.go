@@ -30,7 +30,7 @@
 // between (the argument is in package membarrier). Elsewhere the sender must
 // put a full barrier between the two (ring.Producer.Fence).
 //
-// On this class of machine (2 vCPUs, halting idle vCPUs) a futex wake-up costs
-// 30-40 us, so a receiver should spin about 10-20 us before it sleeps:
-// see /work/shared/reference/linux.md §1.
+// On virtual machines whose idle vCPUs halt, a futex wake-up costs tens of
+// microseconds, so a receiver should spin 10-20 us before it sleeps
+// (docs/performance.md).
 package futex

@@ -108,8 +108,8 @@ type Spec struct {
 	// default). A Go process's runtime monitor thread (sysmon) sleeps 20 us
 	// at a time for the first milliseconds after start and after every
 	// blocking system call; each of its wake-ups takes a busy-polling rank's
-	// CPU away (about 8 us every 80 us on a 2-vCPU KVM guest, where an 8-byte
-	// osu latency of 0.32 us became 0.45 us while it lasted). With 1 ms of
+	// CPU away for microseconds, which shows in small-message latency while
+	// it lasts (docs/performance.md, "The Go runtime's sysmon"). With 1 ms of
 	// slack it wakes about once a millisecond. The price: timed sleeps in the
 	// ranks may end up to the slack late; wake-ups by events are not delayed.
 	TimerSlack time.Duration

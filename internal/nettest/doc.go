@@ -4,8 +4,8 @@
 // with bpf_get_prandom_u32 and counts the drops in a map, and an MPI job of
 // two ranks, one in each namespace, over tcp and udp: a ring and a 64 MiB
 // exchange, with every byte checked and the drop counter required to be
-// non-zero. The kernel here has no netem (reference/linux.md §6): the TCX
-// program is its substitute for loss.
+// non-zero. Kernels without the netem queueing discipline are common in
+// containers and CI machines: the TCX program is its substitute for loss.
 //
 // The test skips, saying why, when not run as root, when the ip command is
 // missing, or when BPF or TCX is not permitted. Run it with

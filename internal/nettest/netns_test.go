@@ -246,7 +246,8 @@ func attachLoss(t *testing.T, p *pair) *ebpf.Map {
 
 // inNetns runs f on an OS thread that has joined namespace ns (interface
 // indexes are per namespace). The thread is never returned to the runtime's
-// pool: it exits with the goroutine, as reference/linux.md §6 does.
+// pool: it exits with the goroutine (runtime.LockOSThread without Unlock), so
+// no other goroutine runs in the namespace.
 func inNetns(ns string, f func() (link.Link, error)) (link.Link, error) {
 	type result struct {
 		l   link.Link

@@ -100,7 +100,7 @@ const (
 	// (FreeOff, FreeLen).
 	FlagFree
 	// FlagPiggyback says that the piggyback extension carries a tool value
-	// (seed: tau-piggyback-schemes).
+	// (docs/tools.md).
 	FlagPiggyback
 	// FlagSeq says that the sequence extension (Seq, Ack) follows the core:
 	// set on every packet of a network under the reliability layer.

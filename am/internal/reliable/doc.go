@@ -1,7 +1,9 @@
 // Package reliable gives amgo ordered, exactly-once delivery per peer over a
 // network that may lose, reorder and duplicate packets (UDP, a simulated
-// network): the seed's "sequence numbers on networks without ordered delivery",
-// done once, below package am, as SP AM and AMUDP do it.
+// network): the sequence numbers that MPI over SP AM says a network without
+// ordered delivery needs (Chang, Czajkowski, Hawblitzel, Hu and von Eicken,
+// "Low-Latency Communication on the IBM RISC System/6000 SP", Supercomputing
+// 1996), done once, below package am, as SP AM and AMUDP do it.
 //
 // # Guarantees
 //

@@ -69,14 +69,12 @@
 //
 // # Performance
 //
-// Measured on a 2-vCPU Firecracker VM (go test -bench, both ranks busy):
-// 8-byte ping-pong between two processes 176-186 ns per half round trip, against
-// 163-184 ns for a bare flag ping-pong through the same kind of mapping in the
-// same run (BenchmarkPingPongProc, BenchmarkFlagPingPongProc); with Wait
-// between polls 220-275 ns typically. Put: 4 KiB 0.7 us, 16 KiB 1.1 us
-// (14 GB/s), 1 MiB 12-15.7 GB/s, 4 MiB 8.8-9.8 GB/s into ordinary Go heap
-// buffers and 11.3-12.5 GB/s when both buffers are backed by transparent huge
-// pages (MADV_HUGEPAGE), which registered buffers of a MiB or more should be.
+// An 8-byte ping-pong between two processes costs little more than a bare
+// flag ping-pong through the same kind of mapping (BenchmarkPingPongProc
+// against BenchmarkFlagPingPongProc); Put copies at memory bandwidth, faster
+// when both buffers are backed by transparent huge pages (MADV_HUGEPAGE),
+// which registered buffers of a MiB or more should be. Figures, with the
+// machine, are in docs/performance.md.
 //
 // # Options
 //

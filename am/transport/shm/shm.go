@@ -35,9 +35,8 @@ const (
 	DefaultSpin = 15 * time.Microsecond
 	// PutMin is the smallest store or get, in bytes, for which a CMA Put or
 	// Get (one copy, one system call) beats packets through the rings (two
-	// copies, each pulling cache lines from the other core). Measured on a
-	// 2-vCPU guest: am store latency 2/4/8 KiB through packets 0.75/1.45/2.2 us,
-	// through CMA 1.15/1.1/1.2 us.
+	// copies, each pulling cache lines from the other core); the crossover
+	// of am store latency lies between 2 and 4 KiB (docs/performance.md).
 	PutMin = 4 << 10
 )
 

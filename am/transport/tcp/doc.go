@@ -160,9 +160,8 @@
 // connection with timers. Between two ranks of one host (a loopback address,
 // or the address this rank listens on) nothing is congested, and the pacing
 // timers' softirqs and the reordering they cause halve the bandwidth of a
-// stream (osu bw at 1 MiB: 4.4-4.8 GB/s under bbr, 8-9 under reno, on the
-// 2-vCPU VM), so those connections get reno unless option "congestion" says
-// otherwise. Connections between hosts keep what the administrator chose.
+// stream (docs/transports.md), so those connections get reno unless option
+// "congestion" says otherwise. Connections between hosts keep what the administrator chose.
 //
 // # Performance
 //

@@ -12,21 +12,19 @@ import (
 // rawMax is the largest transfer, in bytes, for which a system call on a
 // non-blocking socket skips the Go runtime's system-call bookkeeping
 // (entersyscall/exitsyscall). Such a call never sleeps, so the bookkeeping
-// buys nothing: on the critical path of a small message it costs a read and a
-// sendmsg each about 0.1-0.2 us on a 2-vCPU KVM guest, and on a transfer that
-// copies for longer than sysmon's 20 us tick it is worse: sysmon takes the P
-// away, wakes another thread to run it, and that thread preempts the copying
-// one (in `osu bw` at 1 MiB, 1.5-2.5 context switches per message). Put writes
-// and put-data reads are cut to putChunk bytes so that every call stays
-// under rawMax; a garbage collection's stop waits for one such copy at most
-// (~50-100 us here).
+// buys nothing: on the critical path of a small message it adds to every read
+// and sendmsg, and on a transfer that copies for longer than sysmon's 20 us
+// tick it is worse: sysmon takes the P away, wakes another thread to run it,
+// and that thread preempts the copying one (context switches on every large
+// message). Put writes and put-data reads are cut to putChunk bytes so that
+// every call stays under rawMax; a garbage collection's stop waits for one
+// such copy at most.
 const rawMax = putChunk + putHdr
 
 // putChunk is the most put data one sendmsg or read moves, in bytes, so that
 // every call stays under rawMax. Under reno (see LocalCongestion) the size of
-// the writes barely matters from 512 KiB up (a C stream of 1 MiB messages:
-// 9.1-10.0 GB/s in 512 KiB writes, 9.7-10.5 in 1 MiB ones); smaller writes
-// cost (128 KiB: 3.1 GB/s). MPICH's UCX writes 512 KiB per call too.
+// the writes barely matters from 512 KiB up, and smaller writes cost
+// bandwidth. MPICH's UCX writes 512 KiB per call too.
 const putChunk = 512 << 10
 
 // readFd is read(2) on a non-blocking descriptor. It returns the bytes read

@@ -34,8 +34,8 @@ const (
 	MaxPacket = 1 << 20
 	// PutMin is the smallest store, in bytes, for which Put beats packets:
 	// above it, store fragments (each most of the 16 KiB per-peer buffer)
-	// would travel one per acknowledgement, while a put frame streams (16
-	// KiB rendezvous: 0.4 -> 1.2 GB/s in osu bw; 32 KiB 0.5 -> 2.0-2.5);
+	// would travel one per acknowledgement, while a put frame streams
+	// (several times the bandwidth from 16 KiB on; docs/performance.md);
 	// below it the extra frame and the receiver's lookup cost more.
 	PutMin = 4 << 10
 	// DefaultSendQueue is the default bound of each peer's user-space send
@@ -48,9 +48,8 @@ const (
 	// connection whose two ends are on one host (option "congestion"): the
 	// kernel's default here, bbr, paces every connection, and on loopback,
 	// where nothing is congested, the pacing timers and the reordering they
-	// cause cost half the bandwidth (a C stream of 1 MiB writes: 4.4-4.8 GB/s
-	// under bbr, 9.7-10.5 under reno). Every kernel has reno, and any user may
-	// set it.
+	// cause cost about half the bandwidth (docs/transports.md). Every kernel
+	// has reno, and any user may set it.
 	LocalCongestion = "reno"
 	// HandshakeTimeout is how long an accepted connection may take to prove
 	// membership of the job before it is refused.

@@ -1,7 +1,7 @@
 // Package udp is amgo's unordered, lossy network between processes on many
 // hosts: one non-blocking UDP socket per rank, driven with raw system calls
 // from the polling goroutine, and a per-job secret proved in every datagram.
-// It is the seed's "AM platform without ordered delivery": its Caps say
+// It is an AM platform without ordered delivery: its Caps say
 // neither Ordered nor Reliable, so package am wraps it in the reliability
 // layer (am/internal/reliable: sequence numbers, acknowledgements,
 // retransmission, duplicate suppression), exactly once, as for sim. It

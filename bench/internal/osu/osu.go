@@ -4,7 +4,7 @@
 // "# title" line, a "# Size" column header line, then one row per message
 // size: the size left-aligned in 10 columns, each figure right-aligned in
 // FieldWidth (20) columns with 2 decimals), so that amgo's figures can be laid
-// beside OSU's (reference/peers.md §7.2).
+// beside those of the OSU Micro-Benchmarks' own programs.
 package osu
 
 import (

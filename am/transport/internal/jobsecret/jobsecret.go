@@ -1,5 +1,5 @@
 // Package jobsecret gives socket transports (tcp, udp) the per-job secret
-// that proves membership of the job (DESIGN.md, Security): AMGO_JOB_SECRET as
+// that proves membership of the job (docs/launch.md): AMGO_JOB_SECRET as
 // the launcher set it, or else one that rank 0 draws and shares through the
 // bootstrap's key-value space.
 package jobsecret
