@@ -1,6 +1,6 @@
 // Package sim is amgo's deterministic, seeded, in-process network for tests:
 // the ranks of a job are goroutines of one process, and every packet meets
-// faults drawn from a seed: loss, reordering, duplication, delay, partitions
+// faults drawn from a seed, namely loss, reordering, duplication, delay, partitions
 // (pairs of ranks that cannot talk for a while) and dead ranks (a rank that
 // stops sending and receiving, as a crashed process). It registers itself as
 // "sim". Its Caps say neither Ordered nor Reliable, so package am puts the
@@ -36,7 +36,7 @@
 //
 // # Determinism
 //
-// Every random decision comes from the seed: the link (src, dst) has its own
+// Every random decision comes from the seed. The link (src, dst) has its own
 // generator seeded with (Seed, src, dst), and Send draws the same numbers for
 // every packet whatever happens to it, so the k-th packet on a link meets the
 // same fate in every run with that seed. What is not fixed by the seed is the
