@@ -118,7 +118,8 @@ type simNet struct {
 }
 
 func newSimNet(t testing.TB, seed uint64, nc netConfig, cfg Config, n int) *simNet {
-	s := &simNet{t: t, seed: seed /* replays it */, rng: rand.New(rand.NewPCG(seed, 0x5eed)), cfg: nc, now: epoch}
+	s := &simNet{t: t, rng: rand.New(rand.NewPCG(seed, 0x5eed)), cfg: nc, now: epoch}
+	s.seed = seed
 	for r := 0; r < n; r++ {
 		c := cfg
 		c.Peers, c.Self = n, r
