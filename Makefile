@@ -42,11 +42,15 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-# Each fuzz target for FUZZTIME; the seed corpora also run in `make test`.
+# Every fuzz target of the module (found with go test -list), each for
+# FUZZTIME; their seed corpora also run in `make test`.
 fuzz:
-	$(GO) test -run XXX -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./internal/wire/
-	$(GO) test -run XXX -fuzz FuzzDeliver -fuzztime $(FUZZTIME) ./am/
-	$(GO) test -run XXX -fuzz FuzzParseLine -fuzztime $(FUZZTIME) ./internal/pmi/
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$f"; \
+	    $(GO) test -run XXX -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
 
 # The MPI soak over the simulated faulty network (10% loss, 30% reordering,
 # 1% duplication): SOAK messages (default 10^6), each checked by content and

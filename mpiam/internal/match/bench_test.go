@@ -15,7 +15,7 @@ const benchSources = 64
 
 // fillUnexpected queues n unexpected messages from 64 sources with distinct
 // tags: message i comes from source i%64 with tag i.
-func fillUnexpected(b *testing.B, e *Engine[int, int], seq *SendSeq, n int) {
+func fillUnexpected(b *testing.B, e *Engine[int, int], seq *sendSeq, n int) {
 	for i := range n {
 		src := int32(i % benchSources)
 		if _, err := e.Arrive(Envelope{Source: src, Tag: int32(i), Seq: seq.Next(0, src)}, i, nil); err != nil {
@@ -34,7 +34,7 @@ func BenchmarkExactMatch10kUnexpected(b *testing.B) {
 	for _, n := range queueSizes {
 		b.Run(fmt.Sprintf("queued=%d", n), func(b *testing.B) {
 			e := New[int, int]()
-			var seq SendSeq
+			var seq sendSeq
 			fillUnexpected(b, e, &seq, n)
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -66,7 +66,7 @@ func BenchmarkWildcardPost(b *testing.B) {
 		for _, n := range queueSizes {
 			b.Run(fmt.Sprintf("%s/queued=%d", kind.name, n), func(b *testing.B) {
 				e := New[int, int]()
-				var seq SendSeq
+				var seq sendSeq
 				fillUnexpected(b, e, &seq, n)
 				b.ReportAllocs()
 				b.ResetTimer()
@@ -95,7 +95,7 @@ func BenchmarkArrivalAgainstPosted(b *testing.B) {
 			}
 			b.Run(fmt.Sprintf("%s/posted=%d", name, n), func(b *testing.B) {
 				e := New[int, int]()
-				var seq SendSeq
+				var seq sendSeq
 				specOf := func(k int) Spec {
 					s := Spec{Source: int32(k % benchSources), Tag: int32(k)}
 					if wild {
@@ -128,7 +128,7 @@ func BenchmarkArrivalAgainstPosted(b *testing.B) {
 // posted AnyTag receives.
 func BenchmarkOutOfSequencePair(b *testing.B) {
 	e := New[int, int]()
-	var seq SendSeq
+	var seq sendSeq
 	out := make([]Match[int, int], 0, 2)
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {

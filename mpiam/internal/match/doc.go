@@ -12,10 +12,11 @@
 //
 // # Usage
 //
-// The sender numbers its messages per (context, destination) with a SendSeq, in
-// send-initiation order, and puts the number in the envelope:
+// The sender numbers its messages per (context, destination), from 0, in
+// send-initiation order (mpiam keeps one atomic counter per communicator and
+// destination), and puts the number in the envelope:
 //
-//	seq := sendSeq.Next(comm.ctx, dest) // under the lock that orders sends
+//	seq := comm.sendSeq[dest].Add(1) - 1
 //	env := match.Envelope{Context: comm.ctx, Source: comm.rank, Tag: tag, Seq: seq}
 //
 // The receiver, for each arrived envelope (eager data or request-to-send):
@@ -41,7 +42,7 @@
 // forgets a freed communicator; DropSource removes what a failed process left.
 //
 // The caller's responsibilities, in order: serialize every call to an Engine;
-// take sequence numbers from SendSeq in the order sends are initiated and send
+// number messages per (context, destination) in the order sends are initiated and send
 // every numbered message (a number that never arrives blocks its successors
 // forever); reject a Spec whose rank is out of the communicator (Spec.Validate
 // only knows AnySource and non-negative ranks); use negative tags below AnyTag

@@ -9,9 +9,9 @@ import (
 // Rank 0 sends two messages to rank 1 on one context; they arrive in the wrong
 // order. Rank 1 has posted a wildcard receive and then an exact one.
 func Example() {
-	var seq match.SendSeq // on rank 0
-	env0 := match.Envelope{Context: 7, Source: 0, Tag: 5, Seq: seq.Next(7, 1)}
-	env1 := match.Envelope{Context: 7, Source: 0, Tag: 5, Seq: seq.Next(7, 1)}
+	// Rank 0 numbers its messages to rank 1 on context 7: 0, 1, ...
+	env0 := match.Envelope{Context: 7, Source: 0, Tag: 5, Seq: 0}
+	env1 := match.Envelope{Context: 7, Source: 0, Tag: 5, Seq: 1}
 
 	e := match.New[string, string]() // on rank 1
 	_, _, _, ok := e.Post(match.Spec{Context: 7, Source: match.AnySource, Tag: match.AnyTag}, "irecv A")

@@ -39,7 +39,8 @@ type Envelope struct {
 	// internal ones. AnyTag itself is invalid in an envelope.
 	Tag int32
 	// Seq is the sender's sequence number for (Context, destination), taken in
-	// send-initiation order from a SendSeq; it wraps.
+	// send-initiation order (one counter per communicator and destination at
+	// the sender); it wraps.
 	Seq uint32
 }
 

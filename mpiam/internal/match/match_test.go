@@ -201,7 +201,7 @@ func TestOutOfSequenceArrivalIsHeld(t *testing.T) {
 // Sequence numbers are uint32 and wrap: order must survive the wrap, in
 // arrival and in holding.
 func TestSequenceWrap(t *testing.T) {
-	var ss SendSeq
+	var ss sendSeq
 	ss.next = map[uint64]uint32{4: math.MaxUint32 - 2} // context 0, destination 4
 	var seqs []uint32
 	for range 6 {
@@ -419,17 +419,6 @@ func msgNames(ms []Message[string]) []string {
 	return out
 }
 
-func TestSendSeqCountsPerContextAndDestination(t *testing.T) {
-	var s SendSeq
-	require.Equal(t, uint32(0), s.Next(0, 1))
-	require.Equal(t, uint32(1), s.Next(0, 1))
-	require.Equal(t, uint32(0), s.Next(0, 2))
-	require.Equal(t, uint32(0), s.Next(1, 1))
-	s.Forget(0)
-	require.Equal(t, uint32(0), s.Next(0, 1))
-	require.Equal(t, uint32(1), s.Next(1, 1))
-}
-
 // No input makes the engine panic; a spec that can never match is queued
 // harmlessly and can be cancelled.
 func TestInvalidSpecIsHarmless(t *testing.T) {
@@ -459,7 +448,7 @@ func TestInvalidSpecIsHarmless(t *testing.T) {
 func TestSteadyStateAllocatesNothing(t *testing.T) {
 	e := New[int, int]()
 	out := make([]Match[int, int], 0, 4)
-	var ss SendSeq
+	var ss sendSeq
 	// Queue some of everything so that lists are non-trivial.
 	for i := range 64 {
 		src := int32(i % 8)
