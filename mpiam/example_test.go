@@ -1,0 +1,50 @@
+package mpiam_test
+
+import (
+	"fmt"
+
+	"github.com/amgo-hpc/amgo/mpiam"
+)
+
+// Four ranks (goroutines of this process, as RunLocal runs them) pass their
+// rank around a ring with Sendrecv and add up what they received.
+func Example() {
+	err := mpiam.RunLocal(4, mpiam.Config{}, func(world *mpiam.Comm) error {
+		me, n := world.Rank(), world.Size()
+		out, in := []int64{int64(me)}, make([]int64, 1)
+		if _, err := mpiam.Sendrecv(world, out, (me+1)%n, 0, in, (me+n-1)%n, 0); err != nil {
+			return err
+		}
+		sum := make([]int64, 1)
+		if err := mpiam.Allreduce(world, in, sum, mpiam.Sum[int64]()); err != nil {
+			return err
+		}
+		if me == 0 {
+			fmt.Printf("rank 0 received %d from its left neighbour; the ranks sum to %d\n", in[0], sum[0])
+		}
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// rank 0 received 3 from its left neighbour; the ranks sum to 6
+}
+
+// A receive buffer too small for its message fails with an error of class
+// MPI_ERR_TRUNCATE, which errors.Is recognizes.
+func ExampleRecv_truncation() {
+	err := mpiam.RunLocal(2, mpiam.Config{}, func(world *mpiam.Comm) error {
+		if world.Rank() == 0 {
+			return mpiam.Send(world, []byte("hello, world"), 1, 3)
+		}
+		_, err := mpiam.Recv(world, make([]byte, 5), 0, 3)
+		fmt.Println("class:", mpiam.ErrorClass(err) == mpiam.ClassTruncate)
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// class: true
+}
