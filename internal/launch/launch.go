@@ -596,6 +596,7 @@ func (j *job) supervise(ctx context.Context, aborts <-chan abortEvent) error {
 		timeout = tm.C
 	}
 	var killTimer <-chan time.Time
+	var dumpEnd <-chan time.Time // the ranks' time to report (Spec.DumpSignal)
 	terminating := false
 	teardown := func(f *JobError, sig syscall.Signal) {
 		if failure == nil {
@@ -644,15 +645,22 @@ func (j *job) supervise(ctx context.Context, aborts <-chan abortEvent) error {
 			}
 			teardown(&JobError{Kind: ErrAborted, Rank: a.rank, Code: clampCode(code), Detail: detail}, syscall.SIGTERM)
 		case <-timeout:
+			timeout = nil
+			tf := &JobError{Kind: ErrTimeout, Rank: -1, Code: 124,
+				Detail: fmt.Sprintf("job timed out after %v; killed %d running rank(s)", j.spec.Timeout, j.running())}
 			if j.spec.DumpSignal != 0 && failure == nil && !terminating {
-				// Ask the ranks what they wait for, then end the job.
+				// Ask the ranks what they wait for, then end the job. The
+				// timeout is the cause, whatever the ranks do meanwhile (a
+				// program that does not handle the signal dies of it).
+				failure = tf
 				j.killAll(j.spec.DumpSignal)
-				timeout = time.After(j.spec.DumpWait)
-				j.spec.DumpSignal = 0
+				dumpEnd = time.After(j.spec.DumpWait)
 				continue
 			}
-			teardown(&JobError{Kind: ErrTimeout, Rank: -1, Code: 124,
-				Detail: fmt.Sprintf("job timed out after %v; killed %d running rank(s)", j.spec.Timeout, j.running())}, syscall.SIGTERM)
+			teardown(tf, syscall.SIGTERM)
+		case <-dumpEnd:
+			dumpEnd = nil
+			teardown(failure, syscall.SIGTERM)
 		case <-ctxDone:
 			ctxDone = nil
 			teardown(&JobError{Kind: ErrInterrupted, Rank: -1, Code: 130, Detail: "job cancelled: " + context.Cause(ctx).Error()}, syscall.SIGTERM)
