@@ -2,6 +2,7 @@ package am
 
 import (
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -86,28 +87,25 @@ func TestDeadPeerReleasesBlockedWait(t *testing.T) {
 	}
 }
 
-// failedRank finds the rank in the words the transports use.
+// failedRank takes the rank from the error's type, never from its words: a
+// message that names other ranks first ("rank 0's ring from rank 3") or none
+// at all is attributed to the rank the *transport.PeerError carries.
 func TestFailedRankFromNetworkErrors(t *testing.T) {
 	for _, c := range []struct {
-		msg        string
+		err        error
 		self, want int
 	}{
-		{"shm: rank 2 (pid 77) exited without closing", 0, 2},
-		{"shm: rank 0's ring from rank 3: corrupt", 0, 3},
-		{"tcp: connection from rank 1 to rank 3 lost (EOF): the peer exited or failed", 1, 3},
-		{"tcp: rank 3 has closed", 0, 3},
-		{"reliable: rank 2: transport: no such peer: reliable: rank 2 declared dead", 0, 2},
-		{"tcp: rank 1: dial rank 0: refused", 1, 0},
-		{"something without a rank", 0, -1},
-		{"rank 99 of 4", 0, -1},
+		{transport.PeerErrorf(3, "shm: rank 0's ring from rank 3: corrupt"), 0, 3},
+		{transport.PeerErrorf(0, "tcp: rank 1: dial rank 0: refused"), 1, 0},
+		{transport.PeerErrorf(2, "a message without any number"), 0, 2},
+		{fmt.Errorf("wrapped: %w", transport.PeerErrorf(2, "gone")), 0, 2},
+		{&PeerError{Rank: 1, Err: errors.New("gone")}, 0, 1},
+		{errors.New("tcp: rank 3 has closed"), 0, -1}, // words are not a contract
+		{fmt.Errorf("untyped: %w", transport.ErrPeer), 0, -1},
+		{transport.PeerErrorf(99, "send to rank 99 of 4"), 0, -1},
+		{transport.PeerErrorf(0, "myself"), 0, -1},
 	} {
-		err := errors.New(c.msg)
-		require.Equal(t, c.want, failedRank(err, c.self, 4), c.msg)
+		require.Equal(t, c.want, failedRank(c.err, c.self, 4), "%v", c.err)
 	}
-	require.Equal(t, 3, failedRank(rankedErr(3), 0, 4))
+	require.ErrorIs(t, transport.PeerErrorf(1, "x"), transport.ErrPeer)
 }
-
-type rankedErr int
-
-func (e rankedErr) Error() string { return "gone" }
-func (e rankedErr) PeerRank() int { return int(e) }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -1533,39 +1531,24 @@ func (ep *Endpoint) pollFailure(err error) error {
 	return ep.peerFailed(rank, err)
 }
 
-// failedRank finds the rank a network's peer error names: a PeerRank method
-// in the chain (the convention of docs/porting.md), am's own *PeerError, or
-// else the first "rank N" in the message that is not self (how shm and tcp word
-// theirs: "shm: rank 2 (pid 7) exited without closing", "tcp: connection from
-// rank 0 to rank 2 lost", "reliable: rank 2: ..."). -1 if none.
+// failedRank returns the rank a network's peer error names: the
+// *transport.PeerError in its chain (the transport contract) or am's own
+// *PeerError; -1 if there is none, or it names this rank or one outside the
+// job.
 func failedRank(err error, self, size int) int {
-	var pr interface{ PeerRank() int }
-	if errors.As(err, &pr) {
-		if r := pr.PeerRank(); r >= 0 && r < size && r != self {
-			return r
-		}
-	}
+	r := -1
+	var te *transport.PeerError
 	var pe *PeerError
-	if errors.As(err, &pe) {
-		return pe.Rank
+	switch {
+	case errors.As(err, &pe):
+		r = pe.Rank
+	case errors.As(err, &te):
+		r = te.Rank
 	}
-	msg := err.Error()
-	for i := 0; ; {
-		k := strings.Index(msg[i:], "rank ")
-		if k < 0 {
-			return -1
-		}
-		i += k + len("rank ")
-		j := i
-		for j < len(msg) && msg[j] >= '0' && msg[j] <= '9' {
-			j++
-		}
-		if j > i && j-i < 10 {
-			if r, _ := strconv.Atoi(msg[i:j]); r != self && r < size {
-				return r
-			}
-		}
+	if r < 0 || r >= size || r == self {
+		return -1
 	}
+	return r
 }
 
 // firstDead returns the *PeerError of the first rank recorded dead.

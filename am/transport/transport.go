@@ -141,6 +141,32 @@ var (
 	ErrGetUnsupported = errors.New("transport: single-copy get not available for this peer")
 )
 
+// PeerError is how a transport reports a peer it cannot reach: a rank out of
+// the job's range, a peer that closed, or one that failed (a process that
+// exited without closing, a connection that broke, nothing acknowledged for
+// too long). Every error about a peer that Send, Put, Get or Poll returns is a
+// *PeerError (it matches ErrPeer), so that package am learns which rank failed
+// from the error's type, never from its text.
+type PeerError struct {
+	Rank int   // the peer's rank (as named by the caller, for one out of range)
+	Err  error // what happened, worded by the transport
+}
+
+// PeerErrorf returns a *PeerError for rank, its text formatted as by
+// fmt.Errorf (%w wraps a cause).
+func PeerErrorf(rank int, format string, args ...any) error {
+	return &PeerError{Rank: rank, Err: fmt.Errorf(format, args...)}
+}
+
+// Error returns the transport's words.
+func (e *PeerError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the transport's error, for errors.Is and errors.As.
+func (e *PeerError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrPeer) true.
+func (e *PeerError) Is(target error) bool { return target == ErrPeer }
+
 // Bootstrap is what a transport needs from the launcher to find its peers: the
 // job's shape and a key-value space with a fence, as PMI-1 provides
 // (put, barrier, get). Keys are global to the job: prefix them with the rank.

@@ -119,7 +119,7 @@ func (w *wrapped) Caps() transport.Caps { return w.caps }
 // Send hands the packet to the engine and transmits what it has ready.
 func (w *wrapped) Send(dst int, hdr, payload []byte) error {
 	if uint(dst) >= uint(w.tr.Size()) {
-		return fmt.Errorf("reliable: send from rank %d to rank %d of %d: %w", w.tr.Rank(), dst, w.tr.Size(), transport.ErrPeer)
+		return transport.PeerErrorf(dst, "reliable: send from rank %d to rank %d of %d", w.tr.Rank(), dst, w.tr.Size())
 	}
 	if n := len(hdr) + len(payload); n > w.caps.MaxPacket {
 		return fmt.Errorf("reliable: send %d bytes to rank %d, max %d: %w", n, dst, w.caps.MaxPacket, transport.ErrTooLarge)
@@ -202,7 +202,7 @@ func (w *wrapped) transmit() error {
 
 func (w *wrapped) deadError(rank int, err error) error {
 	if w.deadErr[rank] == nil {
-		w.deadErr[rank] = fmt.Errorf("reliable: rank %d: %w: %w", rank, transport.ErrPeer, err)
+		w.deadErr[rank] = transport.PeerErrorf(rank, "reliable: rank %d: %w", rank, err)
 	}
 	return w.deadErr[rank]
 }

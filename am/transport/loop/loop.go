@@ -128,14 +128,14 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 		return transport.ErrClosed
 	}
 	if uint(dst) >= uint(len(t.out)) {
-		return fmt.Errorf("loop: send from rank %d to rank %d of %d: %w", t.rank, dst, len(t.out), transport.ErrPeer)
+		return transport.PeerErrorf(dst, "loop: send from rank %d to rank %d of %d", t.rank, dst, len(t.out))
 	}
 	if len(hdr)+len(payload) > t.job.caps.MaxPacket {
 		return fmt.Errorf("loop: send %d bytes to rank %d, max %d: %w", len(hdr)+len(payload), dst, t.job.caps.MaxPacket, transport.ErrTooLarge)
 	}
 	d := t.job.ranks[dst]
 	if d.closed.Load() {
-		return fmt.Errorf("loop: send from rank %d to rank %d, which has closed: %w", t.rank, dst, transport.ErrPeer)
+		return transport.PeerErrorf(dst, "loop: send from rank %d to rank %d, which has closed", t.rank, dst)
 	}
 	out := t.out[dst]
 	if !out.Push(hdr, payload) {
@@ -194,7 +194,7 @@ func (t *Transport) Put(dst int, addr uintptr, data []byte) error {
 		return transport.ErrClosed
 	}
 	if uint(dst) >= uint(len(t.out)) {
-		return fmt.Errorf("loop: put from rank %d to rank %d of %d: %w", t.rank, dst, len(t.out), transport.ErrPeer)
+		return transport.PeerErrorf(dst, "loop: put from rank %d to rank %d of %d", t.rank, dst, len(t.out))
 	}
 	if len(data) == 0 {
 		return nil
@@ -214,7 +214,7 @@ func (t *Transport) Get(src int, addr uintptr, buf []byte) error {
 		return transport.ErrClosed
 	}
 	if uint(src) >= uint(len(t.out)) {
-		return fmt.Errorf("loop: get from rank %d by rank %d of %d: %w", src, t.rank, len(t.out), transport.ErrPeer)
+		return transport.PeerErrorf(src, "loop: get from rank %d by rank %d of %d", src, t.rank, len(t.out))
 	}
 	if len(buf) == 0 {
 		return nil

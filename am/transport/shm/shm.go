@@ -360,7 +360,7 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 		return transport.ErrClosed
 	}
 	if uint(dst) >= uint(t.size) {
-		return fmt.Errorf("shm: send from rank %d to rank %d of %d: %w", t.rank, dst, t.size, transport.ErrPeer)
+		return transport.PeerErrorf(dst, "shm: send from rank %d to rank %d of %d", t.rank, dst, t.size)
 	}
 	if len(hdr)+len(payload) > t.caps.MaxPacket {
 		return fmt.Errorf("shm: send %d bytes to rank %d, max %d: %w", len(hdr)+len(payload), dst, t.caps.MaxPacket, transport.ErrTooLarge)
@@ -378,10 +378,10 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 		return nil
 	}
 	if err := p.out.Err(); err != nil {
-		return fmt.Errorf("shm: rank %d's ring from rank %d: %v: %w", dst, t.rank, err, transport.ErrPeer)
+		return transport.PeerErrorf(dst, "shm: rank %d's ring from rank %d: %v", dst, t.rank, err)
 	}
 	if p.state.Load() == stateClosed {
-		return fmt.Errorf("shm: send to rank %d, which has closed: %w", dst, transport.ErrPeer)
+		return transport.PeerErrorf(dst, "shm: send to rank %d, which has closed", dst)
 	}
 	if p.full++; p.full%idleChecks == 0 {
 		t.checkPeers(false)
@@ -393,7 +393,7 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 }
 
 func (t *Transport) deadErr(r int) error {
-	return fmt.Errorf("shm: rank %d (pid %d) exited without closing: %w", r, t.peers[r].pid, transport.ErrPeer)
+	return transport.PeerErrorf(r, "shm: rank %d (pid %d) exited without closing", r, t.peers[r].pid)
 }
 
 // Poll hands up to max arrived packets to r, in place, visiting the inbound
@@ -416,7 +416,7 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 		got := c.Take(r, src, &t.streak[src], max-n)
 		if got == 0 {
 			if err := c.Err(); err != nil {
-				return n, fmt.Errorf("shm: rank %d's ring from rank %d: %v: %w", t.rank, src, err, transport.ErrPeer)
+				return n, transport.PeerErrorf(src, "shm: rank %d's ring from rank %d: %v", t.rank, src, err)
 			}
 		}
 		n += got
@@ -517,7 +517,7 @@ func (t *Transport) cma(op string, r int, addr uintptr, local []byte) error {
 		return transport.ErrClosed
 	}
 	if uint(r) >= uint(t.size) {
-		return fmt.Errorf("shm: %s from rank %d with rank %d of %d: %w", op, t.rank, r, t.size, transport.ErrPeer)
+		return transport.PeerErrorf(r, "shm: %s from rank %d with rank %d of %d", op, t.rank, r, t.size)
 	}
 	if len(local) == 0 {
 		return nil
@@ -550,7 +550,7 @@ func (t *Transport) cma(op string, r int, addr uintptr, local []byte) error {
 			p.noPut.Store(true)
 			return fmt.Errorf("shm: %s with rank %d (pid %d): cross memory attach: %v: %w", op, r, p.pid, err, unsupported)
 		case errors.Is(err, unix.ESRCH):
-			return fmt.Errorf("shm: %s with rank %d (pid %d): process gone: %w", op, r, p.pid, transport.ErrPeer)
+			return transport.PeerErrorf(r, "shm: %s with rank %d (pid %d): process gone", op, r, p.pid)
 		case errors.Is(err, unix.EFAULT):
 			return fmt.Errorf("shm: %s with rank %d (pid %d): address range [%#x, %#x) not mapped there (or the local buffer is bad): %w",
 				op, r, p.pid, addr+uintptr(off), addr+uintptr(len(local)), err)

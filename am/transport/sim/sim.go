@@ -306,7 +306,7 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	}
 	nw := t.net
 	if uint(dst) >= uint(len(nw.ranks)) {
-		return fmt.Errorf("sim: send from rank %d to rank %d of %d: %w", t.rank, dst, len(nw.ranks), transport.ErrPeer)
+		return transport.PeerErrorf(dst, "sim: send from rank %d to rank %d of %d", t.rank, dst, len(nw.ranks))
 	}
 	size := len(hdr) + len(payload)
 	if size > nw.cfg.MaxPacket {

@@ -70,13 +70,13 @@ func newConn(t *Transport, fd, rank int, dialed bool) *conn {
 func (t *Transport) dial(p *peer, dst int) error {
 	fd, err := unix.Socket(t.family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("tcp: rank %d: socket to dial rank %d: %v: %w", t.rank, dst, err, transport.ErrPeer)
+		return transport.PeerErrorf(dst, "tcp: rank %d: socket to dial rank %d: %v", t.rank, dst, err)
 	}
 	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	t.setCongestion(fd, t.addrs[dst])
 	if err := unix.Connect(fd, t.addrs[dst]); err != nil && !errors.Is(err, unix.EINPROGRESS) {
 		unix.Close(fd)
-		p.err = fmt.Errorf("tcp: rank %d: connect to rank %d: %v: %w", t.rank, dst, err, transport.ErrPeer)
+		p.err = transport.PeerErrorf(dst, "tcp: rank %d: connect to rank %d: %v", t.rank, dst, err)
 		t.anyDead.Store(true)
 		return p.err
 	}
@@ -403,7 +403,7 @@ func (t *Transport) dialFailed(c *conn, why string) bool {
 	if p.dialing == c {
 		p.dialing = nil
 		if p.c == nil && p.err == nil {
-			p.err = fmt.Errorf("tcp: rank %d: dial rank %d: %s: %w", t.rank, c.rank, why, transport.ErrPeer)
+			p.err = transport.PeerErrorf(c.rank, "tcp: rank %d: dial rank %d: %s", t.rank, c.rank, why)
 			p.out, p.head = p.out[:0], 0
 			p.pending.Store(false)
 			t.anyDead.Store(true)

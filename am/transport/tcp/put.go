@@ -63,7 +63,7 @@ func (t *Transport) putSend(dst int, addr uintptr, data, hdr, payload []byte, wi
 		return transport.ErrClosed
 	}
 	if uint(dst) >= uint(t.size) {
-		return fmt.Errorf("tcp: put from rank %d to rank %d of %d: %w", t.rank, dst, t.size, transport.ErrPeer)
+		return transport.PeerErrorf(dst, "tcp: put from rank %d to rank %d of %d", t.rank, dst, t.size)
 	}
 	rp := t.resolver.Load()
 	if rp == nil {
@@ -89,7 +89,7 @@ func (t *Transport) putSend(dst int, addr uintptr, data, hdr, payload []byte, wi
 	for c == nil {
 		p.mu.Lock()
 		if p.err == nil && p.gone {
-			p.err = fmt.Errorf("tcp: put to rank %d, which has closed: %w", dst, transport.ErrPeer)
+			p.err = transport.PeerErrorf(dst, "tcp: put to rank %d, which has closed", dst)
 		}
 		if p.err == nil && p.c == nil && p.dialing == nil {
 			t.dial(p, dst)
@@ -138,7 +138,7 @@ func (t *Transport) putSend(dst int, addr uintptr, data, hdr, payload []byte, wi
 			err := p.err
 			p.mu.Unlock()
 			if err == nil {
-				err = fmt.Errorf("tcp: put to rank %d: connection closed: %w", dst, transport.ErrPeer)
+				err = transport.PeerErrorf(dst, "tcp: put to rank %d: connection closed", dst)
 			}
 			return err
 		}

@@ -428,7 +428,7 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 		return transport.ErrClosed
 	}
 	if uint(dst) >= uint(t.size) {
-		return fmt.Errorf("tcp: send from rank %d to rank %d of %d: %w", t.rank, dst, t.size, transport.ErrPeer)
+		return transport.PeerErrorf(dst, "tcp: send from rank %d to rank %d of %d", t.rank, dst, t.size)
 	}
 	n := len(hdr) + len(payload)
 	if n > MaxPacket {
@@ -449,7 +449,7 @@ func (t *Transport) sendLocked(p *peer, dst int, hdr, payload []byte) error {
 		return p.err
 	}
 	if p.gone {
-		return fmt.Errorf("tcp: send to rank %d, which has closed: %w", dst, transport.ErrPeer)
+		return transport.PeerErrorf(dst, "tcp: send to rank %d, which has closed", dst)
 	}
 	if p.c == nil && p.dialing == nil {
 		if err := t.dial(p, dst); err != nil {
@@ -592,10 +592,10 @@ func (t *Transport) flushLocked(p *peer, dst int) error {
 func (t *Transport) failLocked(p *peer, dst int, cause error) error {
 	if p.err == nil {
 		if p.gone {
-			p.err = fmt.Errorf("tcp: rank %d has closed: %w", dst, transport.ErrPeer)
+			p.err = transport.PeerErrorf(dst, "tcp: rank %d has closed", dst)
 		} else {
-			p.err = fmt.Errorf("tcp: connection from rank %d to rank %d lost (%v): the peer exited or failed: %w",
-				t.rank, dst, cause, transport.ErrPeer)
+			p.err = transport.PeerErrorf(dst, "tcp: connection from rank %d to rank %d lost (%v): the peer exited or failed",
+				t.rank, dst, cause)
 			t.anyDead.Store(true)
 		}
 		p.out, p.head = p.out[:0], 0

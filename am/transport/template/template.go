@@ -78,24 +78,6 @@ var (
 	jobs   = map[string]*job{}
 )
 
-// PeerFailure is the error Send returns for a peer that is gone. It wraps
-// transport.ErrPeer and names the rank with PeerRank, the method package am
-// looks for to learn which rank failed (docs/porting.md, "Failures").
-type PeerFailure struct {
-	Rank   int
-	Reason string
-}
-
-func (e *PeerFailure) Error() string {
-	return fmt.Sprintf("template: rank %d %s", e.Rank, e.Reason)
-}
-
-// PeerRank names the failed rank.
-func (e *PeerFailure) PeerRank() int { return e.Rank }
-
-// Unwrap makes errors.Is(err, transport.ErrPeer) true.
-func (e *PeerFailure) Unwrap() error { return transport.ErrPeer }
-
 // New opens this rank's attachment (the transport.Factory). Every rank of the
 // job calls it at the same time: it uses the bootstrap's fence.
 //
@@ -178,7 +160,7 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 		return transport.ErrClosed
 	}
 	if uint(dst) >= uint(len(t.job.ranks)) {
-		return fmt.Errorf("template: send from rank %d to rank %d of %d: %w", t.rank, dst, len(t.job.ranks), transport.ErrPeer)
+		return transport.PeerErrorf(dst, "template: send from rank %d to rank %d of %d", t.rank, dst, len(t.job.ranks))
 	}
 	n := len(hdr) + len(payload)
 	if n > maxPacket {
@@ -186,7 +168,10 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	}
 	d := t.job.ranks[dst]
 	if d.closed.Load() {
-		return &PeerFailure{Rank: dst, Reason: "has closed"}
+		// NETWORK: every error about a peer is a *transport.PeerError naming
+		// it: package am learns from its Rank which rank failed
+		// (docs/porting.md, "Failures").
+		return transport.PeerErrorf(dst, "template: rank %d has closed", dst)
 	}
 	// NETWORK: hand hdr and payload to the network here (gather, no copy
 	// into one buffer if the network takes an iovec).
@@ -267,10 +252,13 @@ func (t *Transport) Put(dst int, addr uintptr, data []byte) error {
 		return transport.ErrClosed
 	}
 	if uint(dst) >= uint(len(t.job.ranks)) {
-		return fmt.Errorf("template: put from rank %d to rank %d of %d: %w", t.rank, dst, len(t.job.ranks), transport.ErrPeer)
+		return transport.PeerErrorf(dst, "template: put from rank %d to rank %d of %d", t.rank, dst, len(t.job.ranks))
 	}
 	if t.job.ranks[dst].closed.Load() {
-		return &PeerFailure{Rank: dst, Reason: "has closed"}
+		// NETWORK: every error about a peer is a *transport.PeerError naming
+		// it: package am learns from its Rank which rank failed
+		// (docs/porting.md, "Failures").
+		return transport.PeerErrorf(dst, "template: rank %d has closed", dst)
 	}
 	if len(data) == 0 {
 		return nil
@@ -281,7 +269,7 @@ func (t *Transport) Put(dst int, addr uintptr, data []byte) error {
 }
 
 // Close detaches the rank: its methods return transport.ErrClosed from now
-// on and its peers' Sends return a PeerFailure. Closing twice is a no-op.
+// on and its peers' Sends return a *transport.PeerError. Closing twice is a no-op.
 func (t *Transport) Close() error {
 	// NETWORK: tell peers this is a clean close (tcp sends a goodbye) so
 	// that they do not take it for a crash, then release resources.

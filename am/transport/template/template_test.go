@@ -57,9 +57,9 @@ func TestClosedPeer(t *testing.T) {
 	require.NoError(t, trs[1].Close())
 	err := trs[0].Send(1, []byte{1}, nil)
 	require.ErrorIs(t, err, transport.ErrPeer)
-	var pf *PeerFailure
-	require.ErrorAs(t, err, &pf)
-	require.Equal(t, 1, pf.PeerRank())
+	var pe *transport.PeerError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, 1, pe.Rank)
 }
 
 // am over the template: requests, replies, stores of every size (single-copy

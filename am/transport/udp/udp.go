@@ -335,7 +335,7 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 		return transport.ErrClosed
 	}
 	if uint(dst) >= uint(t.size) {
-		return fmt.Errorf("udp: send from rank %d to rank %d of %d: %w", t.rank, dst, t.size, transport.ErrPeer)
+		return transport.PeerErrorf(dst, "udp: send from rank %d to rank %d of %d", t.rank, dst, t.size)
 	}
 	n := len(hdr) + len(payload)
 	if n > t.caps.MaxPacket {
