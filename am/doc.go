@@ -49,10 +49,12 @@
 //
 // # Starting a job
 //
-// Run runs a function on every rank of the job the process belongs to
-// (launched by amrun, MPICH's mpiexec or Slurm, or alone), RunLocal on n
-// goroutine ranks of this process, Open attaches this process as one rank,
-// and New makes an endpoint over a transport the caller opened.
+// Package am/job starts jobs: job.Run runs a function on every rank of the
+// job the process belongs to (launched by amrun, MPICH's mpiexec or Slurm, or
+// alone), job.RunLocal on n goroutine ranks of this process, and job.Open
+// attaches this process as one rank. Package am itself knows no particular
+// network: New makes an endpoint over a transport the caller opened, and
+// RunJob runs an in-process job over transports the caller opened.
 //
 // docs/am.md describes the model, the handler rules and the credit
 // arithmetic; docs/wire.md the packet format.

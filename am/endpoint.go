@@ -14,7 +14,6 @@ import (
 	"github.com/amgo-hpc/amgo/flowctl"
 	"github.com/amgo-hpc/amgo/handlers"
 	"github.com/amgo-hpc/amgo/internal/cacheline"
-	"github.com/amgo-hpc/amgo/internal/pmi"
 	"github.com/amgo-hpc/amgo/internal/wire"
 )
 
@@ -195,8 +194,8 @@ type Endpoint struct {
 	deadOrder []int        // dead ranks in the order they were recorded (deadMu)
 	lastProbe atomic.Int64 // unix ns of the last liveness probe
 
-	boot     *pmi.Client // set by Open: the launcher connection
-	abortJob func()      // set by RunLocal: ends the in-process job
+	launcher Launcher // set by package job: the launcher of this rank's process
+	abortJob func()   // set by RunJob: ends the in-process job
 
 	progressHooks []func()      // run by the progress goroutine after its polls
 	progressStop  chan struct{} // closed by Close

@@ -5,15 +5,22 @@ import (
 	"sync/atomic"
 
 	"github.com/amgo-hpc/amgo/am"
+	"github.com/amgo-hpc/amgo/am/transport/loop"
 	"github.com/amgo-hpc/amgo/handlers"
 )
 
-// Two ranks (goroutines, as RunLocal runs them) and one handler: rank 0 asks
+// Two ranks (goroutines of this process, on the loop network) and one
+// handler: rank 0 asks
 // rank 1 to add two numbers, and rank 1's handler answers with a reply, which
 // needs no credit of its own.
 func Example() {
 	const hAdd, hSum handlers.Index = 1, 2
-	err := am.RunLocal(2, am.Config{}, func(ep *am.Endpoint) error {
+	trs, err := loop.NewJob(2, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = am.RunJob(trs, am.Config{}, func(ep *am.Endpoint) error {
 		var sum atomic.Int64
 		var got atomic.Bool
 		entries := []handlers.Entry{

@@ -3,186 +3,55 @@ package am
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/amgo-hpc/amgo/am/transport"
-	"github.com/amgo-hpc/amgo/am/transport/loop"
-	_ "github.com/amgo-hpc/amgo/am/transport/shm" // registers "shm"
-	"github.com/amgo-hpc/amgo/am/transport/sim"
-	_ "github.com/amgo-hpc/amgo/am/transport/tcp" // registers "tcp"
-	_ "github.com/amgo-hpc/amgo/am/transport/udp" // registers "udp"
-	"github.com/amgo-hpc/amgo/internal/pmi"
-	"golang.org/x/sys/unix"
-)
-
-// Environment variables read by Run and Open.
-const (
-	// EnvTransport names the network: "shm" (one rank per process on this
-	// host), "tcp" or "udp" (processes on any hosts), "loop" or "sim" (ranks as
-	// goroutines of this process; sim injects faults). amrun sets it.
-	// Default: shm under a launcher, loop for a program started alone.
-	EnvTransport = "AMGO_TRANSPORT"
-	// EnvLoopSize is the number of goroutine ranks of a loop job (default 1).
-	EnvLoopSize = "AMGO_LOOP_SIZE"
-	// EnvBindCPU, set by amrun when it binds ranks (amrun --bind-to), is the
-	// CPU this rank's process runs on: Open binds every thread of the process
-	// to it and, unless GOMAXPROCS is set, sets GOMAXPROCS to 1, as a C MPI
-	// process bound to a core runs one thread there.
-	EnvBindCPU = "AMGO_BIND_CPU"
-	// EnvProgress sets Config.Progress (a Go duration): a progress goroutine
-	// that polls when the program has not for that long.
-	EnvProgress = "AMGO_PROGRESS"
-	// EnvBufferBytes overrides Config.BufferBytes.
-	EnvBufferBytes = "AMGO_BUFFER_BYTES"
 )
 
 // ErrRankFailed reports, to the other ranks of an in-process job, that one rank's
 // function failed and the job was ended.
 var ErrRankFailed = errors.New("am: another rank of the job failed")
 
-func (c *Config) fromEnv() error {
-	if v := os.Getenv(EnvProgress); v != "" && c.Progress == 0 {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return fmt.Errorf("%w: %s=%q is not a duration", ErrConfig, EnvProgress, v)
-		}
-		c.Progress = d
-	}
-	if v := os.Getenv(EnvBufferBytes); v != "" && c.BufferBytes == 0 {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return fmt.Errorf("%w: %s=%q", ErrConfig, EnvBufferBytes, v)
-		}
-		c.BufferBytes = n
-	}
-	return nil
+// Launcher is what started a rank process, as Abort, Fail and Finalize need
+// it: package job sets the PMI client of a launched process (SetLauncher).
+type Launcher interface {
+	// Abort asks the launcher to end the whole job with exit code code.
+	Abort(code int, msg string) error
+	// Finalize tells the launcher that this rank has finished.
+	Finalize() error
 }
 
-// Run runs fn on every rank of the job this process belongs to and returns
-// when all of them have finished: under a launcher (amrun, MPICH mpiexec,
-// Slurm) fn runs once, on this process's rank; for a loop job
-// (AMGO_TRANSPORT=loop, as `amrun --transport loop` sets, or a program started
-// alone) fn runs on AMGO_LOOP_SIZE goroutine ranks. Each rank's endpoint passes a
-// barrier and is closed after fn returns. If fn fails on a rank, the job is
-// ended: in-process, the other ranks' endpoints are closed so their blocked
-// calls return ErrClosed; across processes, the launcher is asked to abort.
-// The error names the failing rank. In an in-process job, a rank that called
-// Abort makes Run print the abort and exit the process with its code, as
-// Abort does itself under a launcher.
-func Run(cfg Config, fn func(ep *Endpoint) error) error {
-	if n, loop, err := loopSize(); err != nil {
-		return err
-	} else if loop {
-		err := RunLocal(n, cfg, fn)
-		// MPI_Abort's code is returned to the invoking environment
-		// (MPI_Abort(3)), as a rank process under a launcher does in Abort.
-		var ae *AbortError
-		if errors.As(err, &ae) {
-			fmt.Fprintln(os.Stderr, ae)
-			os.Exit(ae.Code)
-		}
-		return err
-	}
-	ep, err := Open(cfg)
-	if err != nil {
-		return err
-	}
-	if err := fn(ep); err != nil {
-		err = fmt.Errorf("rank %d: %w", ep.Rank(), err)
-		_ = ep.boot.Abort(1, oneLine(err))
-		ep.closed.Store(true)
-		_ = ep.tr.Close()
-		return err
-	}
-	return ep.Finalize()
-}
+// SetLauncher records what started this rank's process; set it before
+// communication starts.
+func (ep *Endpoint) SetLauncher(l Launcher) { ep.launcher = l }
 
-// loopSize reports whether this process runs a loop job, and its size.
-func loopSize() (int, bool, error) {
-	name := os.Getenv(EnvTransport)
-	if name != "loop" && name != "sim" && name != "" {
-		return 0, false, nil
-	}
-	if name == "" && (os.Getenv("PMI_FD") != "" || os.Getenv("PMI_PORT") != "") {
-		return 0, false, nil
-	}
-	n := 1
-	if v := os.Getenv(EnvLoopSize); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			return 0, false, fmt.Errorf("%w: %s=%q", ErrConfig, EnvLoopSize, v)
-		}
-	}
-	if size := os.Getenv("PMI_SIZE"); size != "" && size != "1" {
-		return 0, false, fmt.Errorf("%w: loop runs ranks as goroutines of one process; this launcher started %s processes", ErrConfig, size)
-	}
-	return n, true, nil
-}
-
-// Open attaches this process to its job as one rank (the process-per-rank
-// form, as MPI_Init): it connects to the launcher over PMI-1 (or runs as a
-// singleton), opens the network named by AMGO_TRANSPORT (default shm under a
-// launcher, loop alone) and returns the endpoint. Finalize ends it. A loop job
-// of more than one rank cannot be opened this way: use Run or RunLocal.
-// Errors: ErrConfig, bootstrap and transport errors.
-func Open(cfg Config) (*Endpoint, error) {
-	if err := cfg.fromEnv(); err != nil {
-		return nil, err
-	}
-	if n, loop, err := loopSize(); err != nil {
-		return nil, err
-	} else if loop && n > 1 {
-		return nil, fmt.Errorf("%w: %s=%d asks for goroutine ranks; use am.Run or am.RunLocal", ErrConfig, EnvLoopSize, n)
-	}
-	boot, err := pmi.FromEnv()
-	if err != nil {
-		return nil, fmt.Errorf("am: bootstrap: %w", err)
-	}
-	if err := bindFromEnv(); err != nil {
-		_ = boot.Abort(1, oneLine(err))
-		return nil, err
-	}
-	name := os.Getenv(EnvTransport)
-	if name == "" {
-		name = "shm"
-		if boot.IsSingleton() {
-			name = "loop"
-		}
-	}
-	tr, err := transport.Open(name, boot, nil)
-	if err != nil {
-		_ = boot.Abort(1, oneLine(err))
-		return nil, fmt.Errorf("am: rank %d: %w", boot.Rank(), err)
-	}
-	ep, err := New(tr, cfg)
-	if err != nil {
-		_ = tr.Close()
-		_ = boot.Abort(1, oneLine(err))
-		return nil, err
-	}
-	ep.boot = boot
-	return ep, nil
-}
-
-// Finalize ends an endpoint made by Open: a barrier with every rank, Close, and
-// the launcher's finalize. Errors of each step, the first one returned.
+// Finalize ends an endpoint: a barrier with every rank, Close, and the
+// launcher's finalize. Errors of each step, the first one returned.
 func (ep *Endpoint) Finalize() error {
 	err := ep.Barrier()
 	if cerr := ep.Close(); err == nil {
 		err = cerr
 	}
-	if ep.boot != nil {
-		if ferr := ep.boot.Finalize(); err == nil {
+	if ep.launcher != nil {
+		if ferr := ep.launcher.Finalize(); err == nil {
 			err = ferr
 		}
 	}
 	return err
+}
+
+// Fail ends a launched job after this rank's function failed with the error
+// msg: it asks the launcher to abort the job (exit code 1) and closes the
+// endpoint without waiting for its peers. Unlike Abort it returns, so that
+// the caller can return its error.
+func (ep *Endpoint) Fail(msg string) {
+	if ep.launcher != nil {
+		_ = ep.launcher.Abort(1, msg)
+	}
+	ep.closed.Store(true)
+	_ = ep.tr.Close()
 }
 
 // ErrAborted is returned by Abort in an in-process job; the error is an
@@ -208,10 +77,10 @@ func (e *AbortError) Is(target error) bool { return target == ErrAborted }
 // to kill every rank and exits this process with code; in an in-process job it
 // closes every rank's endpoint, so their blocked calls fail with ErrClosed, and
 // returns an *AbortError (matching ErrAborted) for the caller to return from
-// its rank function; Run then exits the process with code.
+// its rank function (job.Run then exits the process with code).
 func (ep *Endpoint) Abort(code int, msg string) error {
-	if ep.boot != nil {
-		_ = ep.boot.Abort(code, msg)
+	if ep.launcher != nil {
+		_ = ep.launcher.Abort(code, msg)
 		os.Exit(code)
 	}
 	if ep.abortJob != nil {
@@ -222,18 +91,18 @@ func (ep *Endpoint) Abort(code int, msg string) error {
 	return &AbortError{Rank: ep.rank, Code: code, Msg: msg}
 }
 
-// RunLocal runs fn on n ranks that are goroutines of this process, over the
-// loop network (tests, embedding), or over package sim's simulated faulty
-// network when AMGO_TRANSPORT=sim. It returns when all have finished; see Run
-// for how a failing rank ends the job.
-func RunLocal(n int, cfg Config, fn func(ep *Endpoint) error) error {
-	if err := cfg.fromEnv(); err != nil {
-		return err
-	}
-	trs, err := localJob(n)
-	if err != nil {
-		return err
-	}
+// RunJob runs fn on the ranks of an in-process job, one goroutine per
+// transport of trs (rank i on trs[i], all of one job, as loop.NewJob or
+// sim.NewJob open them), each rank followed by a Barrier; it returns when all
+// have finished, and closes the transports. If fn fails on a rank (or the
+// barrier does), every endpoint is marked closed so that the others' blocked
+// calls return ErrClosed; the result joins the errors that are not ErrClosed,
+// each naming its rank (if there are none, it wraps ErrRankFailed). A rank
+// that called Abort yields its *AbortError alone. Package job's RunLocal opens
+// the transports from the environment.
+func RunJob(trs []transport.Transport, cfg Config, fn func(ep *Endpoint) error) error {
+	n := len(trs)
+	var err error
 	eps := make([]*Endpoint, n)
 	for i, tr := range trs {
 		if eps[i], err = New(tr, cfg); err != nil {
@@ -305,61 +174,3 @@ func RunLocal(n int, cfg Config, fn func(ep *Endpoint) error) error {
 	return errors.Join(first...)
 }
 
-// localJob opens the n goroutine ranks of an in-process job: over loop, or
-// over the simulated faulty network of package sim when AMGO_TRANSPORT=sim
-// (faults from AMGO_SIM_SEED, AMGO_SIM_LOSS, ...: sim.ParseOptions).
-func localJob(n int) ([]transport.Transport, error) {
-	if os.Getenv(EnvTransport) == "sim" {
-		c, err := sim.ParseOptions(nil)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
-		}
-		return sim.NewJob(n, c)
-	}
-	return loop.NewJob(n, nil)
-}
-
-func oneLine(err error) string {
-	return strings.ReplaceAll(err.Error(), "\n", "; ")
-}
-
-// bindFromEnv binds every thread of this process to the CPU EnvBindCPU names
-// (threads the Go runtime starts later inherit it) and, unless the user set
-// GOMAXPROCS, runs Go code on one thread: several Ps on one CPU would only
-// take turns with the polling thread. A CPU this process may not use is
-// reported (ErrConfig); a thread that cannot be bound is skipped with a log
-// line, since binding only steadies timings.
-func bindFromEnv() error {
-	v := os.Getenv(EnvBindCPU)
-	if v == "" {
-		return nil
-	}
-	cpu, err := strconv.Atoi(v)
-	if err != nil || cpu < 0 || cpu >= 1024 {
-		return fmt.Errorf("%w: %s=%q is not a CPU number", ErrConfig, EnvBindCPU, v)
-	}
-	var allowed unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &allowed); err == nil && !allowed.IsSet(cpu) {
-		return fmt.Errorf("%w: %s=%d: this process may not run on CPU %d", ErrConfig, EnvBindCPU, cpu, cpu)
-	}
-	var set unix.CPUSet
-	set.Set(cpu)
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		slog.Warn("am: binding to a CPU: cannot list this process's threads", "err", err)
-		return nil
-	}
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
-		if err != nil {
-			continue
-		}
-		if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
-			slog.Warn("am: binding a thread to a CPU", "tid", tid, "cpu", cpu, "err", err)
-		}
-	}
-	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(1)
-	}
-	return nil
-}

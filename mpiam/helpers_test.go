@@ -276,7 +276,7 @@ func openShm(t testing.TB, n int) []transport.Transport {
 	return trs
 }
 
-// runRanks is am.RunLocal over any network: a goroutine rank per transport,
+// runRanks is job.RunLocal over any network: a goroutine rank per transport,
 // each with its own endpoint and MPI process state, a barrier at the end, and
 // then every rank closes its endpoint at the same time, as processes would; a
 // failing rank aborts every endpoint so that the others' blocked calls return.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/amgo-hpc/amgo/am"
+	"github.com/amgo-hpc/amgo/am/job"
 )
 
 // Config tunes the MPI layer's endpoint. The zero value gives the defaults.
@@ -25,12 +26,12 @@ type Config struct {
 // program): one rank per process under amrun, MPICH's mpiexec or Slurm; goroutine
 // ranks for `amrun --transport loop` or a program started alone
 // (AMGO_LOOP_SIZE ranks). An error from fn on any rank ends the job (see
-// am.Run) and is returned naming the rank.
+// job.Run) and is returned naming the rank.
 func Run(cfg Config, fn func(world *Comm) error) error {
 	if err := checkThreadLevel(cfg.Thread); err != nil {
 		return err
 	}
-	return am.Run(cfg.AM, func(ep *am.Endpoint) error { return runRank(ep, cfg, fn) })
+	return job.Run(cfg.AM, func(ep *am.Endpoint) error { return runRank(ep, cfg, fn) })
 }
 
 // RunLocal runs fn on n ranks that are goroutines of this process, over the
@@ -39,7 +40,7 @@ func RunLocal(n int, cfg Config, fn func(world *Comm) error) error {
 	if err := checkThreadLevel(cfg.Thread); err != nil {
 		return err
 	}
-	return am.RunLocal(n, cfg.AM, func(ep *am.Endpoint) error { return runRank(ep, cfg, fn) })
+	return job.RunLocal(n, cfg.AM, func(ep *am.Endpoint) error { return runRank(ep, cfg, fn) })
 }
 
 func runRank(ep *am.Endpoint, cfg Config, fn func(world *Comm) error) error {
@@ -90,7 +91,7 @@ func Init(cfg Config) (*Comm, error) {
 	if err := checkThreadLevel(cfg.Thread); err != nil {
 		return nil, err
 	}
-	ep, err := am.Open(cfg.AM)
+	ep, err := job.Open(cfg.AM)
 	if err != nil {
 		return nil, fmt.Errorf("%w: Init: %w", ErrOther, err)
 	}

@@ -6,7 +6,7 @@
 // lacks them) lives above it in package am. A transport imports nothing of am.
 //
 // Each network lives in its own package below this one (loop, shm, ...) and
-// registers a Factory under its name, so that am.Open can pick one by name.
+// registers a Factory under its name, so that job.Open can pick one by name.
 // docs/porting.md walks through a port; package transporttest is the
 // conformance suite every transport runs.
 package transport

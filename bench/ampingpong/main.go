@@ -16,6 +16,7 @@ import (
 	"runtime/pprof"
 
 	"github.com/amgo-hpc/amgo/am"
+	"github.com/amgo-hpc/amgo/am/job"
 	"github.com/amgo-hpc/amgo/bench/internal/ambench"
 	"github.com/amgo-hpc/amgo/bench/internal/osu"
 )
@@ -33,7 +34,7 @@ func main() {
 			defer pprof.StopCPUProfile()
 		}
 	}
-	err := am.Run(am.Config{}, func(ep *am.Endpoint) error { return ambench.Run(ep, *kind, *bw, opts, os.Stdout) })
+	err := job.Run(am.Config{}, func(ep *am.Endpoint) error { return ambench.Run(ep, *kind, *bw, opts, os.Stdout) })
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ampingpong:", err)
 		pprof.StopCPUProfile()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/amgo-hpc/amgo/am"
+	"github.com/amgo-hpc/amgo/am/job"
 	"github.com/amgo-hpc/amgo/bench/internal/ambench"
 	"github.com/amgo-hpc/amgo/bench/internal/osu"
 	"github.com/amgo-hpc/amgo/flowctl"
@@ -259,5 +260,5 @@ func runAM(args []string) error {
 	if err != nil {
 		return err
 	}
-	return am.Run(am.Config{}, func(ep *am.Endpoint) error { return ambench.Run(ep, kind, bw, o, os.Stdout) })
+	return job.Run(am.Config{}, func(ep *am.Endpoint) error { return ambench.Run(ep, kind, bw, o, os.Stdout) })
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/amgo-hpc/amgo/am"
+	"github.com/amgo-hpc/amgo/am/job"
 	"github.com/amgo-hpc/amgo/handlers"
 	"github.com/amgo-hpc/amgo/mpiam"
 )
@@ -66,7 +67,7 @@ func TestAMShortRoundTripAllocatesNothing(t *testing.T) {
 	const hPing, hPong handlers.Index = 1, 2
 	var allocs float64
 	var done atomic.Bool
-	err := am.RunLocal(2, am.Config{}, func(ep *am.Endpoint) error {
+	err := job.RunLocal(2, am.Config{}, func(ep *am.Endpoint) error {
 		var pongs atomic.Int64
 		for _, e := range []handlers.Entry{
 			{Index: hPing, Name: "ping", NArgs: 1, Fn: func(tok *handlers.Token, _ []uint64, _ []byte) { _ = tok.ReplyShort(hPong) }},

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/amgo-hpc/amgo/am"
+	"github.com/amgo-hpc/amgo/am/job"
 	"github.com/amgo-hpc/amgo/handlers"
 )
 
@@ -30,7 +31,7 @@ func main() {
 	iters := flag.Int("i", 10000, "round trips per message kind")
 	size := flag.Int("s", 1024, "medium payload in bytes")
 	flag.Parse()
-	err := am.Run(am.Config{}, func(ep *am.Endpoint) error { return pingpong(ep, *iters, *size) })
+	err := job.Run(am.Config{}, func(ep *am.Endpoint) error { return pingpong(ep, *iters, *size) })
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "am-pingpong:", err)
 		os.Exit(1)

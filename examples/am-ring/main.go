@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 
 	"github.com/amgo-hpc/amgo/am"
+	"github.com/amgo-hpc/amgo/am/job"
 	"github.com/amgo-hpc/amgo/handlers"
 )
 
@@ -23,7 +24,7 @@ const hToken handlers.Index = 1
 func main() {
 	laps := flag.Int("laps", 100, "times the token goes round")
 	flag.Parse()
-	err := am.Run(am.Config{}, func(ep *am.Endpoint) error { return ring(ep, *laps) })
+	err := job.Run(am.Config{}, func(ep *am.Endpoint) error { return ring(ep, *laps) })
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "am-ring:", err)
 		os.Exit(1)

@@ -15,7 +15,7 @@
 //	ts, _ := sim.NewJob(4, sim.Config{Seed: seed, Loss: 0.1, Reorder: 0.3, Duplicate: 0.01})
 //	for _, tr := range ts { ep, _ := am.New(tr, am.Config{}); ... }
 //
-// A program run with am.Run gets a sim job of AMGO_LOOP_SIZE goroutine ranks
+// A program run with job.Run gets a sim job of AMGO_LOOP_SIZE goroutine ranks
 // with AMGO_TRANSPORT=sim; the faults then come from ParseOptions (AMGO_SIM_SEED,
 // AMGO_SIM_LOSS, ...). The factory registered as "sim" opens only jobs of
 // size 1, as loop's does.

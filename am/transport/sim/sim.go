@@ -17,7 +17,7 @@ import (
 func init() {
 	transport.Register("sim", func(b transport.Bootstrap, opts map[string]string) (transport.Transport, error) {
 		if b.Size() != 1 {
-			return nil, fmt.Errorf("sim: the factory opens only jobs of size 1 (this one has %d ranks); use sim.NewJob, or am.Run with AMGO_TRANSPORT=sim and AMGO_LOOP_SIZE, for ranks as goroutines", b.Size())
+			return nil, fmt.Errorf("sim: the factory opens only jobs of size 1 (this one has %d ranks); use sim.NewJob, or job.Run with AMGO_TRANSPORT=sim and AMGO_LOOP_SIZE, for ranks as goroutines", b.Size())
 		}
 		cfg, err := ParseOptions(opts)
 		if err != nil {

@@ -13,7 +13,7 @@
 // Registered as "template". Its ranks must live in one process, so open it
 // with transport.Open("template", b, nil) from n goroutines that share an
 // in-process bootstrap (transporttest.NewBootstraps), as its tests do; a real
-// network is opened by am.Open in each process under amrun.
+// network is opened by job.Open in each process under amrun.
 //
 // Options: queue_bytes, the most bytes one rank's inbox holds before Send
 // returns transport.ErrWouldBlock (default 256 KiB).
@@ -35,7 +35,7 @@ import (
 const Name = "template"
 
 func init() {
-	// One name per network; am.Open and amrun pick it with AMGO_TRANSPORT.
+	// One name per network; job.Open and amrun pick it with AMGO_TRANSPORT.
 	transport.Register(Name, New)
 }
 

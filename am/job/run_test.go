@@ -1,4 +1,4 @@
-package sim_test
+package job_test
 
 import (
 	"fmt"
@@ -8,19 +8,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/amgo-hpc/amgo/am"
+	"github.com/amgo-hpc/amgo/am/job"
 )
 
-// am.Run with AMGO_TRANSPORT=sim runs AMGO_LOOP_SIZE goroutine ranks over a
+// job.Run with AMGO_TRANSPORT=sim runs AMGO_LOOP_SIZE goroutine ranks over a
 // sim network whose faults come from the AMGO_SIM_* variables, under the
 // reliability layer.
-func TestAMRunOverSim(t *testing.T) {
-	t.Setenv(am.EnvTransport, "sim")
-	t.Setenv(am.EnvLoopSize, "3")
+func TestRunOverSim(t *testing.T) {
+	t.Setenv(job.EnvTransport, "sim")
+	t.Setenv(job.EnvLoopSize, "3")
 	t.Setenv("AMGO_SIM_LOSS", "10%")
 	t.Setenv("AMGO_SIM_REORDER", "0.3")
 	t.Setenv("AMGO_SIM_DUP", "0.01")
 	var ranks atomic.Int32
-	err := am.Run(am.Config{}, func(ep *am.Endpoint) error {
+	err := job.Run(am.Config{}, func(ep *am.Endpoint) error {
 		ranks.Add(1)
 		if n := ep.Transport().Caps().Name; ep.Size() != 3 || n != "sim+reliable" {
 			return fmt.Errorf("rank %d: job of %d over %q", ep.Rank(), ep.Size(), n)
@@ -36,5 +37,5 @@ func TestAMRunOverSim(t *testing.T) {
 	require.Equal(t, int32(3), ranks.Load())
 
 	t.Setenv("AMGO_SIM_LOSS", "lots")
-	require.Error(t, am.Run(am.Config{}, func(*am.Endpoint) error { return nil }))
+	require.Error(t, job.Run(am.Config{}, func(*am.Endpoint) error { return nil }))
 }

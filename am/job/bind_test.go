@@ -1,4 +1,4 @@
-package am
+package job
 
 import (
 	"os"
@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/amgo-hpc/amgo/am"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -52,11 +53,11 @@ func TestBindFromEnv(t *testing.T) {
 
 	for _, bad := range []string{"x", "-1", "5000"} {
 		t.Setenv(EnvBindCPU, bad)
-		require.ErrorIs(t, bindFromEnv(), ErrConfig, bad)
+		require.ErrorIs(t, bindFromEnv(), am.ErrConfig, bad)
 	}
 	if !orig.IsSet(1023) {
 		t.Setenv(EnvBindCPU, "1023")
-		require.ErrorIs(t, bindFromEnv(), ErrConfig, "a CPU this process may not use")
+		require.ErrorIs(t, bindFromEnv(), am.ErrConfig, "a CPU this process may not use")
 	}
 	t.Setenv(EnvBindCPU, "")
 	require.NoError(t, bindFromEnv(), "unset: nothing to do")
