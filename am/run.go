@@ -173,4 +173,3 @@ func RunJob(trs []transport.Transport, cfg Config, fn func(ep *Endpoint) error) 
 	}
 	return errors.Join(first...)
 }
-
