@@ -1,0 +1,287 @@
+package am
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/amgo-hpc/amgo/flowctl"
+	"github.com/amgo-hpc/amgo/handlers"
+	"github.com/amgo-hpc/amgo/internal/wire"
+)
+
+// Receiving: polling the network, decoding and dispatching each packet to its
+// handler, replies and retained payloads, drops and counters.
+
+// Poll is am_poll: it drains arrived packets and runs their handlers on the
+// calling goroutine, and returns how many packets it handled. It never blocks;
+// if another goroutine is polling it returns 0 at once. Errors come from the
+// network (a dead peer, a closed transport); dropped packets are counted in
+// Stats, not returned.
+func (ep *Endpoint) Poll() (int, error) {
+	if !ep.pollMu.TryLock() {
+		return 0, nil
+	}
+	defer ep.pollMu.Unlock()
+	return ep.pollLocked()
+}
+
+const pollBatch = 64
+
+func (ep *Endpoint) pollLocked() (int, error) {
+	if !ep.table.Sealed() {
+		ep.table.Seal()
+		ep.startProgress()
+	}
+	if ep.backlogged.Load() > 0 {
+		for i := range ep.peers {
+			p := &ep.peers[i]
+			p.mu.Lock()
+			if len(p.backlog) > 0 {
+				ep.flushBacklogLocked(i, p)
+			}
+			p.mu.Unlock()
+		}
+	}
+	if ep.rx.urgent {
+		ep.sendUrgentFrees()
+	}
+	n, err := ep.tr.Poll((*receiver)(ep), pollBatch)
+	if err != nil {
+		err = ep.pollFailure(err)
+	}
+	// Credit returns for requests answered without a reply wait, coalesced,
+	// for a reply to carry them, until they reach a quarter of the buffer, or
+	// until the endpoint has found nothing to do for idleFlushPolls polls in a
+	// row: an ack per message would put a second packet on every one-way
+	// message's path (SP AM likewise acks "when one-quarter of the window
+	// remains unacknowledged").
+	if n > 0 {
+		// A poll that delivers shows it finishes polls every 16 (an atomic
+		// add per poll would sit on every message's path).
+		ep.rx.idle = 0
+		if ep.rx.busy++; ep.rx.busy%16 == 0 {
+			ep.polls.Add(1)
+		}
+	} else if ep.rx.idle++; ep.rx.idle >= idleFlushPolls && len(ep.rx.dirty) > 0 {
+		ep.flushFrees()
+	} else if ep.rx.idle%64 == 0 {
+		ep.polls.Add(1) // an idle poller shows it finishes polls, now and then
+	}
+	return n, err
+}
+
+// idleFlushPolls is the number of empty polls in a row after which pending
+// credit returns are sent (about a microsecond of idling).
+const idleFlushPolls = 32
+
+// receiver adapts the endpoint to transport.Receiver without exporting Deliver.
+type receiver Endpoint
+
+func (r *receiver) Deliver(src int, pkt []byte) { (*Endpoint)(r).deliver(src, pkt) }
+
+func (ep *Endpoint) deliver(src int, pkt []byte) {
+	rx := &ep.rx
+	if rx.urgent {
+		ep.sendUrgentFrees()
+	}
+	h := &rx.hdr
+	payload, err := wire.Decode(pkt, h, &rx.args)
+	if err != nil {
+		ep.drop(fmt.Errorf("am: packet from rank %d: %w", src, err))
+		return
+	}
+	if int(h.Src) != src || src < 0 || src >= ep.size {
+		ep.drop(fmt.Errorf("am: packet from rank %d claims source %d", src, h.Src))
+		return
+	}
+	args := rx.args[:h.NArgs]
+	if h.Flags&wire.FlagFree != 0 {
+		off, n := h.Off, h.Reserve // a reply's or an ack's
+		if h.Kind.IsRequest() {
+			off, n = h.FreeOff, h.FreeLen // a request's own reservation is in Off, Reserve
+		}
+		p := &ep.peers[src]
+		p.mu.Lock()
+		err := p.win.Free(off, n)
+		p.mu.Unlock()
+		if err != nil {
+			ep.drop(fmt.Errorf("am: %s from rank %d: %w", h.Kind, src, err))
+			return
+		}
+	}
+	switch h.Kind {
+	case wire.KindAck:
+		rx.c.acks++
+	case wire.KindReplyShort, wire.KindReplyMedium:
+		rx.c.replies++
+		rx.c.bytes += uint64(len(payload))
+		rx.tok.Begin(ep, src, false)
+		if h.Flags&wire.FlagPiggyback != 0 {
+			rx.tok.SetPiggyback(h.Piggyback)
+		}
+		ep.dispatch(h.Handler, args, payload)
+	case wire.KindRequestShort, wire.KindRequestMedium, wire.KindRequestStore, wire.KindStoreDone:
+		// Room for the reply: the reservation less the packet and less the
+		// free extension's room when the packet does not use it (sendRequest
+		// reserves it always), so MaxReply does not depend on whether the
+		// request carried credit.
+		room := int(h.Reserve) - len(pkt)
+		if h.Flags&wire.FlagFree == 0 {
+			room -= wire.FreeExtLen
+		}
+		if uint64(h.Off)+uint64(h.Reserve) > uint64(ep.cfg.BufferBytes) || h.Off%flowctl.Granule != 0 ||
+			h.Reserve%flowctl.Granule != 0 || room < wire.MaxHeaderLen {
+			ep.drop(fmt.Errorf("am: %s from rank %d with bad reservation [%d,+%d) for %d bytes", h.Kind, src, h.Off, h.Reserve, len(pkt)))
+			return
+		}
+		if h.Kind == wire.KindRequestStore || h.Kind == wire.KindStoreDone {
+			region, err := ep.storeRegion(h, payload)
+			if err != nil {
+				ep.drop(fmt.Errorf("am: %s from rank %d: %w", h.Kind, src, err))
+				ep.addFree(src, h.Off, h.Reserve)
+				return
+			}
+			if h.Kind == wire.KindRequestStore && h.Flags&wire.FlagLast == 0 {
+				ep.addFree(src, h.Off, h.Reserve)
+				return
+			}
+			payload = region
+		}
+		rx.c.requests++
+		rx.c.bytes += uint64(len(payload))
+		tok := &rx.tok
+		tok.Begin(ep, src, true)
+		if h.Flags&wire.FlagPiggyback != 0 {
+			tok.SetPiggyback(h.Piggyback)
+		}
+		tok.ReqOff, tok.ReqLen = h.Off, h.Reserve
+		tok.MaxReply = room
+		rx.payload = payload
+		rx.kind = h.Kind
+		ep.dispatch(h.Handler, args, payload)
+		rx.payload = nil
+		if !tok.Replied() && !tok.IsRetained() {
+			ep.addFree(src, h.Off, h.Reserve)
+		}
+	}
+}
+
+func (ep *Endpoint) dispatch(idx uint8, args []uint64, payload []byte) {
+	if err := ep.table.Dispatch(&ep.rx.tok, handlers.Index(idx), args, payload); err != nil {
+		ep.drop(err)
+	}
+}
+
+// Reply implements handlers.Replier; handlers call it through their token.
+func (ep *Endpoint) Reply(tok *handlers.Token, h handlers.Index, payload []byte, medium bool) error {
+	args := tok.ReplyArgs()
+	if err := ep.table.CheckSend(h, len(args)); err != nil {
+		return err
+	}
+	src := tok.Source()
+	hdr := wire.Header{Kind: wire.KindReplyShort, Handler: uint8(h), NArgs: uint8(len(args)), Src: uint32(ep.rank),
+		Flags: wire.FlagFree, Off: tok.ReqOff, Reserve: tok.ReqLen}
+	if pb, ok := tok.ReplyPiggyback(); ok {
+		hdr.Flags |= wire.FlagPiggyback
+		hdr.Piggyback = pb
+	}
+	if size := hdr.EncodedLen() + len(payload); size > tok.MaxReply {
+		return fmt.Errorf("%w: reply of %d bytes with %d arguments to rank %d (room for %d)",
+			ErrTooLarge, len(payload), len(args), tok.Source(), tok.MaxReply)
+	}
+	if medium {
+		hdr.Kind = wire.KindReplyMedium
+		hdr.Len = uint32(len(payload))
+	} else {
+		payload = nil
+	}
+	// Carry the credit owed to src for earlier requests too when it is
+	// adjacent (and no request took it meanwhile).
+	w := &ep.peers[src].owed
+	if old := w.Load(); old != 0 {
+		if o, l := unpackOwed(old); o+l == tok.ReqOff && w.CompareAndSwap(old, 0) {
+			hdr.Off, hdr.Reserve = o, l+tok.ReqLen
+		}
+	}
+	return ep.sendResponse(src, &hdr, args, payload)
+}
+
+// Retain implements handlers.Replier: it keeps a medium request's payload in
+// the per-peer receive buffer, in the sender's own space, until Release.
+func (ep *Endpoint) Retain(tok *handlers.Token) ([]byte, handlers.Retained, error) {
+	if ep.rx.kind != wire.KindRequestMedium {
+		return nil, handlers.Retained{}, fmt.Errorf("%w (this is a %s)", ErrNotMedium, ep.rx.kind)
+	}
+	src := tok.Source()
+	base := src * ep.cfg.BufferBytes
+	buf := ep.recvBufs[base+int(tok.ReqOff) : base+int(tok.ReqOff)+len(ep.rx.payload)]
+	copy(buf, ep.rx.payload)
+	return buf, handlers.Retained{Src: src, Off: tok.ReqOff, Len: tok.ReqLen}, nil
+}
+
+// Release frees a payload that a handler retained: the space returns to its
+// sender, which answers the request. Call it once per Retained, from any
+// goroutine, inside a handler or outside. The retained bytes must not be used
+// afterwards. Errors: ErrRank or ErrConfig for a handle Retain did not make,
+// transport errors.
+func (ep *Endpoint) Release(r handlers.Retained) error {
+	if err := ep.checkDst(r.Src); err != nil {
+		return err
+	}
+	if r.Len == 0 || r.Off%flowctl.Granule != 0 || r.Len%flowctl.Granule != 0 || uint64(r.Off)+uint64(r.Len) > uint64(ep.cfg.BufferBytes) {
+		return fmt.Errorf("%w: not a retained payload: [%d,+%d) from rank %d", ErrConfig, r.Off, r.Len, r.Src)
+	}
+	h := wire.Header{Kind: wire.KindAck, Src: uint32(ep.rank), Flags: wire.FlagFree, Off: r.Off, Reserve: r.Len}
+	return ep.sendResponse(r.Src, &h, nil, nil)
+}
+
+var dropLogEvery = time.Second
+
+func (ep *Endpoint) drop(err error) {
+	ep.rx.c.drops++
+	ep.dropMu.Lock()
+	ep.lastDrop = err.Error()
+	log := ep.cfg.OnDrop == nil && time.Since(ep.lastLog) >= dropLogEvery
+	if log {
+		ep.lastLog = time.Now()
+	}
+	ep.dropMu.Unlock()
+	if ep.cfg.OnDrop != nil {
+		ep.cfg.OnDrop(err)
+	} else if log {
+		slog.Warn("amgo: dropped packet", "rank", ep.rank, "err", err)
+	}
+}
+
+// Stats returns the endpoint's counters. Receive-side counters are read under the
+// poll lock, so Stats waits for a running poll to finish.
+func (ep *Endpoint) Stats() Stats {
+	var s Stats
+	for i := range ep.peers {
+		p := &ep.peers[i]
+		p.mu.Lock()
+		s.RequestsSent += p.c.requests
+		s.RepliesSent += p.c.replies
+		s.AcksSent += p.c.acks
+		s.BytesSent += p.c.bytes
+		s.CreditStalls += p.c.stalls
+		s.Backlogged += p.c.backlogged
+		s.StoresPut += p.c.storesPut
+		s.StoresPacketed += p.c.storesPacketed
+		p.mu.Unlock()
+	}
+	ep.pollMu.Lock()
+	s.RequestsRecv = ep.rx.c.requests
+	s.RepliesRecv = ep.rx.c.replies
+	s.AcksRecv = ep.rx.c.acks
+	s.BytesRecv = ep.rx.c.bytes
+	s.Drops = ep.rx.c.drops
+	ep.pollMu.Unlock()
+	s.Gets = ep.gets.Load()
+	s.UnknownHandler = ep.table.Unknown()
+	ep.dropMu.Lock()
+	s.LastDrop = ep.lastDrop
+	ep.dropMu.Unlock()
+	return s
+}

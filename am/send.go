@@ -1,0 +1,481 @@
+package am
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/amgo-hpc/amgo/am/transport"
+	"github.com/amgo-hpc/amgo/flowctl"
+	"github.com/amgo-hpc/amgo/handlers"
+	"github.com/amgo-hpc/amgo/internal/wire"
+)
+
+// Sending: requests (short, medium, store), gets, and the responses
+// (replies and acks) that need no credit; the per-peer backlog of responses
+// the network refused.
+
+func (ep *Endpoint) checkDst(dst int) error {
+	if dst < 0 || dst >= ep.size {
+		return fmt.Errorf("%w: %d (job has %d ranks)", ErrRank, dst, ep.size)
+	}
+	if ep.closed.Load() {
+		return ErrClosed
+	}
+	if pe := ep.dead[dst].Load(); pe != nil {
+		return pe
+	}
+	return nil
+}
+
+// RequestShort sends a short request: handler h runs at rank dst with args (at
+// most 16). It returns once the request is handed to the network; it polls while
+// dst's buffer has no room (back-pressure). Errors: ErrRank, ErrClosed,
+// handlers.ErrUnknownHandler, handlers.ErrArgCount, ErrInHandler, transport errors.
+func (ep *Endpoint) RequestShort(dst int, h handlers.Index, args ...uint64) error {
+	if h > handlers.MaxClientIndex {
+		return fmt.Errorf("%w: %d", handlers.ErrIndexReserved, h)
+	}
+	return ep.requestShort(dst, h, args)
+}
+
+// RequestShortPiggyback is RequestShort with a tool value piggybacked in the
+// packet's header (one value per message, in the same packet, never an extra
+// message: the header-extension scheme of TAU's overhead compensation); the
+// handler reads it with Token.Piggyback.
+func (ep *Endpoint) RequestShortPiggyback(dst int, h handlers.Index, pb uint64, args ...uint64) error {
+	if h > handlers.MaxClientIndex {
+		return fmt.Errorf("%w: %d", handlers.ErrIndexReserved, h)
+	}
+	if err := ep.checkDst(dst); err != nil {
+		return err
+	}
+	if err := ep.table.CheckSend(h, len(args)); err != nil {
+		return err
+	}
+	hdr := wire.Header{Kind: wire.KindRequestShort, Handler: uint8(h), NArgs: uint8(len(args)), Src: uint32(ep.rank),
+		Flags: wire.FlagPiggyback, Piggyback: pb}
+	return ep.sendRequest(dst, &hdr, args, nil)
+}
+
+// RequestMediumPiggyback is RequestMedium with a tool value piggybacked in the
+// packet's header, read by the handler with Token.Piggyback.
+func (ep *Endpoint) RequestMediumPiggyback(dst int, h handlers.Index, payload []byte, pb uint64, args ...uint64) error {
+	return ep.requestMedium(dst, h, payload, wire.FlagPiggyback, pb, args)
+}
+
+// requestShort is RequestShort without the client index check (am's own handlers).
+func (ep *Endpoint) requestShort(dst int, h handlers.Index, args []uint64) error {
+	if err := ep.checkDst(dst); err != nil {
+		return err
+	}
+	if h == barrierHandler && ep.deaths.Load() > 0 {
+		// A barrier is over every rank: with one dead it can never complete.
+		return ep.firstDead()
+	}
+	if err := ep.table.CheckSend(h, len(args)); err != nil {
+		return err
+	}
+	hdr := wire.Header{Kind: wire.KindRequestShort, Handler: uint8(h), NArgs: uint8(len(args)), Src: uint32(ep.rank)}
+	return ep.sendRequest(dst, &hdr, args, nil)
+}
+
+// RequestMedium sends a medium request: payload (at most MaxMedium bytes) lands
+// in the space this rank allocated in its receive buffer at dst, and handler h
+// runs there with args and the payload, which stays valid until the handler
+// returns (or until released, if the handler retains it). payload may be reused
+// when RequestMedium returns. Errors as RequestShort, plus ErrTooLarge.
+func (ep *Endpoint) RequestMedium(dst int, h handlers.Index, payload []byte, args ...uint64) error {
+	return ep.requestMedium(dst, h, payload, 0, 0, args)
+}
+
+func (ep *Endpoint) requestMedium(dst int, h handlers.Index, payload []byte, flags uint16, pb uint64, args []uint64) error {
+	if err := ep.checkDst(dst); err != nil {
+		return err
+	}
+	if len(payload) > ep.maxMedium {
+		return fmt.Errorf("%w: medium of %d bytes to rank %d (MaxMedium %d)", ErrTooLarge, len(payload), dst, ep.maxMedium)
+	}
+	if h > handlers.MaxClientIndex {
+		return fmt.Errorf("%w: %d", handlers.ErrIndexReserved, h)
+	}
+	if err := ep.table.CheckSend(h, len(args)); err != nil {
+		return err
+	}
+	hdr := wire.Header{Kind: wire.KindRequestMedium, Handler: uint8(h), NArgs: uint8(len(args)),
+		Src: uint32(ep.rank), Len: uint32(len(payload)), Flags: flags, Piggyback: pb}
+	return ep.sendRequest(dst, &hdr, args, payload)
+}
+
+// Store is SP AM's am_store (GASNet-EX RequestLong): it
+// writes data into rank dst's memory at addr, an address inside a segment that
+// dst registered (Segment.Addr plus an offset) and passed to this rank, and then
+// runs handler h at dst with args and the stored region as payload. Where the
+// network offers a single-copy put (shared memory: Cross Memory Attach), the
+// data moves once, straight from data into the destination; otherwise it travels
+// in fragments of at most MaxMedium bytes through the per-peer buffer. Store
+// returns when data may be reused. Errors as RequestShort, plus ErrTooLarge and
+// transport errors of the put.
+//
+// As with GASNet's dest_addr and with RDMA, addr must come from dst: on
+// networks with a single-copy put the data is written before dst can check
+// the address (dst then drops the store's handler and counts it); on the
+// others dst checks every fragment against its segments and drops what falls
+// outside. A store into a segment dst has unregistered is undefined on the
+// single-copy path.
+func (ep *Endpoint) Store(dst int, h handlers.Index, addr uint64, data []byte, args ...uint64) error {
+	if err := ep.checkDst(dst); err != nil {
+		return err
+	}
+	if uint64(len(data)) > MaxStore {
+		return fmt.Errorf("%w: store of %d bytes (max %d)", ErrTooLarge, len(data), uint64(MaxStore))
+	}
+	if h > handlers.MaxClientIndex {
+		return fmt.Errorf("%w: %d", handlers.ErrIndexReserved, h)
+	}
+	if err := ep.table.CheckSend(h, len(args)); err != nil {
+		return err
+	}
+	total := uint32(len(data))
+	p := &ep.peers[dst]
+	if ep.putter != nil && len(data) > 0 && len(data) >= ep.caps.PutMin {
+		p.mu.Lock()
+		noPut := p.noPut
+		p.mu.Unlock()
+		if !noPut {
+			hdr := wire.Header{Kind: wire.KindStoreDone, Handler: uint8(h), NArgs: uint8(len(args)),
+				Src: uint32(ep.rank), Addr: addr, Total: total}
+			sent, err := ep.putSend(dst, p, &hdr, args, addr, data)
+			if !sent && err == nil {
+				err = ep.putter.Put(dst, uintptr(addr), data)
+			}
+			switch {
+			case sent:
+				return nil
+			case err == nil:
+				p.mu.Lock()
+				p.c.storesPut++
+				p.mu.Unlock()
+				return ep.sendRequest(dst, &hdr, args, nil)
+			case errors.Is(err, transport.ErrPutUnsupported):
+				p.mu.Lock()
+				p.noPut = true
+				p.mu.Unlock()
+			default:
+				if pe := ep.peerFailed(dst, err); pe != nil {
+					return pe
+				}
+				return fmt.Errorf("am: store of %d bytes to rank %d at %#x: %w", len(data), dst, addr, err)
+			}
+		}
+	}
+	p.mu.Lock()
+	p.c.storesPacketed++
+	p.mu.Unlock()
+	chunk := ep.maxMedium
+	for frag := 0; ; frag += chunk {
+		n := min(chunk, len(data)-frag)
+		last := frag+n == len(data)
+		hdr := wire.Header{Kind: wire.KindRequestStore, Handler: uint8(h), Src: uint32(ep.rank),
+			Len: uint32(n), Addr: addr, Frag: uint32(frag), Total: total}
+		var a []uint64
+		if last {
+			hdr.Flags = wire.FlagLast
+			hdr.NArgs = uint8(len(args))
+			a = args
+		}
+		if err := ep.sendRequest(dst, &hdr, a, data[frag:frag+n]); err != nil {
+			return err
+		}
+		if last {
+			return nil
+		}
+	}
+}
+
+// putSend puts data at addr in dst and sends the store-done h with it in one
+// call of the network (transport.PutSender), when the network can and the
+// store-done's credit is free now. sent false and err nil: it did nothing
+// (no PutSender, no credit now, queued responses to dst first, or dst
+// dead); the caller puts and then sends the store-done as a request, which
+// waits for credit. Errors are the put's; the reservation is undone.
+func (ep *Endpoint) putSend(dst int, p *peer, h *wire.Header, args []uint64, addr uint64, data []byte) (sent bool, err error) {
+	if ep.putSender == nil || ep.dead[dst].Load() != nil {
+		return false, nil
+	}
+	if !ep.table.Sealed() {
+		ep.table.Seal() // communication has started (as in sendRequest)
+		ep.startProgress()
+	}
+	res := flowctl.RoundUp(h.EncodedLen() + wire.FreeExtLen + ep.cfg.ReplyReserve)
+	// The header goes in p.putHdr under p.putMu (a local array would escape
+	// through the interface call: an allocation per store); the transport
+	// serializes puts to one peer anyway.
+	p.putMu.Lock()
+	defer p.putMu.Unlock()
+	buf := &p.putHdr
+	p.mu.Lock()
+	if len(p.backlog) > 0 {
+		p.mu.Unlock()
+		return false, nil
+	}
+	off, ok, err := p.win.Alloc(res)
+	if err != nil || !ok {
+		p.mu.Unlock()
+		return false, nil
+	}
+	h.Off, h.Reserve = off, uint32(res)
+	n := wire.Encode(buf[:], h, args)
+	// Counted before it leaves: dst may run the handler before PutSend returns.
+	p.c.requests++
+	p.c.storesPut++
+	p.mu.Unlock()
+	// Outside p.mu: the put may wait for the socket to drain.
+	if err := ep.putSender.PutSend(dst, uintptr(addr), data, buf[:n], nil); err != nil {
+		p.mu.Lock()
+		_ = p.win.Free(off, uint32(res))
+		p.c.requests--
+		p.c.storesPut--
+		p.mu.Unlock()
+		return false, err
+	}
+	return true, nil
+}
+
+// CanGet reports whether Get from rank src can move n bytes with the network's
+// single copy: the network offers it (Caps.Get), n is at least Caps.PutMin
+// (below it a system call costs more than copying packets), and src has not
+// refused it (EPERM from Cross Memory Attach) or failed.
+func (ep *Endpoint) CanGet(src, n int) bool {
+	return ep.getter != nil && n > 0 && n >= ep.caps.PutMin && uint(src) < uint(ep.size) &&
+		!ep.noGet[src].Load() && ep.dead[src].Load() == nil && !ep.closed.Load()
+}
+
+// Get is a blocking single-copy read (GASNet-EX gex_RMA_GetBlocking; SP AM's
+// am_get without its completion handler): it
+// copies len(buf) bytes at addr in rank src's memory into buf and returns
+// when they are there. It runs no handler at either end and sends no packet:
+// the owner learns that the read is done only from a request the caller sends
+// afterwards (the rendezvous protocol's fin). addr must name memory that src
+// gave to this rank and keeps alive and unchanged until then; like a Store's
+// destination on single-copy networks it cannot be checked by src.
+//
+// Only networks with a single-copy read have Get (shared memory: Cross Memory
+// Attach; in-process: a copy); elsewhere ask src to Store the data instead.
+// Errors: ErrRank, ErrClosed, a *PeerError for a failed src, and an error
+// wrapping transport.ErrGetUnsupported when the network or this peer has no
+// single-copy read (see CanGet; a refusal is remembered), or the network's
+// error for an unmapped range.
+func (ep *Endpoint) Get(src int, addr uint64, buf []byte) error {
+	if err := ep.checkDst(src); err != nil {
+		return err
+	}
+	if ep.getter == nil {
+		return fmt.Errorf("am: get from rank %d over %s: %w", src, ep.caps.Name, transport.ErrGetUnsupported)
+	}
+	if len(buf) == 0 {
+		return nil
+	}
+	if ep.noGet[src].Load() {
+		return fmt.Errorf("am: get from rank %d: refused earlier: %w", src, transport.ErrGetUnsupported)
+	}
+	err := ep.getter.Get(src, uintptr(addr), buf)
+	switch {
+	case err == nil:
+		ep.gets.Add(1)
+		return nil
+	case errors.Is(err, transport.ErrGetUnsupported):
+		ep.noGet[src].Store(true)
+		return fmt.Errorf("am: get of %d bytes from rank %d: %w", len(buf), src, err)
+	default:
+		if pe := ep.peerFailed(src, err); pe != nil {
+			return pe
+		}
+		return fmt.Errorf("am: get of %d bytes from rank %d at %#x: %w", len(buf), src, addr, err)
+	}
+}
+
+// sendRequest takes credit at dst and sends one request, polling while there is
+// no room.
+func (ep *Endpoint) sendRequest(dst int, h *wire.Header, args []uint64, payload []byte) error {
+	if !ep.table.Sealed() {
+		ep.table.Seal() // communication has started
+		ep.startProgress()
+	}
+	// Room for the free extension too: sendLocked decides whether the
+	// request carries one only once it has its reservation.
+	res := flowctl.RoundUp(h.EncodedLen() + wire.FreeExtLen + len(payload) + ep.cfg.ReplyReserve)
+	p := &ep.peers[dst]
+	if ep.dead[dst].Load() == nil && p.mu.TryLock() {
+		// The common case, without the wait's pacing: the peer's lock is
+		// free, nothing is backlogged and the window has room.
+		if len(p.backlog) == 0 {
+			if credit, err := ep.sendLocked(dst, p, h, args, payload, res); credit && err == nil {
+				p.mu.Unlock()
+				return nil
+			} // else the loop below waits, retries or reports
+		}
+		p.mu.Unlock()
+	}
+	return ep.sendRequestWait(dst, p, h, args, payload, res)
+}
+
+// sendLocked reserves res bytes of dst's window and sends the request; p.mu
+// is held. credit false: the window is full now. err: the reservation can
+// never fit (from flowctl), or the network refused the packet (credit true;
+// the reservation is undone).
+func (ep *Endpoint) sendLocked(dst int, p *peer, h *wire.Header, args []uint64, payload []byte, res int) (credit bool, err error) {
+	off, ok, err := p.win.Alloc(res)
+	if err != nil || !ok {
+		return false, err
+	}
+	h.Off, h.Reserve = off, uint32(res)
+	// Carry the credit owed to dst (see piggybackFreeMin).
+	h.Flags &^= wire.FlagFree
+	if w := p.owed.Load(); w != 0 && (len(payload) >= piggybackFreeMin || int(uint32(w)) >= ep.cfg.BufferBytes/4) {
+		if w = p.owed.Swap(0); w != 0 {
+			h.Flags |= wire.FlagFree
+			h.FreeOff, h.FreeLen = unpackOwed(w)
+		}
+	}
+	n := wire.Encode(p.scratch[:], h, args)
+	if err := ep.tr.Send(dst, p.scratch[:n], payload); err != nil {
+		_ = p.win.Free(off, uint32(res))
+		if h.Flags&wire.FlagFree != 0 {
+			// The credit must still go back: as an ack, queued behind
+			// whatever the network refused (dropped if dst is dead).
+			h.Flags &^= wire.FlagFree
+			ep.backlogAckLocked(dst, p, h.FreeOff, h.FreeLen)
+		}
+		return true, err
+	}
+	p.c.requests++
+	p.c.bytes += uint64(len(payload))
+	return true, nil
+}
+
+// sendRequestWait is sendRequest's loop for a request that must wait for the
+// peer's lock, for credit or for the network, polling meanwhile.
+func (ep *Endpoint) sendRequestWait(dst int, p *peer, h *wire.Header, args []uint64, payload []byte, res int) error {
+	var b backoff
+	defer b.end()
+	stalled := false // waited for credit (not for the network)
+	for {
+		if pe := ep.dead[dst].Load(); pe != nil {
+			return pe
+		}
+		p.mu.Lock()
+		if len(p.backlog) > 0 {
+			ep.flushBacklogLocked(dst, p)
+		}
+		if len(p.backlog) == 0 {
+			credit, err := ep.sendLocked(dst, p, h, args, payload, res)
+			switch {
+			case credit && err == nil:
+				if stalled {
+					p.c.stalls++
+				}
+				p.mu.Unlock()
+				return nil
+			case !credit && err != nil:
+				p.mu.Unlock()
+				return err
+			case !credit:
+				stalled = true
+			case !errors.Is(err, transport.ErrWouldBlock):
+				p.mu.Unlock()
+				if pe := ep.peerFailed(dst, err); pe != nil {
+					return pe
+				}
+				return fmt.Errorf("am: request to rank %d: %w", dst, err)
+			}
+		}
+		p.mu.Unlock()
+		if err := ep.progress(&b); err != nil && !errors.Is(err, ErrPeerDead) {
+			return err // another rank's death does not stop a request to dst
+		}
+	}
+}
+
+// sendResponse sends a reply or ack to dst. It never waits: when the network
+// cannot take the packet now it is queued (in order) and sent by a later poll.
+func (ep *Endpoint) sendResponse(dst int, h *wire.Header, args []uint64, payload []byte) error {
+	if pe := ep.dead[dst].Load(); pe != nil {
+		return pe
+	}
+	p := &ep.peers[dst]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := wire.Encode(p.scratch[:], h, args)
+	if h.Kind == wire.KindAck {
+		p.c.acks++
+	} else {
+		p.c.replies++
+		p.c.bytes += uint64(len(payload))
+	}
+	if len(p.backlog) > 0 {
+		ep.flushBacklogLocked(dst, p)
+	}
+	if len(p.backlog) == 0 {
+		err := ep.tr.Send(dst, p.scratch[:n], payload)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, transport.ErrWouldBlock) {
+			if pe := ep.peerFailed(dst, err); pe != nil {
+				return pe
+			}
+			return fmt.Errorf("am: %s to rank %d: %w", h.Kind, dst, err)
+		}
+	}
+	ep.enqueueLocked(p, p.scratch[:n], payload)
+	return nil
+}
+
+// enqueueLocked appends a copy of the packet (hdr, payload) to p's backlog,
+// which a later poll sends in order; p.mu is held.
+func (ep *Endpoint) enqueueLocked(p *peer, hdr, payload []byte) {
+	if len(p.backlog) == 0 {
+		ep.backlogged.Add(1)
+	}
+	pkt := make([]byte, 0, len(hdr)+len(payload))
+	pkt = append(append(pkt, hdr...), payload...)
+	p.backlog = append(p.backlog, pkt)
+	p.c.backlogged++
+}
+
+// backlogAckLocked queues an ack returning [off,+n) to dst behind its
+// backlog; p.mu is held. The next flush of the backlog sends it.
+func (ep *Endpoint) backlogAckLocked(dst int, p *peer, off, n uint32) {
+	if ep.dead[dst].Load() != nil {
+		return
+	}
+	h := wire.Header{Kind: wire.KindAck, Src: uint32(ep.rank), Flags: wire.FlagFree, Off: off, Reserve: n}
+	k := wire.Encode(p.scratch[:], &h, nil) // the refused request's header is no longer needed
+	ep.enqueueLocked(p, p.scratch[:k], nil)
+	p.c.acks++
+}
+
+// flushBacklogLocked sends queued responses to dst in order; p.mu is held.
+func (ep *Endpoint) flushBacklogLocked(dst int, p *peer) {
+	var h wire.Header
+	var args [wire.MaxArgs]uint64
+	for len(p.backlog) > 0 {
+		pkt := p.backlog[0]
+		payload, _ := wire.Decode(pkt, &h, &args) // encoded by us: cannot fail
+		if err := ep.tr.Send(dst, pkt[:len(pkt)-len(payload)], payload); err != nil {
+			if !errors.Is(err, transport.ErrWouldBlock) && ep.peerFailed(dst, err) != nil {
+				// dst is gone: what it was owed can never be delivered.
+				clear(p.backlog)
+				p.backlog = nil
+				ep.backlogged.Add(-1)
+			}
+			return
+		}
+		p.backlog[0] = nil
+		p.backlog = p.backlog[1:]
+		if len(p.backlog) == 0 {
+			p.backlog = nil
+			ep.backlogged.Add(-1)
+		}
+	}
+}
