@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/amgo-hpc/amgo/handlers"
+	"github.com/amgo-hpc/amgo/mpiam/internal/proto"
 )
 
 // Barriers over active messages.
@@ -39,7 +40,7 @@ import (
 // neighbour's value from one of the others, or none).
 
 // maxBarrierRounds bounds the rounds of a barrier: ceil(log2 n) for n up to 2^40.
-const maxBarrierRounds = 40
+const maxBarrierRounds = proto.MaxBarrierRounds
 
 // barrierPBSlots is the depth of the ring of piggybacked values per round.
 const barrierPBSlots = 4
@@ -78,13 +79,14 @@ func (p *proc) barrierCountsLocked(ctx uint32) *barrierCounts {
 // onBarrier counts a barrier message: a[0] is the communicator's context,
 // a[1] the round.
 func (p *proc) onBarrier(tok *handlers.Token, a []uint64, _ []byte) {
-	if a[0] > 1<<32-1 || a[0]&1 != 0 || a[1] >= maxBarrierRounds {
-		p.dropped(fmt.Errorf("barrier message from rank %d for context %d, round %d", tok.Source(), a[0], a[1]))
+	m, err := proto.ParseBarrier(a)
+	if err != nil {
+		p.dropped(fmt.Errorf("from rank %d: %w", tok.Source(), err))
 		return
 	}
-	r := a[1]
+	r := m.Round
 	p.mu.Lock()
-	b := p.barrierCountsLocked(uint32(a[0]))
+	b := p.barrierCountsLocked(m.Context)
 	if v, ok := tok.Piggyback(); ok {
 		if b.pbs == nil {
 			b.pbs = new([maxBarrierRounds][barrierPBSlots]barrierPB)
@@ -132,11 +134,13 @@ func (x coll) barrier() error {
 	for r, dist := 0, 1; dist < c.size; r, dist = r+1, dist*2 {
 		to := c.world((c.rank + dist) % c.size)
 		var err error
+		var buf [proto.BarrierArgs]uint64
+		msg := proto.Barrier{Context: c.ctx, Round: uint32(r)}
 		if x.pb != nil {
 			pb, _ := x.outgoing()
-			err = p.ep.RequestShortPiggyback(to, hBarrier, pb, uint64(c.ctx), uint64(r))
+			err = p.ep.RequestShortPiggyback(to, hBarrier, pb, msg.Append(buf[:0])...)
 		} else {
-			err = p.ep.RequestShort(to, hBarrier, uint64(c.ctx), uint64(r))
+			err = p.ep.RequestShort(to, hBarrier, msg.Append(buf[:0])...)
 		}
 		if err != nil {
 			return p.netErr(c, to, fmt.Sprintf("barrier on communicator %d", c.ctx), err)

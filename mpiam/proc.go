@@ -12,6 +12,7 @@ import (
 	"github.com/amgo-hpc/amgo/handlers"
 	"github.com/amgo-hpc/amgo/internal/cacheline"
 	"github.com/amgo-hpc/amgo/mpiam/internal/match"
+	"github.com/amgo-hpc/amgo/mpiam/internal/proto"
 )
 
 // EnvEagerLimit overrides the eager limit in bytes: standard and ready sends of
@@ -50,10 +51,10 @@ const (
 	hThrottle                             // short reply or request: stop or resume eager sends to the sender (unexpected.go)
 )
 
-// Message flags, in the envelope's third argument.
+// Message flags, in the envelope's third argument (proto.FlagSync, FlagReady).
 const (
-	flagSync  = 1 << iota // synchronous send: the sender waits for the match
-	flagReady             // ready send: the receive must already be posted
+	flagSync  = proto.FlagSync  // synchronous send: the sender waits for the match
+	flagReady = proto.FlagReady // ready send: the receive must already be posted
 )
 
 // inMsg is an arrived message waiting in the unexpected list, or just matched.
@@ -224,12 +225,14 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 }
 
 // envelope packs (context, source, tag, sequence, flags) into three arguments.
+// envelope returns a message's envelope arguments (proto.Envelope).
 func envelope(ctx uint32, src int, tag int, seq uint32, flags uint64) (a0, a1, a2 uint64) {
-	return uint64(ctx)<<32 | uint64(uint32(src)), uint64(uint32(tag)) | uint64(seq)<<32, flags
+	return proto.Envelope{Context: ctx, Source: int32(src), Tag: int32(tag), Seq: seq, Flags: flags}.Args()
 }
 
-func unpackEnvelope(a0, a1 uint64) match.Envelope {
-	return match.Envelope{Context: uint32(a0 >> 32), Source: int32(uint32(a0)), Tag: int32(uint32(a1)), Seq: uint32(a1 >> 32)}
+// matchEnvelope is what the matching engine matches e on.
+func matchEnvelope(e proto.Envelope) match.Envelope {
+	return match.Envelope{Context: e.Context, Source: e.Source, Tag: e.Tag, Seq: e.Seq}
 }
 
 func (p *proc) newMsg() *inMsg {
@@ -242,7 +245,12 @@ func (p *proc) newMsg() *inMsg {
 // message into it and the space goes back to the sender; if not, the message
 // goes on the unexpected list (unexpected.go).
 func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
-	env := unpackEnvelope(a[0], a[1])
+	pe, err := proto.ParseEnvelope(a)
+	if err != nil {
+		p.dropped(fmt.Errorf("eager message from rank %d: %w", tok.Source(), err))
+		return
+	}
+	env := matchEnvelope(pe)
 	p.mu.Lock()
 	if r, ok := p.eng.ArrivePosted(env); ok {
 		// The common case (a receive waits for this message): no message
@@ -262,7 +270,7 @@ func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 	} else {
 		m = p.newMsg()
 	}
-	m.flags = a[2]
+	m.flags = pe.Flags
 	m.src = tok.Source()
 	m.size = len(payload)
 	m.payload = payload
@@ -380,10 +388,11 @@ func (p *proc) completeMatchesLocked(out []match.Match[*reqState, *inMsg], tok *
 		if plan.cts && m == cur {
 			// Answer the message being handled with a reply: no credit needed.
 			var rerr error
+			var buf [proto.CTSArgs]uint64
 			if p.pbTool != nil {
-				rerr = tok.ReplyShortPiggyback(hCTS, p.pbTool.PiggybackValue(), plan.args.slice()...)
+				rerr = tok.ReplyShortPiggyback(hCTS, p.pbTool.PiggybackValue(), plan.args.Append(buf[:0])...)
 			} else {
-				rerr = tok.ReplyShort(hCTS, plan.args.slice()...)
+				rerr = tok.ReplyShort(hCTS, plan.args.Append(buf[:0])...)
 			}
 			plan.cts = rerr != nil // queue it as a request if the reply failed
 		}

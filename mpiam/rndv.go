@@ -12,6 +12,7 @@ import (
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/handlers"
 	"github.com/amgo-hpc/amgo/mpiam/internal/match"
+	"github.com/amgo-hpc/amgo/mpiam/internal/proto"
 )
 
 // The rendezvous protocol (docs/mpi.md "Rendezvous"). The sender announces a
@@ -42,12 +43,9 @@ const EnvRndvSplit = "AMGO_RNDV_SPLIT"
 // DefaultRndvSplitBytes is the default of EnvRndvSplit, in bytes.
 const DefaultRndvSplitBytes = 128 << 10
 
-// CTS flags (the sixth argument).
-const (
-	// ctsMore: another message (a pulled notice or a further CTS) follows for
-	// this send; keep it waiting.
-	ctsMore = 1 << iota
-)
+// ctsMore, a clear-to-send flag: another message (a pulled notice or a
+// further CTS) follows for this send; keep it waiting.
+const ctsMore = proto.CTSMore
 
 type workKind uint8
 
@@ -59,14 +57,8 @@ const (
 )
 
 // ctsArgs are a clear-to-send's arguments: which send, where and which part of
-// it to store, which receive to run the store's handler for.
-type ctsArgs struct {
-	sendID, addr, off, n, recvID, flags uint64
-}
-
-func (a *ctsArgs) slice() []uint64 {
-	return (*[6]uint64)(unsafe.Pointer(a))[:]
-}
+// it to store, which receive to run the store's handler for (proto.CTS).
+type ctsArgs = proto.CTS
 
 // pullJob is the receiver's get: bytes [off, n) of the receive buffer from the
 // sender's buffer at addr (already offset), then the pulled notice for sendID.
@@ -113,13 +105,18 @@ func (p *proc) offerAddr(world int, buf []byte) uint64 {
 // onRTS handles a rendezvous request-to-send: envelope, size, the sender's
 // request id and the address offered for a pull.
 func (p *proc) onRTS(tok *handlers.Token, a []uint64, _ []byte) {
-	env := unpackEnvelope(a[0], a[1])
+	rts, err := proto.ParseRTS(a)
+	if err != nil {
+		p.dropped(fmt.Errorf("from rank %d: %w", tok.Source(), err))
+		return
+	}
+	env := matchEnvelope(rts.Env)
 	m := p.newMsg()
 	m.rndv = true
-	m.flags = a[2]
-	m.size = int(a[3])
-	m.sendID = a[4]
-	m.addr = a[5]
+	m.flags = rts.Env.Flags
+	m.size = int(rts.Size)
+	m.sendID = rts.SendID
+	m.addr = rts.Addr
 	m.src = tok.Source()
 	m.pb, m.hasPB = tok.Piggyback()
 	p.mu.Lock()
@@ -157,7 +154,7 @@ func (p *proc) planRndvLocked(r *reqState, m *inMsg, env match.Envelope) rndvPla
 	}
 	r.parts, r.xferErr, r.xferPB, r.xferHasPB = 0, nil, 0, false
 	var plan rndvPlan
-	plan.args.sendID = m.sendID
+	plan.args.SendID = m.sendID
 	push := n // bytes the sender stores
 	if m.addr != 0 && p.ep.CanGet(m.src, n) {
 		push = 0
@@ -174,7 +171,7 @@ func (p *proc) planRndvLocked(r *reqState, m *inMsg, env match.Envelope) rndvPla
 	plan.cts = true
 	r.parts++
 	if plan.pull {
-		plan.args.flags = ctsMore
+		plan.args.Flags = ctsMore
 	}
 	if push > 0 {
 		seg, err := p.ep.RegisterSegment(r.buf[:n])
@@ -185,22 +182,22 @@ func (p *proc) planRndvLocked(r *reqState, m *inMsg, env match.Envelope) rndvPla
 			r.status.Err = fmt.Errorf("%w: receive buffer for rank %d, tag %d: %v", ErrBuffer, env.Source, env.Tag, err)
 			r.status.Bytes = 0
 			plan.pull = false
-			plan.args.flags = 0
+			plan.args.Flags = 0
 			r.parts = 1
 			push = 0
 		} else {
 			r.seg = seg
-			plan.args.addr = seg.Addr
+			plan.args.Addr = seg.Addr
 			// The data will land within about push / (4 GB/s) plus a round
 			// trip: keep polling rather than sleep through it.
 			p.ep.Expect(time.Duration(push/4)*time.Nanosecond + 50*time.Microsecond)
 		}
 	}
-	plan.args.n = uint64(push)
+	plan.args.N = uint64(push)
 	p.nextID++
 	r.id = p.nextID
 	p.reqs[r.id] = r
-	plan.args.recvID = r.id
+	plan.args.RecvID = r.id
 	return plan
 }
 
@@ -239,11 +236,12 @@ func (p *proc) runRndv(r *reqState, src int, plan rndvPlan) {
 
 // sendCTS sends a clear-to-send request for receive r.
 func (p *proc) sendCTS(d *deferred) error {
+	var buf [proto.CTSArgs]uint64
 	var err error
 	if p.pbTool != nil {
-		err = p.ep.RequestShortPiggyback(d.dst, hCTS, p.pbTool.PiggybackValue(), d.cts.slice()...)
+		err = p.ep.RequestShortPiggyback(d.dst, hCTS, p.pbTool.PiggybackValue(), d.cts.Append(buf[:0])...)
 	} else {
-		err = p.ep.RequestShort(d.dst, hCTS, d.cts.slice()...)
+		err = p.ep.RequestShort(d.dst, hCTS, d.cts.Append(buf[:0])...)
 	}
 	return err
 }
@@ -252,18 +250,22 @@ func (p *proc) sendCTS(d *deferred) error {
 // of) the data. It only records the fact; the data moves in runDeferred, run
 // by the blocked send or, for a nonblocking one, by any MPI call that polls.
 func (p *proc) onCTS(tok *handlers.Token, a []uint64, _ []byte) {
-	args := ctsArgs{sendID: a[0], addr: a[1], off: a[2], n: a[3], recvID: a[4], flags: a[5]}
+	args, err := proto.ParseCTS(a)
+	if err != nil {
+		p.dropped(fmt.Errorf("from rank %d: %w", tok.Source(), err))
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r, ok := p.reqs[args.sendID]
-	if !ok || r.kind != kindSend || args.off > uint64(len(r.buf)) || args.n > uint64(len(r.buf))-args.off {
+	r, ok := p.reqs[args.SendID]
+	if !ok || r.kind != kindSend || args.Off > uint64(len(r.buf)) || args.N > uint64(len(r.buf))-args.Off {
 		p.dropped(fmt.Errorf("clear-to-send from rank %d for unknown send %d or outside it ([%d,+%d))",
-			tok.Source(), args.sendID, args.off, args.n))
+			tok.Source(), args.SendID, args.Off, args.N))
 		return
 	}
 	r.parts++ // the store
-	if args.flags&ctsMore == 0 {
-		delete(p.reqs, args.sendID)
+	if args.Flags&ctsMore == 0 {
+		delete(p.reqs, args.SendID)
 		r.parts-- // the receiver's final word
 	}
 	d := deferred{kind: workStore, req: r, dst: tok.Source(), cts: args}
@@ -274,14 +276,19 @@ func (p *proc) onCTS(tok *handlers.Token, a []uint64, _ []byte) {
 // onPulled runs at the sender when the receiver has read its part of the send
 // buffer: the receiver's final word.
 func (p *proc) onPulled(tok *handlers.Token, a []uint64, _ []byte) {
+	id, err := proto.ParseID(a)
+	if err != nil {
+		p.dropped(fmt.Errorf("pulled notice from rank %d: %w", tok.Source(), err))
+		return
+	}
 	p.mu.Lock()
-	r, ok := p.reqs[a[0]]
+	r, ok := p.reqs[id]
 	if ok && r.kind == kindSend {
-		delete(p.reqs, a[0])
+		delete(p.reqs, id)
 	}
 	p.mu.Unlock()
 	if !ok || r.kind != kindSend {
-		p.dropped(fmt.Errorf("pulled notice from rank %d for unknown send %d", tok.Source(), a[0]))
+		p.dropped(fmt.Errorf("pulled notice from rank %d for unknown send %d", tok.Source(), id))
 		return
 	}
 	pb, hasPB := tok.Piggyback()
@@ -291,11 +298,16 @@ func (p *proc) onPulled(tok *handlers.Token, a []uint64, _ []byte) {
 // onData runs at the receiver once stored rendezvous data has landed (a
 // store's handler) or when there was nothing to store (fin).
 func (p *proc) onData(tok *handlers.Token, a []uint64, _ []byte) {
+	id, err := proto.ParseID(a)
+	if err != nil {
+		p.dropped(fmt.Errorf("rendezvous data from rank %d: %w", tok.Source(), err))
+		return
+	}
 	p.mu.Lock()
-	r, ok := p.reqs[a[0]]
+	r, ok := p.reqs[id]
 	p.mu.Unlock()
 	if !ok || r.kind != kindRecv {
-		p.dropped(fmt.Errorf("rendezvous data from rank %d for unknown receive %d", tok.Source(), a[0]))
+		p.dropped(fmt.Errorf("rendezvous data from rank %d for unknown receive %d", tok.Source(), id))
 		return
 	}
 	p.partDone(r, nil, 0, false)
@@ -416,8 +428,8 @@ func (p *proc) storeInstead(d *deferred) error {
 		r.id = p.nextID
 		p.reqs[r.id] = r
 	}
-	cts := deferred{dst: d.dst, cts: ctsArgs{sendID: j.sendID, addr: r.seg.Addr + uint64(j.off), off: uint64(j.off),
-		n: uint64(j.n - j.off), recvID: r.id}}
+	cts := deferred{dst: d.dst, cts: ctsArgs{SendID: j.sendID, Addr: r.seg.Addr + uint64(j.off), Off: uint64(j.off),
+		N: uint64(j.n - j.off), RecvID: r.id}}
 	p.mu.Unlock()
 	p.ep.Expect(time.Duration((j.n-j.off)/4)*time.Nanosecond + 50*time.Microsecond)
 	return p.sendCTS(&cts)
@@ -436,14 +448,14 @@ func (p *proc) runWork(d deferred) {
 	case workStore:
 		// Store the send's data straight into the receive buffer.
 		var err error
-		if d.cts.n > 0 {
-			err = p.ep.Store(d.dst, hData, d.cts.addr, r.buf[d.cts.off:d.cts.off+d.cts.n], d.cts.recvID)
+		if d.cts.N > 0 {
+			err = p.ep.Store(d.dst, hData, d.cts.Addr, r.buf[d.cts.Off:d.cts.Off+d.cts.N], d.cts.RecvID)
 		} else {
-			err = p.ep.RequestShort(d.dst, hFin, d.cts.recvID)
+			err = p.ep.RequestShort(d.dst, hFin, d.cts.RecvID)
 		}
 		p.partDone(r, p.wrapNet(err), d.pb, d.hasPB)
 	case workPull:
-		if d.cts.recvID != 0 {
+		if d.cts.RecvID != 0 {
 			if err := p.sendCTS(&d); err != nil {
 				// The store part will not come: fail it too.
 				p.partDone(r, p.wrapNet(err), 0, false)

@@ -1,10 +1,12 @@
 package mpiam
 
 import (
+	"fmt"
 	"sync/atomic"
 	"unsafe"
 
 	"github.com/amgo-hpc/amgo/handlers"
+	"github.com/amgo-hpc/amgo/mpiam/internal/proto"
 )
 
 // Unexpected messages, and how memory for them stays bounded.
@@ -98,7 +100,9 @@ func (p *proc) throttleSource(tok *handlers.Token, src int) {
 	}
 	rt.offPending.Store(false)
 	e := rt.epoch.Add(1)
-	if tok != nil && !tok.Replied() && !tok.IsRetained() && tok.ReplyShort(hThrottle, 1, e) == nil {
+	var buf [proto.ThrottleArgs]uint64
+	msg := proto.Throttle{On: true, Epoch: e}
+	if tok != nil && !tok.Replied() && !tok.IsRetained() && tok.ReplyShort(hThrottle, msg.Append(buf[:0])...) == nil {
 		return
 	}
 	p.mu.Lock()
@@ -118,25 +122,28 @@ func (p *proc) sendThrottleOffs() {
 
 // sendThrottleMsg sends a throttle message to dst as a request.
 func (p *proc) sendThrottleMsg(dst int, on bool, epoch uint64) {
-	var a0 uint64
-	if on {
-		a0 = 1
-	}
-	if err := p.ep.RequestShort(dst, hThrottle, a0, epoch); err != nil {
+	var buf [proto.ThrottleArgs]uint64
+	msg := proto.Throttle{On: on, Epoch: epoch}
+	if err := p.ep.RequestShort(dst, hThrottle, msg.Append(buf[:0])...); err != nil {
 		p.dropped(err) // a dead peer: nothing to throttle
 	}
 }
 
 // onThrottle applies a destination's throttle message (args: on, epoch).
 func (p *proc) onThrottle(tok *handlers.Token, a []uint64, _ []byte) {
+	m, err := proto.ParseThrottle(a)
+	if err != nil {
+		p.dropped(fmt.Errorf("from rank %d: %w", tok.Source(), err))
+		return
+	}
 	st := &p.sendThrottle[tok.Source()]
 	p.mu.Lock()
 	switch {
-	case a[0] == 1 && a[1] > st.epoch:
-		st.epoch = a[1]
+	case m.On && m.Epoch > st.epoch:
+		st.epoch = m.Epoch
 		st.on.Store(true)
-	case a[0] == 0 && a[1] >= st.epoch:
-		st.epoch = a[1]
+	case !m.On && m.Epoch >= st.epoch:
+		st.epoch = m.Epoch
 		st.on.Store(false)
 	}
 	p.mu.Unlock()

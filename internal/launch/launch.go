@@ -167,6 +167,7 @@ type rank struct {
 	exited bool
 	outs   sync.WaitGroup // output copiers
 	pipes  []*os.File     // read ends, closed at the end
+	served chan struct{}  // closed when its PMI connection has been read to the end
 }
 
 type exitEvent struct {
@@ -501,7 +502,8 @@ func (j *job) start(r, nproc int, path string, env []string, outMu, errMu *sync.
 	rk.pgid = cmd.Process.Pid
 	j.ranks = append(j.ranks, rk)
 	j.served.Add(1)
-	go func() { defer j.served.Done(); _ = j.srv.Serve(r, conn) }()
+	rk.served = make(chan struct{})
+	go func() { defer j.served.Done(); defer close(rk.served); _ = j.srv.Serve(r, conn) }()
 	go func() {
 		err := cmd.Wait()
 		j.exits <- exitEvent{rank: r, state: cmd.ProcessState, err: err}
@@ -609,41 +611,78 @@ func (j *job) supervise(ctx context.Context, aborts <-chan abortEvent) error {
 		}
 	}
 	ctxDone := ctx.Done()
-	onExit := func(ev exitEvent) {
+	var onAbort func(a abortEvent)
+	var onExit func(ev exitEvent)
+	onExit = func(ev exitEvent) {
 		j.ranks[ev.rank].exited = true
 		if failure != nil {
 			return
 		}
 		detail, code, ok := describe(ev)
-		if ok && j.pmiState != nil && j.pmiState[ev.rank].Load() == pmiInit {
-			// As Hydra does: a rank that took part in the job (PMI init) and
-			// ended without finalizing leaves its peers waiting for it.
-			detail, code, ok = "exited with status 0 without calling Finalize (after Init)", 1, false
-		}
 		if !ok {
-			teardown(&JobError{Kind: ErrRankFailed, Rank: ev.rank, Code: clampCode(code), Detail: detail}, syscall.SIGTERM)
+			// A rank that aborts writes its abort, then exits: the exit can
+			// reach this loop first. Its connection read to the end, an
+			// abort it sent is the better report.
+			select {
+			case <-j.ranks[ev.rank].served:
+			case <-time.After(200 * time.Millisecond):
+			}
+			var others []abortEvent
+			for drained := false; !drained; {
+				select {
+				case a := <-aborts:
+					if a.rank == ev.rank && failure == nil {
+						onAbort(a)
+					} else {
+						others = append(others, a)
+					}
+				default:
+					drained = true
+				}
+			}
+			if failure == nil {
+				teardown(&JobError{Kind: ErrRankFailed, Rank: ev.rank, Code: clampCode(code), Detail: detail}, syscall.SIGTERM)
+			}
+			for _, a := range others {
+				onAbort(a) // the job is failing already: these only end it
+			}
+			return
 		}
+		if j.pmiState != nil && j.pmiState[ev.rank].Load() == pmiInit {
+			// As Hydra does: a rank that took part in the job (PMI init) and
+			// ended without finalizing leaves its peers waiting for it. It
+			// may have ended so because a peer died (as an abort may): a
+			// rank that ended before it is the cause.
+			j.awaitEnded(j.endedRanks(ev.rank), time.Second, onExit)
+			if failure == nil {
+				teardown(&JobError{Kind: ErrRankFailed, Rank: ev.rank, Code: 1,
+					Detail: "exited with status 0 without calling Finalize (after Init)"}, syscall.SIGTERM)
+			}
+		}
+	}
+	onAbort = func(a abortEvent) {
+		// A rank that aborts because a peer died (its connection broke)
+		// may reach the launcher before that peer's exit does: a peer
+		// that had already ended is the cause, and is named.
+		if failure == nil {
+			j.awaitEnded(j.endedRanks(a.rank), time.Second, onExit)
+		}
+		detail := fmt.Sprintf("called PMI abort with exit code %d", a.code)
+		if a.msg != "" {
+			detail += ": " + a.msg
+		}
+		code := a.code
+		if code == 0 {
+			code = 1
+		}
+		teardown(&JobError{Kind: ErrAborted, Rank: a.rank, Code: clampCode(code), Detail: detail}, syscall.SIGTERM)
 	}
 	for j.running() > 0 {
 		select {
 		case ev := <-j.exits:
 			onExit(ev)
 		case a := <-aborts:
-			// A rank that aborts because a peer died (its connection broke)
-			// may reach the launcher before that peer's exit does: a peer
-			// that had already ended is the cause, and is named.
-			if failure == nil {
-				j.awaitEnded(j.endedRanks(a.rank), time.Second, onExit)
-			}
-			detail := fmt.Sprintf("called PMI abort with exit code %d", a.code)
-			if a.msg != "" {
-				detail += ": " + a.msg
-			}
-			code := a.code
-			if code == 0 {
-				code = 1
-			}
-			teardown(&JobError{Kind: ErrAborted, Rank: a.rank, Code: clampCode(code), Detail: detail}, syscall.SIGTERM)
+			onAbort(a)
 		case <-timeout:
 			timeout = nil
 			tf := &JobError{Kind: ErrTimeout, Rank: -1, Code: 124,

@@ -1,0 +1,208 @@
+// Package proto is the codec of the messages MPI sends over Active Messages:
+// every message's arguments (64-bit AM handler arguments) are written and read
+// here, and nowhere else, in the manner of quic-go's wire frames. A message's
+// payload (eager data, stored rendezvous data) travels as the AM payload and
+// is not this package's.
+//
+// Each message type has an Append method, which appends its arguments to a
+// slice, and a Parse function, which reads them back and rejects what no
+// correct sender writes (a wrong argument count, unknown flag bits, a size or
+// range that does not fit) with an error wrapping ErrMalformed. Decoding
+// allocates nothing. docs/mpi.md, "Messages on the wire", lays the arguments
+// out field by field.
+package proto
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// ErrMalformed is wrapped by every error of a Parse function.
+var ErrMalformed = errors.New("proto: malformed MPI message")
+
+// Message flags, in an envelope's third argument.
+const (
+	FlagSync  = 1 << iota // synchronous send: the sender waits for the match
+	FlagReady             // ready send: the receive must already be posted
+
+	knownFlags = FlagSync | FlagReady
+)
+
+// CTSMore, in a clear-to-send's flags: another message (a pulled notice or a
+// further clear-to-send) follows for the same send; without it, this
+// clear-to-send is the receiver's final word.
+const CTSMore = 1
+
+// Argument counts of the messages.
+const (
+	EnvelopeArgs = 3 // eager: envelope only
+	RTSArgs      = 6
+	CTSArgs      = 6
+	IDArgs       = 1 // data, fin and pulled notices: one request id
+	BarrierArgs  = 2
+	ThrottleArgs = 2
+)
+
+// Envelope is what a point-to-point message is matched on, plus its mode
+// flags: communicator context id (even for point-to-point, odd for a
+// collective's traffic), the sender's rank in the communicator, the tag, the
+// sender's sequence number on (context, destination), and the flags.
+//
+// Arguments: a0 = context<<32 | source, a1 = seq<<32 | tag (as uint32),
+// a2 = flags.
+type Envelope struct {
+	Context uint32
+	Source  int32
+	Tag     int32
+	Seq     uint32
+	Flags   uint64
+}
+
+// Args returns the envelope's three arguments.
+func (e Envelope) Args() (a0, a1, a2 uint64) {
+	return uint64(e.Context)<<32 | uint64(uint32(e.Source)), uint64(uint32(e.Tag)) | uint64(e.Seq)<<32, e.Flags
+}
+
+// Append appends the envelope's arguments to b.
+func (e Envelope) Append(b []uint64) []uint64 {
+	a0, a1, a2 := e.Args()
+	return append(b, a0, a1, a2)
+}
+
+// ParseEnvelope reads an envelope from the first three arguments of a. The
+// source must be a rank (not negative) and the flags known ones; whether the
+// rank and context exist is the receiver's to check.
+func ParseEnvelope(a []uint64) (Envelope, error) {
+	if len(a) < EnvelopeArgs {
+		return Envelope{}, fmt.Errorf("%w: envelope of %d arguments, want %d", ErrMalformed, len(a), EnvelopeArgs)
+	}
+	e := Envelope{Context: uint32(a[0] >> 32), Source: int32(uint32(a[0])), Tag: int32(uint32(a[1])), Seq: uint32(a[1] >> 32), Flags: a[2]}
+	switch {
+	case e.Source < 0:
+		return Envelope{}, fmt.Errorf("%w: envelope with source %d", ErrMalformed, e.Source)
+	case e.Flags&^knownFlags != 0:
+		return Envelope{}, fmt.Errorf("%w: envelope with unknown flags %#x", ErrMalformed, e.Flags)
+	}
+	return e, nil
+}
+
+// RTS is a rendezvous request-to-send: the envelope, the message size in
+// bytes, the sender's request id, and the send buffer's address offered for
+// the receiver to read with a single copy (0: none).
+type RTS struct {
+	Env    Envelope
+	Size   uint64
+	SendID uint64
+	Addr   uint64
+}
+
+// Append appends the request-to-send's six arguments to b.
+func (m *RTS) Append(b []uint64) []uint64 {
+	return append(m.Env.Append(b), m.Size, m.SendID, m.Addr)
+}
+
+// ParseRTS reads a request-to-send. The size must fit an int.
+func ParseRTS(a []uint64) (RTS, error) {
+	if len(a) != RTSArgs {
+		return RTS{}, fmt.Errorf("%w: request-to-send of %d arguments, want %d", ErrMalformed, len(a), RTSArgs)
+	}
+	env, err := ParseEnvelope(a)
+	if err != nil {
+		return RTS{}, err
+	}
+	m := RTS{Env: env, Size: a[3], SendID: a[4], Addr: a[5]}
+	if m.Size > math.MaxInt {
+		return RTS{}, fmt.Errorf("%w: request-to-send of %d bytes", ErrMalformed, m.Size)
+	}
+	return m, nil
+}
+
+// CTS is a clear-to-send: which send (the sender's request id), where to
+// store which part of it (address, offset in the message, bytes), the
+// receiver's request id for the store's handler, and flags (CTSMore).
+type CTS struct {
+	SendID, Addr, Off, N, RecvID, Flags uint64
+}
+
+// Append appends the clear-to-send's six arguments to b.
+func (m *CTS) Append(b []uint64) []uint64 {
+	return append(b, m.SendID, m.Addr, m.Off, m.N, m.RecvID, m.Flags)
+}
+
+// ParseCTS reads a clear-to-send. The part [Off, Off+N) must not overflow and
+// the flags must be known; whether it lies inside the send is the sender's to
+// check.
+func ParseCTS(a []uint64) (CTS, error) {
+	if len(a) != CTSArgs {
+		return CTS{}, fmt.Errorf("%w: clear-to-send of %d arguments, want %d", ErrMalformed, len(a), CTSArgs)
+	}
+	m := CTS{SendID: a[0], Addr: a[1], Off: a[2], N: a[3], RecvID: a[4], Flags: a[5]}
+	switch {
+	case m.Flags&^CTSMore != 0:
+		return CTS{}, fmt.Errorf("%w: clear-to-send with unknown flags %#x", ErrMalformed, m.Flags)
+	case m.Off > math.MaxInt || m.N > math.MaxInt-m.Off:
+		return CTS{}, fmt.Errorf("%w: clear-to-send for [%d,+%d)", ErrMalformed, m.Off, m.N)
+	}
+	return m, nil
+}
+
+// ParseID reads the request id of a data, fin or pulled notice.
+func ParseID(a []uint64) (uint64, error) {
+	if len(a) != IDArgs {
+		return 0, fmt.Errorf("%w: notice of %d arguments, want %d", ErrMalformed, len(a), IDArgs)
+	}
+	return a[0], nil
+}
+
+// MaxBarrierRounds bounds a dissemination barrier's rounds (log2 of the
+// largest communicator, with room to spare).
+const MaxBarrierRounds = 40
+
+// Barrier is one message of a dissemination barrier: the communicator's
+// context id (even) and the round.
+type Barrier struct {
+	Context uint32
+	Round   uint32
+}
+
+// Append appends the barrier message's two arguments to b.
+func (m *Barrier) Append(b []uint64) []uint64 {
+	return append(b, uint64(m.Context), uint64(m.Round))
+}
+
+// ParseBarrier reads a barrier message: an even context id and a round below
+// MaxBarrierRounds.
+func ParseBarrier(a []uint64) (Barrier, error) {
+	if len(a) != BarrierArgs {
+		return Barrier{}, fmt.Errorf("%w: barrier message of %d arguments, want %d", ErrMalformed, len(a), BarrierArgs)
+	}
+	if a[0] > math.MaxUint32 || a[0]&1 != 0 || a[1] >= MaxBarrierRounds {
+		return Barrier{}, fmt.Errorf("%w: barrier message for context %d, round %d", ErrMalformed, a[0], a[1])
+	}
+	return Barrier{Context: uint32(a[0]), Round: uint32(a[1])}, nil
+}
+
+// Throttle is a receiver's word to a sender: stop sending it eagerly (On) or
+// resume, for the episode Epoch.
+type Throttle struct {
+	On    bool
+	Epoch uint64
+}
+
+// Append appends the throttle message's two arguments to b.
+func (m *Throttle) Append(b []uint64) []uint64 {
+	var on uint64
+	if m.On {
+		on = 1
+	}
+	return append(b, on, m.Epoch)
+}
+
+// ParseThrottle reads a throttle message: on is 0 or 1.
+func ParseThrottle(a []uint64) (Throttle, error) {
+	if len(a) != ThrottleArgs || a[0] > 1 {
+		return Throttle{}, fmt.Errorf("%w: throttle message %v", ErrMalformed, a)
+	}
+	return Throttle{On: a[0] == 1, Epoch: a[1]}, nil
+}
