@@ -116,7 +116,7 @@ func (ep *Endpoint) deliver(src int, pkt []byte) {
 	case wire.KindReplyShort, wire.KindReplyMedium:
 		rx.c.replies++
 		rx.c.bytes += uint64(len(payload))
-		rx.tok.Begin(ep, src, false)
+		rx.tok.Begin((*replier)(ep), src, false)
 		if h.Flags&wire.FlagPiggyback != 0 {
 			rx.tok.SetPiggyback(h.Piggyback)
 		}
@@ -151,7 +151,7 @@ func (ep *Endpoint) deliver(src int, pkt []byte) {
 		rx.c.requests++
 		rx.c.bytes += uint64(len(payload))
 		tok := &rx.tok
-		tok.Begin(ep, src, true)
+		tok.Begin((*replier)(ep), src, true)
 		if h.Flags&wire.FlagPiggyback != 0 {
 			tok.SetPiggyback(h.Piggyback)
 		}
@@ -173,8 +173,15 @@ func (ep *Endpoint) dispatch(idx uint8, args []uint64, payload []byte) {
 	}
 }
 
-// Reply implements handlers.Replier; handlers call it through their token.
-func (ep *Endpoint) Reply(tok *handlers.Token, h handlers.Index, payload []byte, medium bool) error {
+// replier is the endpoint as its handlers' tokens see it (handlers.Replier):
+// a handler replies and retains through its token, never through the
+// endpoint's exported methods.
+type replier Endpoint
+
+// Reply implements handlers.Replier: it sends tok's reply, which returns the
+// request's credit (and any owed credit adjacent to it) to the requester.
+func (r *replier) Reply(tok *handlers.Token, h handlers.Index, payload []byte, medium bool) error {
+	ep := (*Endpoint)(r)
 	args := tok.ReplyArgs()
 	if err := ep.table.CheckSend(h, len(args)); err != nil {
 		return err
@@ -208,8 +215,10 @@ func (ep *Endpoint) Reply(tok *handlers.Token, h handlers.Index, payload []byte,
 }
 
 // Retain implements handlers.Replier: it keeps a medium request's payload in
-// the per-peer receive buffer, in the sender's own space, until Release.
-func (ep *Endpoint) Retain(tok *handlers.Token) ([]byte, handlers.Retained, error) {
+// the per-peer receive buffer, in the sender's own space, until
+// Endpoint.Release.
+func (r *replier) Retain(tok *handlers.Token) ([]byte, handlers.Retained, error) {
+	ep := (*Endpoint)(r)
 	if ep.rx.kind != wire.KindRequestMedium {
 		return nil, handlers.Retained{}, fmt.Errorf("%w (this is a %s)", ErrNotMedium, ep.rx.kind)
 	}

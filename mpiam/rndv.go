@@ -152,25 +152,19 @@ func (p *proc) planRndvLocked(r *reqState, m *inMsg, env match.Envelope) rndvPla
 	} else if m.notReady {
 		r.status.Err = fmt.Errorf("%w (from rank %d, tag %d)", ErrReadyNotPosted, env.Source, env.Tag)
 	}
-	r.parts, r.xferErr, r.xferPB, r.xferHasPB = 0, nil, 0, false
+	t := planTransfer(n, m.addr != 0, m.addr != 0 && p.ep.CanGet(m.src, n), p.rndvSplit)
+	r.parts, r.xferErr, r.xferPB, r.xferHasPB = t.recvParts, nil, 0, false
 	var plan rndvPlan
 	plan.args.SendID = m.sendID
-	push := n // bytes the sender stores
-	if m.addr != 0 && p.ep.CanGet(m.src, n) {
-		push = 0
-		if p.rndvSplit > 0 && n >= p.rndvSplit {
-			push = (n / 2) &^ 4095
-		}
-		plan.pull = true
+	plan.pull, plan.cts = t.pull, t.cts
+	push := t.push // bytes the sender stores
+	if t.pull {
 		plan.job = pullJob{addr: m.addr + uint64(push), off: push, n: n, sendID: m.sendID}
-		r.parts = 1
 	}
-	if push == 0 && plan.pull {
+	if !t.cts {
 		return plan // the pulled notice is the receiver's only word
 	}
-	plan.cts = true
-	r.parts++
-	if plan.pull {
+	if t.more {
 		plan.args.Flags = ctsMore
 	}
 	if push > 0 {
