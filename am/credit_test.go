@@ -79,7 +79,7 @@ func TestQuarterAckFollowsTheAnswer(t *testing.T) {
 // sender owes the destination (wire: FlagFree and the free extension on a
 // request), so that a ping-pong of requests answered without replies sends
 // no ack: of a quarter or more on every request, of less only on requests of
-// at least piggybackFreeMin bytes; and that credit a refused request took
+// at least flowctl.CarryMin bytes; and that credit a refused request took
 // goes back in an ack queued behind it.
 func TestRequestCarriesOwedCredit(t *testing.T) {
 	net := newFakeNet(2)
@@ -126,11 +126,11 @@ func TestRequestCarriesOwedCredit(t *testing.T) {
 	}
 	// A short request carries a quarter or more, and its handler has the
 	// same room to reply as one without (MaxReply).
-	require.NotZero(t, eps[0].peers[1].owed.Load())
+	require.NotZero(t, eps[0].peers[1].owed.Len())
 	require.NoError(t, eps[0].RequestShort(1, 2))
 	poll(1, 1)
 	require.Zero(t, inUse(1, 0))
-	require.Zero(t, eps[0].peers[1].owed.Load())
+	require.Zero(t, eps[0].peers[1].owed.Len())
 	require.NoError(t, eps[0].RequestShort(1, 2)) // nothing owed: no free extension
 	poll(1, 1)
 	require.Equal(t, []int{256 - 24 - wire.FreeExtLen, 256 - 24 - wire.FreeExtLen}, maxReply)
@@ -148,8 +148,8 @@ func TestRequestCarriesOwedCredit(t *testing.T) {
 	require.NoError(t, eps[1].RequestMedium(0, 1, []byte{3}))
 	poll(0, 1)
 	require.Equal(t, owed, inUse(0, 1), "a small request below a quarter carries no credit")
-	// A request of piggybackFreeMin bytes or more carries it.
-	require.NoError(t, eps[1].RequestMedium(0, 1, make([]byte, piggybackFreeMin)))
+	// A request of flowctl.CarryMin bytes or more carries it.
+	require.NoError(t, eps[1].RequestMedium(0, 1, make([]byte, flowctl.CarryMin)))
 	poll(0, 1)
 	require.Zero(t, inUse(0, 1))
 	idle()
@@ -166,7 +166,7 @@ func TestRequestCarriesOwedCredit(t *testing.T) {
 	net.limit = 1
 	net.mu.Unlock()
 	require.NoError(t, eps[1].RequestShort(0, 1)) // carries the credit; fills the 1->0 queue (limit 1)
-	require.Zero(t, eps[1].peers[0].owed.Load(), "the request took the credit")
+	require.Zero(t, eps[1].peers[0].owed.Len(), "the request took the credit")
 	require.NoError(t, eps[0].RequestMedium(1, 1, big))
 	poll(1, 1) // rank 1 owes rank 0 again
 	// The next request takes the credit and the network refuses it.
@@ -177,7 +177,7 @@ func TestRequestCarriesOwedCredit(t *testing.T) {
 	p.mu.Unlock()
 	require.True(t, credit)
 	require.ErrorIs(t, err, transport.ErrWouldBlock)
-	require.Zero(t, p.owed.Load(), "the refused request had taken the credit")
+	require.Zero(t, p.owed.Len(), "the refused request had taken the credit")
 	p.mu.Lock()
 	require.Len(t, p.backlog, 1, "and queued it as an ack")
 	p.mu.Unlock()

@@ -131,13 +131,12 @@ type sendCounters struct {
 type peer struct {
 	mu sync.Mutex
 	// owed is the credit this rank owes the peer: space of the peer's
-	// reservation in this rank's receive buffer that is free and not yet
-	// returned, packed as off<<32 | bytes (0: none). The poller adds to it
-	// (addFree); a request to the peer takes it (sendLocked), as do the
-	// poller's acks and replies: always with Swap or CompareAndSwap, so a
-	// range goes back exactly once. Outside mu: the poller never waits for a
-	// sender.
-	owed    atomic.Uint64
+	// reservations in this rank's receive buffer that is consumed and not yet
+	// returned. The poller adds to it (addFree); a request to the peer takes
+	// it (sendLocked), as do the poller's acks and replies; each range goes
+	// back exactly once (flowctl.Owed). Outside mu: the poller never waits
+	// for a sender.
+	owed    flowctl.Owed
 	win     *flowctl.Window
 	putMu   sync.Mutex              // guards putHdr (putSend), taken before mu
 	putHdr  [wire.MaxHeaderLen]byte // the store-done that putSend sends with a put's data

@@ -205,11 +205,8 @@ func (r *replier) Reply(tok *handlers.Token, h handlers.Index, payload []byte, m
 	}
 	// Carry the credit owed to src for earlier requests too when it is
 	// adjacent (and no request took it meanwhile).
-	w := &ep.peers[src].owed
-	if old := w.Load(); old != 0 {
-		if o, l := unpackOwed(old); o+l == tok.ReqOff && w.CompareAndSwap(old, 0) {
-			hdr.Off, hdr.Reserve = o, l+tok.ReqLen
-		}
+	if off, n, ok := ep.peers[src].owed.TakeBefore(tok.ReqOff); ok {
+		hdr.Off, hdr.Reserve = off, n+tok.ReqLen
 	}
 	return ep.sendResponse(src, &hdr, args, payload)
 }

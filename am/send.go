@@ -329,12 +329,12 @@ func (ep *Endpoint) sendLocked(dst int, p *peer, h *wire.Header, args []uint64, 
 		return false, err
 	}
 	h.Off, h.Reserve = off, uint32(res)
-	// Carry the credit owed to dst (see piggybackFreeMin).
+	// Carry the credit owed to dst (flowctl.CarryOnRequest).
 	h.Flags &^= wire.FlagFree
-	if w := p.owed.Load(); w != 0 && (len(payload) >= piggybackFreeMin || int(uint32(w)) >= ep.cfg.BufferBytes/4) {
-		if w = p.owed.Swap(0); w != 0 {
+	if flowctl.CarryOnRequest(p.owed.Len(), len(payload), ep.cfg.BufferBytes) {
+		if off, n, ok := p.owed.Take(); ok {
 			h.Flags |= wire.FlagFree
-			h.FreeOff, h.FreeLen = unpackOwed(w)
+			h.FreeOff, h.FreeLen = off, n
 		}
 	}
 	n := wire.Encode(p.scratch[:], h, args)

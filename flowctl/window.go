@@ -1,4 +1,4 @@
-// Package flowctl is the sender's side of the buffered protocol of MPI over
+// Package flowctl is the credit of the buffered protocol of MPI over
 // SP AM (Chang, Czajkowski, Hawblitzel, Hu and von Eicken, "Low-Latency
 // Communication on the IBM RISC System/6000 SP", Supercomputing 1996): every
 // receiver holds one buffer (16 KiB) for every other process; a sender
@@ -14,8 +14,13 @@
 // polls until replies free space: back-pressure, never loss and never unbounded
 // memory.
 //
-// The package does no I/O, starts no goroutine and takes no lock: the caller
-// (package am) serializes access per peer.
+// An Owed is the other side: what the receiver has consumed and owes back to
+// one sender, coalesced into one range, and the rules of when it goes back
+// (CarryOnRequest, Urgent; owed.go).
+//
+// The package does no I/O and starts no goroutine: the caller (package am)
+// sends what it decides. A Window takes no lock (the caller serializes access
+// per peer); an Owed is lock-free.
 package flowctl
 
 import (
