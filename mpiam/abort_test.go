@@ -34,12 +34,7 @@ func TestAbortInProcessCarriesItsCode(t *testing.T) {
 // trace is readable (the aborting rank's closed by Abort, the others' by the
 // launcher's SIGTERM, or by their own return in an in-process job).
 func TestAbortUnderAmrunExitsWithCodeAndLeavesTraces(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and launches programs")
-	}
-	dir := t.TempDir()
-	out, err := exec.Command("go", "build", "-o", dir+"/", "../cmd/amrun", "./internal/abortcheck").CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	dir := buildWithAmrun(t, "./internal/abortcheck")
 	for _, nw := range []string{"loop", "shm", "tcp"} {
 		t.Run(nw, func(t *testing.T) {
 			tr := t.TempDir()
@@ -69,12 +64,7 @@ func TestAbortUnderAmrunExitsWithCodeAndLeavesTraces(t *testing.T) {
 // An erroneous program that hangs: amrun --timeout has every rank print what
 // it waits for before the job is ended (exit status 124).
 func TestHungJobPrintsPendingOperations(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and launches programs")
-	}
-	dir := t.TempDir()
-	out, err := exec.Command("go", "build", "-o", dir+"/", "../cmd/amrun", "./internal/abortcheck").CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	dir := buildWithAmrun(t, "./internal/abortcheck")
 	for _, nw := range []string{"loop", "shm", "tcp"} {
 		t.Run(nw, func(t *testing.T) {
 			cmd := exec.Command(filepath.Join(dir, "amrun"), "-n", "3", "--transport", nw, "--timeout", "1s",

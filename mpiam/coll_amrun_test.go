@@ -13,12 +13,7 @@ import (
 // through amrun, on the world and on a split communicator while
 // point-to-point traffic flows on the parent (cmd collcheck).
 func TestCollectivesUnderAmrun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and launches programs")
-	}
-	dir := t.TempDir()
-	out, err := exec.Command("go", "build", "-o", dir+"/", "../cmd/amrun", "./internal/collcheck").CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	dir := buildWithAmrun(t, "./internal/collcheck")
 	for _, n := range []int{3, 4} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			out, err := exec.Command(filepath.Join(dir, "amrun"), "-n", fmt.Sprint(n), "--transport", "shm",

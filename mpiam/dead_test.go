@@ -172,12 +172,7 @@ func TestDeadRankLoop(t *testing.T) {
 // Allreduce (cmd deadcheck). Each survivor reports ErrProcFailed naming the
 // rank; amrun exits with the rank's status and names it.
 func TestDeadRankUnderAmrun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and launches programs")
-	}
-	dir := t.TempDir()
-	out, err := exec.Command("go", "build", "-o", dir+"/", "../cmd/amrun", "./internal/deadcheck").CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	dir := buildWithAmrun(t, "./internal/deadcheck")
 	reExit := regexp.MustCompile(`deadcheck: rank (\d+) exits at (\d+)`)
 	reSaw := regexp.MustCompile(`deadcheck: rank (\d+) (\w+): ErrProcFailed rank (\d+) at (\d+): (.*)`)
 	for _, nw := range []string{"shm", "tcp"} {
