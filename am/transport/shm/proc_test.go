@@ -7,18 +7,13 @@ package shm
 // through a transporttest.FileBootstrap in a temporary directory.
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -27,172 +22,33 @@ import (
 	"github.com/amgo-hpc/amgo/am/transport/transporttest"
 )
 
-const (
-	envRole = "AMGO_SHM_TEST_ROLE"
-	envRank = "AMGO_SHM_TEST_RANK"
-	envDir  = "AMGO_SHM_TEST_DIR"
-	envN    = "AMGO_SHM_TEST_N"
-)
-
-// startChild re-executes the test binary as rank of a 2-rank job playing role.
-func startChild(t testing.TB, dir, role string, rank, n int) (*exec.Cmd, *bytes.Buffer) {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestChild$", "-test.bench=^$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envRole+"="+role, envRank+"="+strconv.Itoa(rank), envDir+"="+dir,
-		envN+"="+strconv.Itoa(n))
-	out := &bytes.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	require.NoError(t, cmd.Start())
-	return cmd, out
-}
+// openAny is openRank with default options, as the shared harness opens ranks.
+func openAny(dir string, rank int) (transport.Transport, error) { return openRank(dir, rank, nil) }
 
 func openRank(dir string, rank int, opts map[string]string) (*Transport, error) {
 	o := map[string]string{"dir": dir}
 	for k, v := range opts {
 		o[k] = v
 	}
-	return open(&transporttest.FileBootstrap{Dir: dir, ID: "proc", R: rank, N: 2, Timeout: 20 * time.Second}, o)
+	return open(transporttest.ProcBootstrap(dir, rank), o)
 }
 
-// last keeps a copy of the last packet delivered.
-type last struct {
-	src int
-	buf []byte
-	n   int
-}
-
-func (l *last) Deliver(src int, pkt []byte) {
-	l.src = src
-	l.buf = append(l.buf[:0], pkt...)
-	l.n++
-}
-
-// recvOne polls (and, if sleep, waits) until one packet has arrived.
-func recvOne(tr *Transport, rx *last, sleep bool) error {
-	var deadline time.Time
-	for i := 0; ; i++ {
-		n, err := tr.Poll(rx, 1)
-		if err != nil || n == 1 {
-			return err
-		}
-		if sleep {
-			if err := tr.Wait(50 * time.Millisecond); err != nil {
-				return err
-			}
-		}
-		if i&1023 == 1023 {
-			if deadline.IsZero() {
-				deadline = time.Now().Add(20 * time.Second)
-			}
-			if time.Now().After(deadline) {
-				return errors.New("nothing arrived for 20 s")
-			}
-		}
-	}
-}
-
-func sendRetry(tr *Transport, dst int, hdr, payload []byte) error {
-	for {
-		err := tr.Send(dst, hdr, payload)
-		if !errors.Is(err, transport.ErrWouldBlock) {
-			return err
-		}
-		runtime.Gosched()
-	}
-}
-
-// pingPong runs round trips first..first+n-1 of 8-byte packets; rank 0 starts each.
-func pingPong(tr *Transport, first, n int, sleep bool) error {
-	rx := &last{}
-	msg := make([]byte, 8)
-	peer := 1 - tr.Rank()
-	for i := first; i < first+n; i++ {
-		if tr.Rank() == 0 {
-			binary.LittleEndian.PutUint64(msg, uint64(i))
-			if err := sendRetry(tr, peer, msg, nil); err != nil {
-				return err
-			}
-		}
-		if err := recvOne(tr, rx, sleep); err != nil {
-			return fmt.Errorf("round %d: %w", i, err)
-		}
-		if len(rx.buf) != 8 || binary.LittleEndian.Uint64(rx.buf) != uint64(i) || rx.src != peer {
-			return fmt.Errorf("round %d: got %x from %d", i, rx.buf, rx.src)
-		}
-		if tr.Rank() == 1 {
-			if err := sendRetry(tr, peer, rx.buf, nil); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// putTarget is rank 1's side of a Put exchange: it publishes a buffer of size
-// bytes, then serves until rank 0 says "stop" (verifying the content when rank 0
-// says "check").
+// putTarget is rank 1's side of a Put exchange (transporttest.PutTarget) into
+// a pinned buffer of size bytes, whose address is what rank 0 puts to.
 func putTarget(tr *Transport, size int) error {
-	buf := make([]byte, size)
-	for i := range buf { // fault the pages in, and make stale content visible
-		buf[i] = 0xee
-	}
+	buf := transporttest.PutBuffer(size)
 	var pin runtime.Pinner
 	pin.Pin(&buf[0])
 	defer pin.Unpin()
-	msg := binary.LittleEndian.AppendUint64(nil, uint64(uintptr(unsafe.Pointer(&buf[0]))))
-	if err := sendRetry(tr, 0, msg, nil); err != nil {
-		return err
-	}
-	rx := &last{}
-	for {
-		if err := recvOne(tr, rx, true); err != nil {
-			return err
-		}
-		switch string(rx.buf) {
-		case "stop":
-			runtime.KeepAlive(buf)
-			return nil
-		case "check":
-			for i := range buf {
-				if buf[i] != byte(i*7+i>>12) {
-					return fmt.Errorf("put: byte %d is %#x, want %#x", i, buf[i], byte(i*7+i>>12))
-				}
-			}
-			if err := sendRetry(tr, 0, []byte("ok"), nil); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// putSource is rank 0's side: it learns the address, then calls put(addr).
-func putSource(tr *Transport, put func(addr uintptr) error) error {
-	rx := &last{}
-	if err := recvOne(tr, rx, true); err != nil {
-		return err
-	}
-	if len(rx.buf) != 8 {
-		return fmt.Errorf("address packet of %d bytes", len(rx.buf))
-	}
-	return put(uintptr(binary.LittleEndian.Uint64(rx.buf)))
-}
-
-func putPattern(size int) []byte {
-	data := make([]byte, size)
-	for i := range data {
-		data[i] = byte(i*7 + i>>12)
-	}
-	return data
+	return transporttest.PutTarget(tr, buf, true)
 }
 
 // TestChild is the body of a re-executed rank; it is skipped in a normal run.
 func TestChild(t *testing.T) {
-	role := os.Getenv(envRole)
+	role, rank, n, dir := transporttest.ChildRole()
 	if role == "" {
 		t.Skip("only runs as a child process of TestProcesses and the process benchmarks")
 	}
-	rank, _ := strconv.Atoi(os.Getenv(envRank))
-	n, _ := strconv.Atoi(os.Getenv(envN))
-	dir := os.Getenv(envDir)
 	if role == "flag" {
 		require.NoError(t, flagChild(dir, n))
 		return
@@ -201,33 +57,33 @@ func TestChild(t *testing.T) {
 	require.NoError(t, err)
 	switch role {
 	case "test":
-		require.NoError(t, pingPong(tr, 0, n, true), "ping-pong")
+		require.NoError(t, transporttest.PingPong(tr, 0, n, true), "ping-pong")
 		const size = 4 << 20
 		if rank == 1 {
 			require.NoError(t, putTarget(tr, size))
 		} else {
-			require.NoError(t, putSource(tr, func(addr uintptr) error {
-				if err := tr.Put(1, addr, putPattern(size)); err != nil {
+			require.NoError(t, transporttest.PutSource(tr, func(addr uintptr) error {
+				if err := tr.Put(1, addr, transporttest.PutPattern(size)); err != nil {
 					return err
 				}
-				if err := sendRetry(tr, 1, []byte("check"), nil); err != nil {
+				if err := transporttest.SendRetry(tr, 1, []byte("check"), nil); err != nil {
 					return err
 				}
-				rx := &last{}
-				if err := recvOne(tr, rx, true); err != nil || string(rx.buf) != "ok" {
-					return fmt.Errorf("check: %q, %v", rx.buf, err)
+				rx := &transporttest.Last{}
+				if err := transporttest.RecvOne(tr, rx, true); err != nil || string(rx.Buf) != "ok" {
+					return fmt.Errorf("check: %q, %v", rx.Buf, err)
 				}
 				// An unmapped address is a clear error, not a crash.
 				err := tr.Put(1, 8, []byte{1})
 				if err == nil || !strings.Contains(err.Error(), "not mapped") {
 					return fmt.Errorf("put to address 8: %v", err)
 				}
-				return sendRetry(tr, 1, []byte("stop"), nil)
+				return transporttest.SendRetry(tr, 1, []byte("stop"), nil)
 			}))
 		}
 		require.NoError(t, tr.Close())
 	case "pingpong", "pingpong-wait":
-		require.NoError(t, pingPong(tr, 0, n, role == "pingpong-wait"))
+		require.NoError(t, transporttest.PingPong(tr, 0, n, role == "pingpong-wait"))
 		require.NoError(t, tr.Close())
 	case "put":
 		require.NoError(t, putTarget(tr, n))
@@ -242,8 +98,8 @@ func TestChild(t *testing.T) {
 
 func TestProcesses(t *testing.T) {
 	dir := t.TempDir()
-	c0, out0 := startChild(t, dir, "test", 0, 2000)
-	c1, out1 := startChild(t, dir, "test", 1, 2000)
+	c0, out0 := transporttest.StartChild(t, dir, "test", 0, 2000)
+	c1, out1 := transporttest.StartChild(t, dir, "test", 1, 2000)
 	err0, err1 := c0.Wait(), c1.Wait()
 	require.NoError(t, err0, "rank 0:\n%s", out0)
 	require.NoError(t, err1, "rank 1:\n%s", out1)
@@ -257,14 +113,14 @@ func TestProcesses(t *testing.T) {
 // A peer that exits without Close surfaces as ErrPeer, from Poll and Send.
 func TestDeadPeer(t *testing.T) {
 	dir := t.TempDir()
-	c1, out1 := startChild(t, dir, "die", 1, 0)
+	c1, out1 := transporttest.StartChild(t, dir, "die", 1, 0)
 	tr, err := openRank(dir, 0, map[string]string{"ring_bytes": "4k"})
 	require.NoError(t, err)
 	defer tr.Close()
 	require.NoError(t, c1.Wait(), "%s", out1)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, err := tr.Poll(&last{}, 10)
+		_, err := tr.Poll(&transporttest.Last{}, 10)
 		if err != nil {
 			require.ErrorIs(t, err, transport.ErrPeer)
 			require.Contains(t, err.Error(), "rank 1")
@@ -286,26 +142,12 @@ func TestDeadPeer(t *testing.T) {
 // BenchmarkPingPongProc: 8-byte packets between this process (rank 0) and a
 // child process (rank 1), both busy-polling; ns/op is one round trip, and
 // ns/halfrtt half of it.
-func BenchmarkPingPongProc(b *testing.B) { benchPingPong(b, "pingpong") }
+func BenchmarkPingPongProc(b *testing.B) { transporttest.BenchPingPong(b, "pingpong", openAny) }
 
 // BenchmarkPingPongProcWait is BenchmarkPingPongProc with Wait between polls
 // (spin, then futex), the way a blocking call waits.
-func BenchmarkPingPongProcWait(b *testing.B) { benchPingPong(b, "pingpong-wait") }
-
-func benchPingPong(b *testing.B, role string) {
-	dir := b.TempDir()
-	n := b.N + 1000
-	cmd, out := startChild(b, dir, role, 1, n)
-	tr, err := openRank(dir, 0, nil)
-	require.NoError(b, err)
-	require.NoError(b, pingPong(tr, 0, 1000, role == "pingpong-wait")) // warm up
-	b.ResetTimer()
-	err = pingPong(tr, 1000, b.N, role == "pingpong-wait")
-	b.StopTimer()
-	require.NoError(b, err)
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/halfrtt")
-	require.NoError(b, cmd.Wait(), "%s", out)
-	tr.Close()
+func BenchmarkPingPongProcWait(b *testing.B) {
+	transporttest.BenchPingPong(b, "pingpong-wait", openAny)
 }
 
 // BenchmarkPutProc: single-copy Put (process_vm_writev) into a child process's
@@ -314,12 +156,12 @@ func BenchmarkPutProc(b *testing.B) {
 	for _, size := range []int{4 << 10, 16 << 10, 64 << 10, 1 << 20, 4 << 20} {
 		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
 			dir := b.TempDir()
-			cmd, out := startChild(b, dir, "put", 1, size)
+			cmd, out := transporttest.StartChild(b, dir, "put", 1, size)
 			tr, err := openRank(dir, 0, nil)
 			require.NoError(b, err)
-			data := putPattern(size)
+			data := transporttest.PutPattern(size)
 			b.SetBytes(int64(size))
-			require.NoError(b, putSource(tr, func(addr uintptr) error {
+			require.NoError(b, transporttest.PutSource(tr, func(addr uintptr) error {
 				for i := 0; i < 3; i++ { // warm up
 					if err := tr.Put(1, addr, data); err != nil {
 						return err
@@ -332,7 +174,7 @@ func BenchmarkPutProc(b *testing.B) {
 					}
 				}
 				b.StopTimer()
-				return sendRetry(tr, 1, []byte("stop"), nil)
+				return transporttest.SendRetry(tr, 1, []byte("stop"), nil)
 			}))
 			require.NoError(b, cmd.Wait(), "%s", out)
 			tr.Close()
@@ -348,7 +190,7 @@ func BenchmarkFlagPingPongProc(b *testing.B) {
 	mem, err := createFile(dir+"/flags", 4096)
 	require.NoError(b, err)
 	defer unix.Munmap(mem)
-	cmd, out := startChild(b, dir, "flag", 1, b.N+1000)
+	cmd, out := transporttest.StartChild(b, dir, "flag", 1, b.N+1000)
 	ping, pong := u64(mem, 0), u64(mem, 128)
 	b.ResetTimer()
 	for i := uint64(1); i <= uint64(b.N+1000); i++ {

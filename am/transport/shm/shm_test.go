@@ -124,7 +124,7 @@ func TestCorruptRing(t *testing.T) {
 	// Overwrite the record header in rank 1's file with an absurd length.
 	stride := int(u64(t0.peers[1].mem, hdrStride).Load())
 	u64(t0.peers[1].mem, ringsOff+0*stride+ring.ControlLen).Store(1<<32 | 1<<30)
-	_, err := ts[1].Poll(&last{}, 10)
+	_, err := ts[1].Poll(&transporttest.Last{}, 10)
 	require.ErrorIs(t, err, transport.ErrPeer)
 	require.ErrorContains(t, err, "rank 0")
 	for _, tr := range ts {

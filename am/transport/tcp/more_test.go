@@ -30,7 +30,7 @@ import (
 const testSecret = "00112233445566778899aabbccddeeff"
 
 // pollUntil polls every transport until cond holds (20 s at most).
-func pollUntil(t *testing.T, ts []*Transport, rx []*last, cond func() bool) {
+func pollUntil(t *testing.T, ts []*Transport, rx []*transporttest.Last, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
@@ -52,13 +52,13 @@ func closeAll(ts []*Transport) {
 // exchange checks that packets still flow both ways between ranks 0 and 1.
 func exchange(t *testing.T, ts []*Transport) {
 	t.Helper()
-	rx := []*last{{}, {}}
+	rx := []*transporttest.Last{{}, {}}
 	require.NoError(t, ts[0].Send(1, []byte("ping"), nil))
-	pollUntil(t, ts, rx, func() bool { return rx[1].n == 1 })
-	require.Equal(t, "ping", string(rx[1].buf))
+	pollUntil(t, ts, rx, func() bool { return rx[1].N == 1 })
+	require.Equal(t, "ping", string(rx[1].Buf))
 	require.NoError(t, ts[1].Send(0, []byte("pong"), nil))
-	pollUntil(t, ts, rx, func() bool { return rx[0].n == 1 })
-	require.Equal(t, "pong", string(rx[0].buf))
+	pollUntil(t, ts, rx, func() bool { return rx[0].N == 1 })
+	require.Equal(t, "pong", string(rx[0].Buf))
 }
 
 // hello builds a dialer's hello for challenge ch, as rank src of a job of
@@ -115,7 +115,7 @@ func TestRefuseOutsiders(t *testing.T) {
 	ts := openJob(t, 2, map[string]string{"secret": testSecret})
 	defer closeAll(ts)
 	exchange(t, ts)
-	rx := []*last{{}, {}}
+	rx := []*transporttest.Last{{}, {}}
 	addr := ts[1].Addr()
 
 	// Garbage.
@@ -205,7 +205,7 @@ func TestMalformedFrame(t *testing.T) {
 			}
 			return closedByPeer(c)
 		})
-		rx := &last{}
+		rx := &transporttest.Last{}
 		deadline := time.Now().Add(20 * time.Second)
 		var err error
 		for err == nil {
@@ -214,7 +214,7 @@ func TestMalformedFrame(t *testing.T) {
 		}
 		require.ErrorIs(t, err, transport.ErrPeer)
 		require.Contains(t, err.Error(), "rank 0")
-		require.Equal(t, "abc", string(rx.buf), "the packet before the bad frame is delivered")
+		require.Equal(t, "abc", string(rx.Buf), "the packet before the bad frame is delivered")
 		require.Equal(t, uint64(1), ts[1].Stats().Malformed)
 		require.NoError(t, <-done)
 		closeAll(ts)
@@ -299,7 +299,7 @@ func TestPeerCloses(t *testing.T) {
 	go func() { closed <- ts[1].Close() }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, err := ts[0].Poll(&last{}, 10)
+		_, err := ts[0].Poll(&transporttest.Last{}, 10)
 		require.NoError(t, err)
 		if err := ts[0].Send(1, []byte("x"), nil); err != nil {
 			require.ErrorIs(t, err, transport.ErrPeer)
@@ -310,7 +310,7 @@ func TestPeerCloses(t *testing.T) {
 	}
 	require.NoError(t, <-closed)
 	for i := 0; i < 10; i++ {
-		_, err := ts[0].Poll(&last{}, 10)
+		_, err := ts[0].Poll(&transporttest.Last{}, 10)
 		require.NoError(t, err)
 	}
 }
@@ -337,9 +337,9 @@ func TestPut(t *testing.T) {
 	for i, tr := range ts {
 		tr.SetPutResolver(fakeResolver(bufs[i]))
 	}
-	rx := []*last{{}, {}}
+	rx := []*transporttest.Last{{}, {}}
 	for i, c := range []struct{ off, n int }{{0, 1}, {3, 1000}, {4096, 64 << 10}, {100, 3 << 20}, {0, 4 << 20}} {
-		data := putPattern(c.n)
+		data := transporttest.PutPattern(c.n)
 		for j := range data {
 			data[j] += byte(i)
 		}
@@ -352,10 +352,10 @@ func TestPut(t *testing.T) {
 			}
 			errc <- ts[0].Send(1, []byte("done"), nil) // ordered after the data
 		}()
-		n := rx[1].n
-		pollUntil(t, ts[1:], rx[1:], func() bool { return rx[1].n > n })
+		n := rx[1].N
+		pollUntil(t, ts[1:], rx[1:], func() bool { return rx[1].N > n })
 		require.NoError(t, <-errc)
-		require.Equal(t, "done", string(rx[1].buf))
+		require.Equal(t, "done", string(rx[1].Buf))
 		require.Equal(t, data, bufs[1][c.off:c.off+c.n], "put %+v", c)
 		require.Equal(t, before[:c.off], bufs[1][:c.off])
 		require.Equal(t, before[c.off+c.n:], bufs[1][c.off+c.n:])
@@ -372,7 +372,7 @@ func TestPut(t *testing.T) {
 		}
 		errc <- ts[0].Send(1, []byte("after"), nil)
 	}()
-	pollUntil(t, ts[1:], rx[1:], func() bool { return string(rx[1].buf) == "after" })
+	pollUntil(t, ts[1:], rx[1:], func() bool { return string(rx[1].Buf) == "after" })
 	require.NoError(t, <-errc)
 	require.Equal(t, before, bufs[1])
 	require.Equal(t, uint64(1), ts[1].Stats().PutsDropped)
@@ -393,10 +393,10 @@ func TestPutSend(t *testing.T) {
 	for i, tr := range ts {
 		tr.SetPutResolver(fakeResolver(bufs[i]))
 	}
-	rx := []*last{{}, {}}
+	rx := []*transporttest.Last{{}, {}}
 	cases := []struct{ off, n int }{{0, 1}, {3, 1000}, {4096, 64 << 10}, {0, putChunk}, {8, putChunk + 1}, {100, 3 << 20}}
 	for i, c := range cases {
-		data := putPattern(c.n)
+		data := transporttest.PutPattern(c.n)
 		for j := range data {
 			data[j] += byte(i)
 		}
@@ -404,10 +404,10 @@ func TestPutSend(t *testing.T) {
 		pkts := ts[0].Stats().PacketsSent
 		errc := make(chan error, 1)
 		go func() { errc <- ts[0].PutSend(1, base+uintptr(c.off), data, []byte("done"), []byte{byte(i)}) }()
-		n := rx[1].n
-		pollUntil(t, ts[1:], rx[1:], func() bool { return rx[1].n > n })
+		n := rx[1].N
+		pollUntil(t, ts[1:], rx[1:], func() bool { return rx[1].N > n })
 		require.NoError(t, <-errc)
-		require.Equal(t, "done"+string([]byte{byte(i)}), string(rx[1].buf))
+		require.Equal(t, "done"+string([]byte{byte(i)}), string(rx[1].Buf))
 		require.Equal(t, data, bufs[1][c.off:c.off+c.n], "put %+v", c)
 		require.Equal(t, before[:c.off], bufs[1][:c.off])
 		require.Equal(t, before[c.off+c.n:], bufs[1][c.off+c.n:])
@@ -418,7 +418,7 @@ func TestPutSend(t *testing.T) {
 	// To itself: a local copy, then the packet.
 	require.NoError(t, ts[1].PutSend(1, base+8, []byte("self"), []byte("mine"), nil))
 	require.Equal(t, "self", string(bufs[1][8:12]))
-	pollUntil(t, ts[1:], rx[1:], func() bool { return string(rx[1].buf) == "mine" })
+	pollUntil(t, ts[1:], rx[1:], func() bool { return string(rx[1].Buf) == "mine" })
 	require.ErrorIs(t, ts[0].PutSend(1, base, []byte("x"), make([]byte, MaxPacket+1), nil), transport.ErrTooLarge)
 }
 
@@ -446,7 +446,7 @@ func TestPutBothWays(t *testing.T) {
 		}()
 	}
 	// Once one Put is done, its rank must poll for the other to finish.
-	rx := []*last{{}, {}}
+	rx := []*transporttest.Last{{}, {}}
 	var done []error
 	for len(done) < 2 {
 		select {
@@ -463,7 +463,7 @@ func TestPutBothWays(t *testing.T) {
 	for i := range ts {
 		require.NoError(t, ts[i].Send(1-i, []byte("end"), nil))
 	}
-	pollUntil(t, ts, rx, func() bool { return string(rx[0].buf) == "end" && string(rx[1].buf) == "end" })
+	pollUntil(t, ts, rx, func() bool { return string(rx[0].Buf) == "end" && string(rx[1].Buf) == "end" })
 	require.Equal(t, bytes.Repeat([]byte{2}, size), bufs[0])
 	require.Equal(t, bytes.Repeat([]byte{1}, size), bufs[1])
 }
@@ -535,16 +535,16 @@ func TestSilentConnectionChurn(t *testing.T) {
 	ts := openJob(t, 2, map[string]string{"secret": testSecret})
 	defer closeAll(ts)
 	exchange(t, ts)
-	rx := []*last{{}, {}}
+	rx := []*transporttest.Last{{}, {}}
 	const rounds = 20000
 	maxHs := 0
 	pingPong := func() time.Duration {
 		start := time.Now()
 		for i := 0; i < rounds; i++ {
 			for k, dst := range []int{1, 0} {
-				want := rx[dst].n + 1
+				want := rx[dst].N + 1
 				require.NoError(t, ts[1-dst].Send(dst, []byte("ping"), nil), "round %d/%d", i, k)
-				pollUntil(t, ts, rx, func() bool { return rx[dst].n == want })
+				pollUntil(t, ts, rx, func() bool { return rx[dst].N == want })
 				maxHs = max(maxHs, len(ts[1].hs))
 			}
 		}

@@ -7,13 +7,8 @@ package tcp
 // meet through a transporttest.FileBootstrap in a temporary directory.
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -26,107 +21,15 @@ import (
 	"github.com/amgo-hpc/amgo/am/transport/transporttest"
 )
 
-const (
-	envRole = "AMGO_TCP_TEST_ROLE"
-	envRank = "AMGO_TCP_TEST_RANK"
-	envDir  = "AMGO_TCP_TEST_DIR"
-	envN    = "AMGO_TCP_TEST_N"
-)
-
-// startChild re-executes the test binary as rank of a 2-rank job playing role.
-func startChild(t testing.TB, dir, role string, rank, n int) (*exec.Cmd, *bytes.Buffer) {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestChild$", "-test.bench=^$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envRole+"="+role, envRank+"="+strconv.Itoa(rank), envDir+"="+dir,
-		envN+"="+strconv.Itoa(n), "GORACE=atexit_sleep_ms=0")
-	out := &bytes.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	require.NoError(t, cmd.Start())
-	return cmd, out
-}
+// openAny is openRank with default options, as the shared harness opens ranks.
+func openAny(dir string, rank int) (transport.Transport, error) { return openRank(dir, rank, nil) }
 
 func openRank(dir string, rank int, opts map[string]string) (*Transport, error) {
 	o := map[string]string{"iface": "lo"}
 	for k, v := range opts {
 		o[k] = v
 	}
-	return open(&transporttest.FileBootstrap{Dir: dir, ID: "proc", R: rank, N: 2, Timeout: 20 * time.Second}, o)
-}
-
-// last keeps a copy of the last packet delivered.
-type last struct {
-	src int
-	buf []byte
-	n   int
-}
-
-func (l *last) Deliver(src int, pkt []byte) {
-	l.src = src
-	l.buf = append(l.buf[:0], pkt...)
-	l.n++
-}
-
-// recvOne polls (and, if sleep, waits) until one packet has arrived.
-func recvOne(tr *Transport, rx *last, sleep bool) error {
-	var deadline time.Time
-	for i := 0; ; i++ {
-		n, err := tr.Poll(rx, 1)
-		if err != nil || n == 1 {
-			return err
-		}
-		if sleep {
-			if err := tr.Wait(50 * time.Millisecond); err != nil {
-				return err
-			}
-		}
-		if i&1023 == 1023 {
-			if deadline.IsZero() {
-				deadline = time.Now().Add(20 * time.Second)
-			}
-			if time.Now().After(deadline) {
-				return errors.New("nothing arrived for 20 s")
-			}
-		}
-	}
-}
-
-func sendRetry(tr *Transport, dst int, hdr, payload []byte) error {
-	for {
-		err := tr.Send(dst, hdr, payload)
-		if !errors.Is(err, transport.ErrWouldBlock) {
-			return err
-		}
-		if _, err := tr.Poll(&last{}, 0); err != nil {
-			return err
-		}
-		runtime.Gosched()
-	}
-}
-
-// pingPong runs round trips first..first+n-1 of 8-byte packets; rank 0 starts each.
-func pingPong(tr *Transport, first, n int, sleep bool) error {
-	rx := &last{}
-	msg := make([]byte, 8)
-	peer := 1 - tr.Rank()
-	for i := first; i < first+n; i++ {
-		if tr.Rank() == 0 {
-			binary.LittleEndian.PutUint64(msg, uint64(i))
-			if err := sendRetry(tr, peer, msg, nil); err != nil {
-				return err
-			}
-		}
-		if err := recvOne(tr, rx, sleep); err != nil {
-			return fmt.Errorf("round %d: %w", i, err)
-		}
-		if len(rx.buf) != 8 || binary.LittleEndian.Uint64(rx.buf) != uint64(i) || rx.src != peer {
-			return fmt.Errorf("round %d: got %x from %d", i, rx.buf, rx.src)
-		}
-		if tr.Rank() == 1 {
-			if err := sendRetry(tr, peer, rx.buf, nil); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return open(transporttest.ProcBootstrap(dir, rank), o)
 }
 
 // resolverFor serves puts into buf, which it names by its address.
@@ -141,85 +44,39 @@ func resolverFor(buf []byte) transport.PutResolver {
 	}
 }
 
-func putPattern(size int) []byte {
-	data := make([]byte, size)
-	for i := range data {
-		data[i] = byte(i*7 + i>>12)
-	}
-	return data
-}
-
-// putTarget is rank 1's side of a Put exchange: it publishes a buffer of size
-// bytes, then serves until rank 0 says "stop" (verifying the content when rank
-// 0 says "check", answering "sync" with "ok").
+// putTarget is rank 1's side of a Put exchange (transporttest.PutTarget) into
+// a buffer of size bytes, which the put resolver serves by its address.
 func putTarget(tr *Transport, size int, sleep bool) error {
-	buf := make([]byte, size)
-	for i := range buf { // fault the pages in, and make stale content visible
-		buf[i] = 0xee
-	}
+	buf := transporttest.PutBuffer(size)
 	tr.SetPutResolver(resolverFor(buf))
-	msg := binary.LittleEndian.AppendUint64(nil, uint64(uintptr(unsafe.Pointer(&buf[0]))))
-	if err := sendRetry(tr, 0, msg, nil); err != nil {
-		return err
-	}
-	rx := &last{}
-	for {
-		if err := recvOne(tr, rx, sleep); err != nil {
-			return err
-		}
-		switch string(rx.buf) {
-		case "stop":
-			runtime.KeepAlive(buf)
-			return nil
-		case "check":
-			for i := range buf {
-				if buf[i] != byte(i*7+i>>12) {
-					return fmt.Errorf("put: byte %d is %#x, want %#x", i, buf[i], byte(i*7+i>>12))
-				}
-			}
-			fallthrough
-		case "sync":
-			if err := sendRetry(tr, 0, []byte("ok"), nil); err != nil {
-				return err
-			}
-		}
-	}
+	return transporttest.PutTarget(tr, buf, sleep)
 }
 
-// putSource is rank 0's side: it learns the address, then calls put(addr).
+// putSource is rank 0's side (transporttest.PutSource); rank 0 serves no
+// puts itself.
 func putSource(tr *Transport, put func(addr uintptr) error) error {
 	tr.SetPutResolver(func(uint64, int) ([]byte, error) { return nil, errors.New("no segments") })
-	rx := &last{}
-	if err := recvOne(tr, rx, true); err != nil {
-		return err
-	}
-	if len(rx.buf) != 8 {
-		return fmt.Errorf("address packet of %d bytes", len(rx.buf))
-	}
-	return put(uintptr(binary.LittleEndian.Uint64(rx.buf)))
+	return transporttest.PutSource(tr, put)
 }
 
 // roundTrip sends msg to rank 1 and waits for "ok".
 func roundTrip(tr *Transport, msg string, sleep bool) error {
-	if err := sendRetry(tr, 1, []byte(msg), nil); err != nil {
+	if err := transporttest.SendRetry(tr, 1, []byte(msg), nil); err != nil {
 		return err
 	}
-	rx := &last{}
-	if err := recvOne(tr, rx, sleep); err != nil || string(rx.buf) != "ok" {
-		return fmt.Errorf("%s: got %q, %v", msg, rx.buf, err)
+	rx := &transporttest.Last{}
+	if err := transporttest.RecvOne(tr, rx, sleep); err != nil || string(rx.Buf) != "ok" {
+		return fmt.Errorf("%s: got %q, %v", msg, rx.Buf, err)
 	}
 	return nil
 }
 
 // TestChild is the body of a re-executed rank; it is skipped in a normal run.
 func TestChild(t *testing.T) {
-	role := os.Getenv(envRole)
+	role, rank, n, dir := transporttest.ChildRole()
 	if role == "" {
 		t.Skip("only runs as a child process of TestProcesses and the process benchmarks")
 	}
-	rank, _ := strconv.Atoi(os.Getenv(envRank))
-	n, _ := strconv.Atoi(os.Getenv(envN))
-	dir := os.Getenv(envDir)
 	if role == "raw" {
 		require.NoError(t, rawEcho(dir, n))
 		return
@@ -228,33 +85,33 @@ func TestChild(t *testing.T) {
 	require.NoError(t, err)
 	switch role {
 	case "test":
-		require.NoError(t, pingPong(tr, 0, n, true), "ping-pong")
+		require.NoError(t, transporttest.PingPong(tr, 0, n, true), "ping-pong")
 		const size = 64 << 20
 		if rank == 1 {
 			require.NoError(t, putTarget(tr, size, true))
 		} else {
 			require.NoError(t, putSource(tr, func(addr uintptr) error {
-				if err := tr.Put(1, addr, putPattern(size)); err != nil {
+				if err := tr.Put(1, addr, transporttest.PutPattern(size)); err != nil {
 					return err
 				}
 				if err := roundTrip(tr, "check", true); err != nil {
 					return err
 				}
-				return sendRetry(tr, 1, []byte("stop"), nil)
+				return transporttest.SendRetry(tr, 1, []byte("stop"), nil)
 			}))
 		}
 		require.NoError(t, tr.Close())
 	case "pingpong", "pingpong-wait":
-		require.NoError(t, pingPong(tr, 0, n, role == "pingpong-wait"))
+		require.NoError(t, transporttest.PingPong(tr, 0, n, role == "pingpong-wait"))
 		require.NoError(t, tr.Close())
 	case "put":
 		require.NoError(t, putTarget(tr, n, false))
 		require.NoError(t, tr.Close())
 	case "die":
 		// Connect, then wait to be killed, as a crash would end it.
-		require.NoError(t, pingPong(tr, 0, 1, true))
+		require.NoError(t, transporttest.PingPong(tr, 0, 1, true))
 		for {
-			if _, err := tr.Poll(&last{}, 10); err != nil {
+			if _, err := tr.Poll(&transporttest.Last{}, 10); err != nil {
 				t.Fatal(err)
 			}
 			tr.Wait(time.Second)
@@ -267,8 +124,8 @@ func TestChild(t *testing.T) {
 // Two processes: ping-pong with Wait, then a 64 MiB Put checked byte by byte.
 func TestProcesses(t *testing.T) {
 	dir := t.TempDir()
-	c0, out0 := startChild(t, dir, "test", 0, 2000)
-	c1, out1 := startChild(t, dir, "test", 1, 2000)
+	c0, out0 := transporttest.StartChild(t, dir, "test", 0, 2000)
+	c1, out1 := transporttest.StartChild(t, dir, "test", 1, 2000)
 	err0, err1 := c0.Wait(), c1.Wait()
 	require.NoError(t, err0, "rank 0:\n%s", out0)
 	require.NoError(t, err1, "rank 1:\n%s", out1)
@@ -278,16 +135,16 @@ func TestProcesses(t *testing.T) {
 // within 5 s.
 func TestDeadPeer(t *testing.T) {
 	dir := t.TempDir()
-	c1, out1 := startChild(t, dir, "die", 1, 0)
+	c1, out1 := transporttest.StartChild(t, dir, "die", 1, 0)
 	defer c1.Process.Kill()
 	tr, err := openRank(dir, 0, nil)
 	require.NoError(t, err)
 	defer tr.Close()
-	require.NoError(t, pingPong(tr, 0, 1, true), "%s", out1)
+	require.NoError(t, transporttest.PingPong(tr, 0, 1, true), "%s", out1)
 	require.NoError(t, c1.Process.Kill())
 	start := time.Now()
 	for {
-		_, err := tr.Poll(&last{}, 10)
+		_, err := tr.Poll(&transporttest.Last{}, 10)
 		if err != nil {
 			require.ErrorIs(t, err, transport.ErrPeer)
 			require.Contains(t, err.Error(), "rank 1")
@@ -306,27 +163,11 @@ func TestDeadPeer(t *testing.T) {
 // BenchmarkPingPong: 8-byte packets between this process (rank 0) and a
 // child process (rank 1) over loopback, both busy-polling; ns/op is one round
 // trip, and ns/halfrtt half of it.
-func BenchmarkPingPong(b *testing.B) { benchPingPong(b, "pingpong") }
+func BenchmarkPingPong(b *testing.B) { transporttest.BenchPingPong(b, "pingpong", openAny) }
 
 // BenchmarkPingPongWait is BenchmarkPingPong with Wait between polls (spin,
 // then epoll), the way a blocking call waits.
-func BenchmarkPingPongWait(b *testing.B) { benchPingPong(b, "pingpong-wait") }
-
-func benchPingPong(b *testing.B, role string) {
-	dir := b.TempDir()
-	n := b.N + 1000
-	cmd, out := startChild(b, dir, role, 1, n)
-	tr, err := openRank(dir, 0, nil)
-	require.NoError(b, err)
-	require.NoError(b, pingPong(tr, 0, 1000, role == "pingpong-wait")) // warm up
-	b.ResetTimer()
-	err = pingPong(tr, 1000, b.N, role == "pingpong-wait")
-	b.StopTimer()
-	require.NoError(b, err)
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N), "ns/halfrtt")
-	require.NoError(b, cmd.Wait(), "%s", out)
-	tr.Close()
-}
+func BenchmarkPingPongWait(b *testing.B) { transporttest.BenchPingPong(b, "pingpong-wait", openAny) }
 
 // BenchmarkPut: Put into a busy-polling child's buffer; MB/s is the bandwidth
 // up to the data having landed (a final round trip is included).
@@ -334,10 +175,10 @@ func BenchmarkPut(b *testing.B) {
 	for _, size := range []int{64 << 10, 1 << 20, 4 << 20} {
 		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
 			dir := b.TempDir()
-			cmd, out := startChild(b, dir, "put", 1, size)
+			cmd, out := transporttest.StartChild(b, dir, "put", 1, size)
 			tr, err := openRank(dir, 0, nil)
 			require.NoError(b, err)
-			data := putPattern(size)
+			data := transporttest.PutPattern(size)
 			b.SetBytes(int64(size))
 			err = putSource(tr, func(addr uintptr) error {
 				for i := 0; i < 3; i++ { // warm up
@@ -358,7 +199,7 @@ func BenchmarkPut(b *testing.B) {
 					return err
 				}
 				b.StopTimer()
-				return sendRetry(tr, 1, []byte("stop"), nil)
+				return transporttest.SendRetry(tr, 1, []byte("stop"), nil)
 			})
 			if err != nil {
 				cmd.Wait()
@@ -376,7 +217,7 @@ func BenchmarkPut(b *testing.B) {
 // transport. ns/halfrtt is comparable.
 func BenchmarkRawPingPong(b *testing.B) {
 	dir := b.TempDir()
-	cmd, out := startChild(b, dir, "raw", 1, b.N+1000)
+	cmd, out := transporttest.StartChild(b, dir, "raw", 1, b.N+1000)
 	fd, err := rawConn(dir, 0)
 	require.NoError(b, err)
 	defer unix.Close(fd)

@@ -8,11 +8,8 @@ package udp
 // a transporttest.FileBootstrap in a temporary directory.
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"testing"
@@ -26,28 +23,10 @@ import (
 	"github.com/amgo-hpc/amgo/internal/wire"
 )
 
-const (
-	envRole = "AMGO_UDP_TEST_ROLE"
-	envRank = "AMGO_UDP_TEST_RANK"
-	envDir  = "AMGO_UDP_TEST_DIR"
-	envN    = "AMGO_UDP_TEST_N"
-)
-
-// startChild re-executes the test binary as rank of a 2-rank job playing role.
-func startChild(t testing.TB, dir, role string, rank, n int) (*exec.Cmd, *bytes.Buffer) {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestChild$", "-test.bench=^$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envRole+"="+role, envRank+"="+strconv.Itoa(rank), envDir+"="+dir,
-		envN+"="+strconv.Itoa(n), "GORACE=atexit_sleep_ms=0")
-	out := &bytes.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	require.NoError(t, cmd.Start())
-	return cmd, out
-}
-
 // openRank opens rank's udp transport on loopback and wraps it in the
 // reliability layer with its default configuration, as am.New does.
 func openRank(dir string, rank int, rcfg reliable.Config) (transport.Transport, *Transport, error) {
-	raw, err := open(&transporttest.FileBootstrap{Dir: dir, ID: "proc", R: rank, N: 2, Timeout: 20 * time.Second},
+	raw, err := open(transporttest.ProcBootstrap(dir, rank),
 		map[string]string{"iface": "lo"})
 	if err != nil {
 		return nil, nil, err
@@ -263,13 +242,10 @@ func linger(tr transport.Transport, d time.Duration) {
 
 // TestChild is the body of a re-executed rank; it is skipped in a normal run.
 func TestChild(t *testing.T) {
-	role := os.Getenv(envRole)
+	role, rank, n, dir := transporttest.ChildRole()
 	if role == "" {
 		t.Skip("only runs as a child process of TestProcesses and the process benchmarks")
 	}
-	rank, _ := strconv.Atoi(os.Getenv(envRank))
-	n, _ := strconv.Atoi(os.Getenv(envN))
-	dir := os.Getenv(envDir)
 	rcfg := reliable.Config{}
 	if role == "raw" {
 		rcfg.ProgressInterval = -1
@@ -307,7 +283,7 @@ func TestChild(t *testing.T) {
 // loses datagrams when a socket buffer overflows; the layer recovers them.
 func TestProcesses(t *testing.T) {
 	dir := t.TempDir()
-	c1, out1 := startChild(t, dir, "test", 1, 2000)
+	c1, out1 := transporttest.StartChild(t, dir, "test", 1, 2000)
 	tr, raw, err := openRank(dir, 0, reliable.Config{})
 	require.NoError(t, err)
 	defer tr.Close()
@@ -327,7 +303,7 @@ func TestDeadPeer(t *testing.T) {
 		t.Skip("-short: waits for DeadAfter")
 	}
 	dir := t.TempDir()
-	c1, out1 := startChild(t, dir, "die", 1, 0)
+	c1, out1 := transporttest.StartChild(t, dir, "die", 1, 0)
 	defer c1.Process.Kill()
 	cfg := reliable.Config{DeadAfter: 500 * time.Millisecond}
 	tr, _, err := openRank(dir, 0, cfg)
@@ -365,7 +341,7 @@ func BenchmarkPingPongWait(b *testing.B) { benchPingPong(b, "pingpong-wait") }
 func benchPingPong(b *testing.B, role string) {
 	dir := b.TempDir()
 	n := b.N + 1000
-	cmd, out := startChild(b, dir, role, 1, n)
+	cmd, out := transporttest.StartChild(b, dir, role, 1, n)
 	tr, _, err := openRank(dir, 0, reliable.Config{})
 	require.NoError(b, err)
 	require.NoError(b, pingPong(tr, 0, 1000, role == "pingpong-wait")) // warm up
@@ -389,7 +365,7 @@ func BenchmarkBandwidth(b *testing.B) {
 	for _, size := range []int{chunk, 16 << 10} {
 		b.Run(fmt.Sprintf("packet=%dKiB", (size+1023)>>10), func(b *testing.B) {
 			dir := b.TempDir()
-			cmd, out := startChild(b, dir, "sink", 1, 0)
+			cmd, out := transporttest.StartChild(b, dir, "sink", 1, 0)
 			tr, _, err := openRank(dir, 0, reliable.Config{})
 			require.NoError(b, err)
 			i, err := stream(tr, 4<<20, 0, false, size) // warm up
@@ -415,7 +391,7 @@ func BenchmarkBandwidth(b *testing.B) {
 // (no datagram was lost on loopback in these runs; a loss would stall it).
 func BenchmarkRawPingPong(b *testing.B) {
 	dir := b.TempDir()
-	cmd, out := startChild(b, dir, "raw", 1, b.N+1000)
+	cmd, out := transporttest.StartChild(b, dir, "raw", 1, b.N+1000)
 	_, raw, err := openRank(dir, 0, reliable.Config{ProgressInterval: -1})
 	require.NoError(b, err)
 	require.NoError(b, pingPong(raw, 0, 1000, false))
