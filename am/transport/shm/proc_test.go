@@ -66,7 +66,7 @@ func TestChild(t *testing.T) {
 				if err := tr.Put(1, addr, transporttest.PutPattern(size)); err != nil {
 					return err
 				}
-				if err := transporttest.SendRetry(tr, 1, []byte("check"), nil); err != nil {
+				if err := transporttest.SendRetry(tr, 1, []byte("check"), nil, nil); err != nil {
 					return err
 				}
 				rx := &transporttest.Last{}
@@ -78,7 +78,7 @@ func TestChild(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), "not mapped") {
 					return fmt.Errorf("put to address 8: %v", err)
 				}
-				return transporttest.SendRetry(tr, 1, []byte("stop"), nil)
+				return transporttest.SendRetry(tr, 1, []byte("stop"), nil, nil)
 			}))
 		}
 		require.NoError(t, tr.Close())
@@ -174,7 +174,7 @@ func BenchmarkPutProc(b *testing.B) {
 					}
 				}
 				b.StopTimer()
-				return transporttest.SendRetry(tr, 1, []byte("stop"), nil)
+				return transporttest.SendRetry(tr, 1, []byte("stop"), nil, nil)
 			}))
 			require.NoError(b, cmd.Wait(), "%s", out)
 			tr.Close()

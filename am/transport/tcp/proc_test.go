@@ -61,7 +61,7 @@ func putSource(tr *Transport, put func(addr uintptr) error) error {
 
 // roundTrip sends msg to rank 1 and waits for "ok".
 func roundTrip(tr *Transport, msg string, sleep bool) error {
-	if err := transporttest.SendRetry(tr, 1, []byte(msg), nil); err != nil {
+	if err := transporttest.SendRetry(tr, 1, []byte(msg), nil, nil); err != nil {
 		return err
 	}
 	rx := &transporttest.Last{}
@@ -97,7 +97,7 @@ func TestChild(t *testing.T) {
 				if err := roundTrip(tr, "check", true); err != nil {
 					return err
 				}
-				return transporttest.SendRetry(tr, 1, []byte("stop"), nil)
+				return transporttest.SendRetry(tr, 1, []byte("stop"), nil, nil)
 			}))
 		}
 		require.NoError(t, tr.Close())
@@ -199,7 +199,7 @@ func BenchmarkPut(b *testing.B) {
 					return err
 				}
 				b.StopTimer()
-				return transporttest.SendRetry(tr, 1, []byte("stop"), nil)
+				return transporttest.SendRetry(tr, 1, []byte("stop"), nil, nil)
 			})
 			if err != nil {
 				cmd.Wait()

@@ -97,13 +97,19 @@ func RecvOne(tr transport.Transport, rx *Last, sleep bool) error {
 	}
 }
 
-// SendRetry sends until the network takes the packet (ErrWouldBlock: yield
-// and try again).
-func SendRetry(tr transport.Transport, dst int, hdr, payload []byte) error {
+// SendRetry sends until the network takes the packet: on ErrWouldBlock it
+// polls into rx, if not nil (a network under the reliability layer frees its
+// window only when acknowledgements are taken in), yields, and tries again.
+func SendRetry(tr transport.Transport, dst int, hdr, payload []byte, rx transport.Receiver) error {
 	for {
 		err := tr.Send(dst, hdr, payload)
 		if !errors.Is(err, transport.ErrWouldBlock) {
 			return err
+		}
+		if rx != nil {
+			if _, err := tr.Poll(rx, 64); err != nil {
+				return err
+			}
 		}
 		runtime.Gosched()
 	}
@@ -118,7 +124,7 @@ func PingPong(tr transport.Transport, first, n int, sleep bool) error {
 	for i := first; i < first+n; i++ {
 		if tr.Rank() == 0 {
 			binary.LittleEndian.PutUint64(msg, uint64(i))
-			if err := SendRetry(tr, peer, msg, nil); err != nil {
+			if err := SendRetry(tr, peer, msg, nil, nil); err != nil {
 				return err
 			}
 		}
@@ -129,7 +135,7 @@ func PingPong(tr transport.Transport, first, n int, sleep bool) error {
 			return fmt.Errorf("round %d: got %x from %d", i, rx.Buf, rx.Src)
 		}
 		if tr.Rank() == 1 {
-			if err := SendRetry(tr, peer, rx.Buf, nil); err != nil {
+			if err := SendRetry(tr, peer, rx.Buf, nil, nil); err != nil {
 				return err
 			}
 		}
@@ -191,7 +197,7 @@ func PutBuffer(size int) []byte {
 // says "check", answering "ok" when it says "sync".
 func PutTarget(tr transport.Transport, buf []byte, sleep bool) error {
 	msg := binary.LittleEndian.AppendUint64(nil, uint64(uintptr(unsafe.Pointer(&buf[0]))))
-	if err := SendRetry(tr, 0, msg, nil); err != nil {
+	if err := SendRetry(tr, 0, msg, nil, nil); err != nil {
 		return err
 	}
 	rx := &Last{}
@@ -209,7 +215,7 @@ func PutTarget(tr transport.Transport, buf []byte, sleep bool) error {
 			}
 			fallthrough
 		case "sync":
-			if err := SendRetry(tr, 0, []byte("ok"), nil); err != nil {
+			if err := SendRetry(tr, 0, []byte("ok"), nil, nil); err != nil {
 				return err
 			}
 		}

@@ -10,7 +10,6 @@ package udp
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -106,19 +105,6 @@ func recvOne(tr transport.Transport, rx *last, sleep bool) error {
 	}
 }
 
-func sendRetry(tr transport.Transport, dst int, hdr, payload []byte, rx transport.Receiver) error {
-	for {
-		err := tr.Send(dst, hdr, payload)
-		if !errors.Is(err, transport.ErrWouldBlock) {
-			return err
-		}
-		if _, err := tr.Poll(rx, 64); err != nil {
-			return err
-		}
-		runtime.Gosched()
-	}
-}
-
 // pingPong runs round trips first..first+n-1 of 8-byte payloads; rank 0
 // starts each.
 func pingPong(tr transport.Transport, first, n int, sleep bool) error {
@@ -127,7 +113,7 @@ func pingPong(tr transport.Transport, first, n int, sleep bool) error {
 	peer := 1 - tr.Rank()
 	for i := first; i < first+n; i++ {
 		if tr.Rank() == 0 {
-			if err := sendRetry(tr, peer, packet(0, uint64(i), msg), msg, rx); err != nil {
+			if err := transporttest.SendRetry(tr, peer, packet(0, uint64(i), msg), msg, rx); err != nil {
 				return err
 			}
 		}
@@ -138,7 +124,7 @@ func pingPong(tr transport.Transport, first, n int, sleep bool) error {
 			return fmt.Errorf("round %d: got packet %d from %d", i, rx.i, rx.src)
 		}
 		if tr.Rank() == 1 {
-			if err := sendRetry(tr, peer, packet(1, uint64(i), msg), msg, rx); err != nil {
+			if err := transporttest.SendRetry(tr, peer, packet(1, uint64(i), msg), msg, rx); err != nil {
 				return err
 			}
 		}
@@ -176,12 +162,12 @@ func stream(tr transport.Transport, total int, first uint64, check bool, chunk i
 		if check {
 			fill(buf[:k], i)
 		}
-		if err := sendRetry(tr, 1, packet(0, i, buf[:k]), buf[:k], rx); err != nil {
+		if err := transporttest.SendRetry(tr, 1, packet(0, i, buf[:k]), buf[:k], rx); err != nil {
 			return i, err
 		}
 		sent += k
 	}
-	if err := sendRetry(tr, 1, packet(0, 1<<63, nil), nil, rx); err != nil {
+	if err := transporttest.SendRetry(tr, 1, packet(0, 1<<63, nil), nil, rx); err != nil {
 		return i, err
 	}
 	if err := recvOne(tr, rx, false); err != nil {
@@ -217,7 +203,7 @@ func sink(tr transport.Transport, check bool) error {
 		}
 		switch rx.i {
 		case 1 << 63:
-			if err := sendRetry(tr, 0, packet(1, 1<<63, nil), nil, rx); err != nil {
+			if err := transporttest.SendRetry(tr, 0, packet(1, 1<<63, nil), nil, rx); err != nil {
 				return err
 			}
 		case 1<<63 + 1:
@@ -227,7 +213,7 @@ func sink(tr transport.Transport, check bool) error {
 }
 
 func stopSink(tr transport.Transport) error {
-	return sendRetry(tr, 1, packet(0, 1<<63+1, nil), nil, &last{})
+	return transporttest.SendRetry(tr, 1, packet(0, 1<<63+1, nil), nil, &last{})
 }
 
 // linger keeps polling for a while so that the peer's last packets are
