@@ -756,7 +756,7 @@ func processEnded(pid int) bool {
 	}
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return errors.Is(err, os.ErrNotExist)
+		return true // gone (ENOENT), or going (ESRCH while it is reaped)
 	}
 	// The state follows the command name, which is in parentheses.
 	i := bytes.LastIndexByte(b, ')')
