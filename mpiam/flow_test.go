@@ -35,14 +35,21 @@ func TestUnexpectedFloodIsBounded(t *testing.T) {
 					}
 					return
 				}
-				// Poll without receiving for a while: the sender must stall.
-				deadline := time.Now().Add(100 * time.Millisecond)
-				for time.Now().Before(deadline) {
+				// Poll without receiving until the sender has stalled (no send for
+				// 100 ms, after the throttle): it must stall short of the end.
+				last, since := sent.Load(), time.Now()
+				for deadline := time.Now().Add(20 * time.Second); ; {
 					_, _, err := w.Iprobe(0, 99)
 					r.NoError(err)
+					if n := sent.Load(); n != last {
+						last, since = n, time.Now()
+					}
+					if w.p.recvThrottle[0].on.Load() && time.Since(since) > 100*time.Millisecond {
+						break
+					}
+					r.True(time.Now().Before(deadline), "the sender never stalled: %d sent", last)
 				}
 				r.Less(int(sent.Load()), msgs, "the sender must be throttled")
-				r.True(w.p.recvThrottle[0].on.Load(), "the source was told to stop sending eagerly")
 				w.p.mu.Lock()
 				queued := w.p.eng.Stats().Unexpected
 				w.p.mu.Unlock()
