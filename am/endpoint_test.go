@@ -456,7 +456,7 @@ func TestPiggybackOnRequestsAndReplies(t *testing.T) {
 				v, ok := tok.Piggyback()
 				got = append(got, seen{v, ok})
 				if len(a) > 0 {
-					require.NoError(t, tok.ReplyShortPiggyback(2, v+1))
+					require.NoError(t, tok.ReplyShortWith(2, handlers.Piggyback{Value: v + 1, Set: true}))
 				} else {
 					require.NoError(t, tok.ReplyShort(2))
 				}
@@ -466,8 +466,8 @@ func TestPiggybackOnRequestsAndReplies(t *testing.T) {
 				replies = append(replies, seen{v, ok})
 			}})
 		}
-		require.NoError(t, eps[0].RequestShortPiggyback(1, 1, 41, 7))
-		require.NoError(t, eps[0].RequestMediumPiggyback(1, 1, []byte("data"), 1<<63, 7))
+		require.NoError(t, eps[0].RequestShortWith(1, 1, handlers.Piggyback{Value: 41, Set: true}, 7))
+		require.NoError(t, eps[0].RequestMediumWith(1, 1, []byte("data"), handlers.Piggyback{Value: 1 << 63, Set: true}, 7))
 		require.NoError(t, eps[0].RequestShort(1, 1))
 		pollAll(t, eps, func() bool { return len(replies) == 3 })
 		require.Equal(t, []seen{{41, true}, {1 << 63, true}, {0, false}}, got)

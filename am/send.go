@@ -38,13 +38,17 @@ func (ep *Endpoint) RequestShort(dst int, h handlers.Index, args ...uint64) erro
 	return ep.requestShort(dst, h, args)
 }
 
-// RequestShortPiggyback is RequestShort with a tool value piggybacked in the
-// packet's header (one value per message, in the same packet, never an extra
-// message: the header-extension scheme of TAU's overhead compensation); the
-// handler reads it with Token.Piggyback.
-func (ep *Endpoint) RequestShortPiggyback(dst int, h handlers.Index, pb uint64, args ...uint64) error {
+// RequestShortWith is RequestShort with a tool value piggybacked in the
+// packet's header when pb is set (one value per message, in the same packet,
+// never an extra message: the header-extension scheme of TAU's overhead
+// compensation); the handler reads it with Token.Piggyback. With the zero
+// Piggyback it is RequestShort: a layer that may piggyback calls it always.
+func (ep *Endpoint) RequestShortWith(dst int, h handlers.Index, pb handlers.Piggyback, args ...uint64) error {
 	if h > handlers.MaxClientIndex {
 		return fmt.Errorf("%w: %d", handlers.ErrIndexReserved, h)
+	}
+	if !pb.Set {
+		return ep.requestShort(dst, h, args)
 	}
 	if err := ep.checkDst(dst); err != nil {
 		return err
@@ -53,14 +57,19 @@ func (ep *Endpoint) RequestShortPiggyback(dst int, h handlers.Index, pb uint64, 
 		return err
 	}
 	hdr := wire.Header{Kind: wire.KindRequestShort, Handler: uint8(h), NArgs: uint8(len(args)), Src: uint32(ep.rank),
-		Flags: wire.FlagPiggyback, Piggyback: pb}
+		Flags: wire.FlagPiggyback, Piggyback: pb.Value}
 	return ep.sendRequest(dst, &hdr, args, nil)
 }
 
-// RequestMediumPiggyback is RequestMedium with a tool value piggybacked in the
-// packet's header, read by the handler with Token.Piggyback.
-func (ep *Endpoint) RequestMediumPiggyback(dst int, h handlers.Index, payload []byte, pb uint64, args ...uint64) error {
-	return ep.requestMedium(dst, h, payload, wire.FlagPiggyback, pb, args)
+// RequestMediumWith is RequestMedium with a tool value piggybacked in the
+// packet's header when pb is set, read by the handler with Token.Piggyback;
+// with the zero Piggyback it is RequestMedium.
+func (ep *Endpoint) RequestMediumWith(dst int, h handlers.Index, payload []byte, pb handlers.Piggyback, args ...uint64) error {
+	var flags uint16
+	if pb.Set {
+		flags = wire.FlagPiggyback
+	}
+	return ep.requestMedium(dst, h, payload, flags, pb.Value, args)
 }
 
 // requestShort is RequestShort without the client index check (am's own handlers).

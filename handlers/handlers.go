@@ -262,10 +262,19 @@ func (tok *Token) Piggyback() (uint64, bool) {
 // during Replier.Reply.
 func (tok *Token) ReplyPiggyback() (uint64, bool) { return tok.replyPB, tok.hasReplyPB }
 
-// ReplyShortPiggyback is ReplyShort with a tool value piggybacked on the reply
-// (the receiver's updated delay of the overhead-compensation handshake).
-func (tok *Token) ReplyShortPiggyback(h Index, pb uint64, args ...uint64) error {
-	tok.replyPB, tok.hasReplyPB = pb, true
+// Piggyback is a tool value that a message may carry in its header: one
+// value per message, in the message's own packet, never an extra message
+// (docs/tools.md). The zero value carries none.
+type Piggyback struct {
+	Value uint64
+	Set   bool
+}
+
+// ReplyShortWith is ReplyShort with a tool value piggybacked on the reply when
+// pb is set (the receiver's updated delay of the overhead-compensation
+// handshake); with the zero Piggyback it is ReplyShort.
+func (tok *Token) ReplyShortWith(h Index, pb Piggyback, args ...uint64) error {
+	tok.replyPB, tok.hasReplyPB = pb.Value, pb.Set
 	err := tok.reply(h, nil, false, args)
 	tok.hasReplyPB = false
 	return err

@@ -133,15 +133,13 @@ func (x coll) barrier() error {
 	}
 	for r, dist := 0, 1; dist < c.size; r, dist = r+1, dist*2 {
 		to := c.world((c.rank + dist) % c.size)
-		var err error
 		var buf [proto.BarrierArgs]uint64
-		msg := proto.Barrier{Context: c.ctx, Round: uint32(r)}
+		var pb handlers.Piggyback
 		if x.pb != nil {
-			pb, _ := x.outgoing()
-			err = p.ep.RequestShortPiggyback(to, hBarrier, pb, msg.Append(buf[:0])...)
-		} else {
-			err = p.ep.RequestShort(to, hBarrier, msg.Append(buf[:0])...)
+			pb.Value, _ = x.outgoing()
+			pb.Set = true
 		}
+		err := p.ep.RequestShortWith(to, hBarrier, pb, (&proto.Barrier{Context: c.ctx, Round: uint32(r)}).Append(buf[:0])...)
 		if err != nil {
 			return p.netErr(c, to, fmt.Sprintf("barrier on communicator %d", c.ctx), err)
 		}

@@ -3,6 +3,7 @@ package mpiam
 import (
 	"fmt"
 
+	"github.com/amgo-hpc/amgo/handlers"
 	"github.com/amgo-hpc/amgo/mpiam/internal/match"
 )
 
@@ -82,15 +83,11 @@ func (p *proc) startSend(r *reqState) error {
 	if !hasPB {
 		pb, hasPB = p.outgoingPB()
 	}
-	switch {
-	case rndv && hasPB:
-		err = p.ep.RequestShortPiggyback(world, hRTS, pb, a0, a1, a2, uint64(len(r.buf)), r.id, addr)
-	case rndv:
-		err = p.ep.RequestShort(world, hRTS, a0, a1, a2, uint64(len(r.buf)), r.id, addr)
-	case hasPB:
-		err = p.ep.RequestMediumPiggyback(world, hEager, r.buf, pb, a0, a1, a2)
-	default:
-		err = p.ep.RequestMedium(world, hEager, r.buf, a0, a1, a2)
+	piggyback := handlers.Piggyback{Value: pb, Set: hasPB}
+	if rndv {
+		err = p.ep.RequestShortWith(world, hRTS, piggyback, a0, a1, a2, uint64(len(r.buf)), r.id, addr) // proto.RTS
+	} else {
+		err = p.ep.RequestMediumWith(world, hEager, r.buf, piggyback, a0, a1, a2)
 	}
 	if err != nil {
 		if rndv {
@@ -118,12 +115,7 @@ func (p *proc) sendEager(c *Comm, buf []byte, dest, tag int, mode Mode, pb uint6
 	}
 	seq := c.sendSeq[dest].Add(1) - 1
 	a0, a1, a2 := envelope(c.ctx, c.rank, tag, seq, flags)
-	var err error
-	if hasPB {
-		err = p.ep.RequestMediumPiggyback(world, hEager, buf, pb, a0, a1, a2)
-	} else {
-		err = p.ep.RequestMedium(world, hEager, buf, a0, a1, a2)
-	}
+	err := p.ep.RequestMediumWith(world, hEager, buf, handlers.Piggyback{Value: pb, Set: hasPB}, a0, a1, a2)
 	if err != nil {
 		return p.netErr(c, world, fmt.Sprintf("send to rank %d, tag %d", dest, tag), err)
 	}
@@ -575,6 +567,15 @@ func (p *proc) outgoingPB() (uint64, bool) {
 		return 0, false
 	}
 	return p.pbTool.PiggybackValue(), true
+}
+
+// piggyback is the value every message of this rank carries: the attached
+// tool's current one, or none.
+func (p *proc) piggyback() handlers.Piggyback {
+	if p.pbTool == nil {
+		return handlers.Piggyback{}
+	}
+	return handlers.Piggyback{Value: p.pbTool.PiggybackValue(), Set: true}
 }
 
 // sendPB is a blocking standard send that carries pb (if hasPB) instead of the

@@ -387,13 +387,8 @@ func (p *proc) completeMatchesLocked(out []match.Match[*reqState, *inMsg], tok *
 		}
 		if plan.cts && m == cur {
 			// Answer the message being handled with a reply: no credit needed.
-			var rerr error
 			var buf [proto.CTSArgs]uint64
-			if p.pbTool != nil {
-				rerr = tok.ReplyShortPiggyback(hCTS, p.pbTool.PiggybackValue(), plan.args.Append(buf[:0])...)
-			} else {
-				rerr = tok.ReplyShort(hCTS, plan.args.Append(buf[:0])...)
-			}
+			rerr := tok.ReplyShortWith(hCTS, p.piggyback(), plan.args.Append(buf[:0])...)
 			plan.cts = rerr != nil // queue it as a request if the reply failed
 		}
 		p.queueRndvLocked(r, m.src, plan)

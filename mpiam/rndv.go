@@ -231,13 +231,7 @@ func (p *proc) runRndv(r *reqState, src int, plan rndvPlan) {
 // sendCTS sends a clear-to-send request for receive r.
 func (p *proc) sendCTS(d *deferred) error {
 	var buf [proto.CTSArgs]uint64
-	var err error
-	if p.pbTool != nil {
-		err = p.ep.RequestShortPiggyback(d.dst, hCTS, p.pbTool.PiggybackValue(), d.cts.Append(buf[:0])...)
-	} else {
-		err = p.ep.RequestShort(d.dst, hCTS, d.cts.Append(buf[:0])...)
-	}
-	return err
+	return p.ep.RequestShortWith(d.dst, hCTS, p.piggyback(), d.cts.Append(buf[:0])...)
 }
 
 // onCTS runs at the sender when the receiver has named where to store (part
@@ -477,15 +471,10 @@ func (p *proc) runWork(d deferred) {
 // the failure.
 func (p *proc) notifyPulled(tok *handlers.Token, r *reqState, dst int, sendID uint64, err error) {
 	var nerr error
-	switch {
-	case tok != nil && p.pbTool != nil:
-		nerr = tok.ReplyShortPiggyback(hPulled, p.pbTool.PiggybackValue(), sendID)
-	case tok != nil:
-		nerr = tok.ReplyShort(hPulled, sendID)
-	case p.pbTool != nil:
-		nerr = p.ep.RequestShortPiggyback(dst, hPulled, p.pbTool.PiggybackValue(), sendID)
-	default:
-		nerr = p.ep.RequestShort(dst, hPulled, sendID)
+	if tok != nil {
+		nerr = tok.ReplyShortWith(hPulled, p.piggyback(), sendID)
+	} else {
+		nerr = p.ep.RequestShortWith(dst, hPulled, p.piggyback(), sendID)
 	}
 	if err == nil {
 		err = nerr
