@@ -57,6 +57,12 @@ func runDeadJob(t *testing.T, n, victim int, die func(w *Comm) error, body func(
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
+			ended := false
+			defer func() {
+				if !ended { // a failed assertion ended the goroutine (Goexit):
+					_ = trs[i].Close() // its peers see it die instead of waiting for ever
+				}
+			}()
 			w := procs[i].world
 			if i == victim {
 				errs[i] = die(w)
@@ -64,9 +70,11 @@ func runDeadJob(t *testing.T, n, victim int, die func(w *Comm) error, body func(
 				diedAt = time.Now()
 				mu.Unlock()
 				_ = trs[i].Close()
+				ended = true
 				return
 			}
 			errs[i] = body(w, died)
+			ended = true
 		}(i)
 	}
 	wg.Wait()
