@@ -162,8 +162,7 @@ func (p *proc) completePostedLocked(r *reqState, m *inMsg, env match.Envelope) e
 	plan := p.planRndvLocked(r, m, env)
 	p.mu.Unlock()
 	dst := m.src
-	p.unchargeUnexpected(m)
-	p.msgPool.Put(m)
+	p.recycleRTS(m)
 	p.runRndv(r, dst, plan)
 	return nil
 }

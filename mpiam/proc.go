@@ -381,8 +381,7 @@ func (p *proc) completeMatchesLocked(out []match.Match[*reqState, *inMsg], tok *
 		plan := p.planRndvLocked(r, m, x.Env)
 		if m == cur && plan.pull && !plan.cts && plan.job.n-plan.job.off <= inlinePullMax {
 			pull, ok = deferred{kind: workPull, req: r, dst: m.src, pull: plan.job}, true
-			p.unchargeUnexpected(m)
-			p.msgPool.Put(m)
+			p.recycleRTS(m)
 			continue
 		}
 		if plan.cts && m == cur {
@@ -392,8 +391,7 @@ func (p *proc) completeMatchesLocked(out []match.Match[*reqState, *inMsg], tok *
 			plan.cts = rerr != nil // queue it as a request if the reply failed
 		}
 		p.queueRndvLocked(r, m.src, plan)
-		p.unchargeUnexpected(m)
-		p.msgPool.Put(m)
+		p.recycleRTS(m)
 	}
 	return pull, ok
 }

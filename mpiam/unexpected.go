@@ -73,6 +73,13 @@ func (p *proc) chargeUnexpected(m *inMsg, cost int64) (over bool) {
 	return p.unexpBytes[m.src].Add(cost) > int64(p.unexpLimit)
 }
 
+// recycleRTS recycles the record of a request-to-send that a receive has
+// taken, giving back what it cost while it waited.
+func (p *proc) recycleRTS(m *inMsg) {
+	p.unchargeUnexpected(m)
+	p.msgPool.Put(m)
+}
+
 // unchargeUnexpected gives back what m cost; when its source has fallen below
 // half the limit and was throttled, the throttle is lifted at the next
 // polling call.
