@@ -53,7 +53,7 @@ func TestUnexpectedFloodIsBounded(t *testing.T) {
 				w.p.mu.Lock()
 				queued := w.p.eng.Stats().Unexpected
 				w.p.mu.Unlock()
-				hard := w.p.unexpHardLimit()
+				hard := w.p.unexpHard
 				r.LessOrEqual(w.p.unexpBytes[0].Load(), hard)
 				r.LessOrEqual(int64(queued), hard/unexpRecordBytes+1)
 				buf := make([]byte, size)

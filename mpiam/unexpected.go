@@ -60,10 +60,10 @@ type recvThrottle struct {
 // unexpHardLimit is the most unexpected cost one source may have before its
 // messages keep their buffer space: the limit plus what a sender can have on
 // the way when the throttle reaches it (four buffers' worth of the smallest
-// messages, records included, for slack).
-func (p *proc) unexpHardLimit() int64 {
-	b := int64(p.ep.BufferBytes())
-	return int64(p.unexpLimit) + 4*b + 4*b/64*unexpRecordBytes
+// messages, records included, for slack). newProc keeps it in p.unexpHard.
+func unexpHardLimit(limit, bufferBytes int) int64 {
+	b := int64(bufferBytes)
+	return int64(limit) + 4*b + 4*b/64*unexpRecordBytes
 }
 
 // chargeUnexpected records that m, unexpected from m.src, costs cost bytes,

@@ -75,10 +75,19 @@ func (l *Last) Deliver(src int, pkt []byte) {
 // RecvOne polls tr (and, if sleep, waits between polls) until one packet has
 // arrived in rx; it gives up after 20 s without one.
 func RecvOne(tr transport.Transport, rx *Last, sleep bool) error {
+	want := rx.N + 1
+	return PollFor(tr, rx, sleep, func() (bool, error) { return rx.N >= want, nil })
+}
+
+// PollFor polls tr into rx one packet at a time (and, if sleep, waits
+// between polls) until done says so or fails; it gives up after 20 s.
+func PollFor(tr transport.Transport, rx transport.Receiver, sleep bool, done func() (bool, error)) error {
 	var deadline time.Time
 	for i := 0; ; i++ {
-		n, err := tr.Poll(rx, 1)
-		if err != nil || n == 1 {
+		if _, err := tr.Poll(rx, 1); err != nil {
+			return err
+		}
+		if ok, err := done(); ok || err != nil {
 			return err
 		}
 		if sleep {

@@ -77,32 +77,7 @@ func (l *last) Deliver(src int, pkt []byte) {
 // recvOne polls (and, if sleep, waits) until one more packet has arrived.
 func recvOne(tr transport.Transport, rx *last, sleep bool) error {
 	want := rx.n + 1
-	var deadline time.Time
-	for i := 0; ; i++ {
-		_, err := tr.Poll(rx, 1)
-		if err != nil {
-			return err
-		}
-		if rx.err != nil {
-			return rx.err
-		}
-		if rx.n >= want {
-			return nil
-		}
-		if sleep {
-			if err := tr.Wait(50 * time.Millisecond); err != nil {
-				return err
-			}
-		}
-		if i&1023 == 1023 {
-			if deadline.IsZero() {
-				deadline = time.Now().Add(20 * time.Second)
-			}
-			if time.Now().After(deadline) {
-				return errors.New("nothing arrived for 20 s")
-			}
-		}
-	}
+	return transporttest.PollFor(tr, rx, sleep, func() (bool, error) { return rx.n >= want, rx.err })
 }
 
 // pingPong runs round trips first..first+n-1 of 8-byte payloads; rank 0
