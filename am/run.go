@@ -54,6 +54,10 @@ func (ep *Endpoint) Fail(msg string) {
 	_ = ep.tr.Close()
 }
 
+// abortLinger is how long a launched rank that called Abort waits for its
+// launcher to end it before it exits by itself.
+const abortLinger = 5 * time.Second
+
 // ErrAborted is returned by Abort in an in-process job; the error is an
 // *AbortError.
 var ErrAborted = errors.New("am: job aborted")
@@ -74,13 +78,20 @@ func (e *AbortError) Error() string {
 func (e *AbortError) Is(target error) bool { return target == ErrAborted }
 
 // Abort ends the whole job (MPI_Abort): under a launcher it asks the launcher
-// to kill every rank and exits this process with code; in an in-process job it
+// to kill every rank, waits (up to 5 s) for it to do so, and otherwise exits
+// this process with code; in an in-process job it
 // closes every rank's endpoint, so their blocked calls fail with ErrClosed, and
 // returns an *AbortError (matching ErrAborted) for the caller to return from
 // its rank function (job.Run then exits the process with code).
 func (ep *Endpoint) Abort(code int, msg string) error {
 	if ep.launcher != nil {
-		_ = ep.launcher.Abort(code, msg)
+		if ep.launcher.Abort(code, msg) == nil {
+			// Stay until the launcher ends the job (PMIx_Abort blocks so
+			// too): were this process to exit at once, its peers would see
+			// their connections to it break and could fail, and reach the
+			// launcher, before its abort does.
+			time.Sleep(abortLinger)
+		}
 		os.Exit(code)
 	}
 	if ep.abortJob != nil {
