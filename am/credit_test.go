@@ -72,7 +72,7 @@ func TestQuarterAckFollowsTheAnswer(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.EqualValues(t, 4, acks())
-	require.Len(t, eps[1].rx.dirty, 0, "the sources' list is emptied with their frees")
+	require.False(t, eps[1].rx.credit.Pending(), "the sources' list is emptied with their frees")
 }
 
 // TestRequestCarriesOwedCredit checks that a request carries the credit its
@@ -94,7 +94,7 @@ func TestRequestCarriesOwedCredit(t *testing.T) {
 			Fn: func(tok *handlers.Token, _ []uint64, _ []byte) { maxReply = append(maxReply, tok.MaxReply); got[i]++ }})
 		require.NoError(t, err)
 	}
-	inUse := func(from, to int) int { return eps[from].peers[to].win.InUse() }
+	inUse := func(from, to int) int { return eps[from].peers[to].cr.InUse() }
 	acks := func(i int) uint64 { return eps[i].Stats().AcksSent }
 	poll := func(i, want int) {
 		t.Helper()
@@ -126,11 +126,11 @@ func TestRequestCarriesOwedCredit(t *testing.T) {
 	}
 	// A short request carries a quarter or more, and its handler has the
 	// same room to reply as one without (MaxReply).
-	require.NotZero(t, eps[0].peers[1].owed.Len())
+	require.NotZero(t, eps[0].rx.credit.Owed(1).Len())
 	require.NoError(t, eps[0].RequestShort(1, 2))
 	poll(1, 1)
 	require.Zero(t, inUse(1, 0))
-	require.Zero(t, eps[0].peers[1].owed.Len())
+	require.Zero(t, eps[0].rx.credit.Owed(1).Len())
 	require.NoError(t, eps[0].RequestShort(1, 2)) // nothing owed: no free extension
 	poll(1, 1)
 	require.Equal(t, []int{256 - 24 - wire.FreeExtLen, 256 - 24 - wire.FreeExtLen}, maxReply)
@@ -166,18 +166,18 @@ func TestRequestCarriesOwedCredit(t *testing.T) {
 	net.limit = 1
 	net.mu.Unlock()
 	require.NoError(t, eps[1].RequestShort(0, 1)) // carries the credit; fills the 1->0 queue (limit 1)
-	require.Zero(t, eps[1].peers[0].owed.Len(), "the request took the credit")
+	require.Zero(t, eps[1].rx.credit.Owed(0).Len(), "the request took the credit")
 	require.NoError(t, eps[0].RequestMedium(1, 1, big))
 	poll(1, 1) // rank 1 owes rank 0 again
 	// The next request takes the credit and the network refuses it.
 	p := &eps[1].peers[0]
 	p.mu.Lock()
 	hdr := wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 1}
-	credit, err := eps[1].sendLocked(0, p, &hdr, nil, nil, 256)
+	credit, err := eps[1].sendLocked(0, p, &hdr, nil, nil)
 	p.mu.Unlock()
 	require.True(t, credit)
 	require.ErrorIs(t, err, transport.ErrWouldBlock)
-	require.Zero(t, p.owed.Len(), "the refused request had taken the credit")
+	require.Zero(t, eps[1].rx.credit.Owed(0).Len(), "the refused request had taken the credit")
 	p.mu.Lock()
 	require.Len(t, p.backlog, 1, "and queued it as an ack")
 	p.mu.Unlock()

@@ -130,14 +130,11 @@ type sendCounters struct {
 // peer is the sender's state toward one rank, guarded by mu.
 type peer struct {
 	mu sync.Mutex
-	// owed is the credit this rank owes the peer: space of the peer's
-	// reservations in this rank's receive buffer that is consumed and not yet
-	// returned. The poller adds to it (addFree); a request to the peer takes
-	// it (sendLocked), as do the poller's acks and replies; each range goes
-	// back exactly once (flowctl.Owed). Outside mu: the poller never waits
-	// for a sender.
-	owed    flowctl.Owed
-	win     *flowctl.Window
+	// cr is the credit toward the peer: the space this rank holds in the
+	// peer's buffer, and the credit it owes the peer and carries back on
+	// requests (whose flowctl.Owed the poller's Ledger adds to without mu:
+	// the poller never waits for a sender).
+	cr      *flowctl.Sender
 	putMu   sync.Mutex              // guards putHdr (putSend), taken before mu
 	putHdr  [wire.MaxHeaderLen]byte // the store-done that putSend sends with a put's data
 	scratch [wire.MaxHeaderLen]byte
@@ -208,9 +205,8 @@ type rxState struct {
 	tok     handlers.Token
 	payload []byte
 	kind    wire.Kind
-	dirty   []int  // sources owed credit (peer.owed; possibly returned since)
-	isDirty []bool // by source: in dirty
-	urgent  bool   // a pending free reached a quarter of the buffer: sent before the next delivery or poll
+	credit  *flowctl.Ledger // the credit this rank owes its senders
+	acks    []flowctl.Ack   // scratch for the acks the ledger decides
 	idle    int    // polls in a row that found nothing
 	busy    int    // polls that delivered something
 	lastErr error  // the last peer failure Poll returned, and its rank (a cache:
@@ -267,15 +263,18 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 		return nil, fmt.Errorf("%w: MaxMedium would be %d bytes (network packets %d, buffer %d); GASNet requires at least 512",
 			ErrConfig, ep.maxMedium, caps.MaxPacket, cfg.BufferBytes)
 	}
-	for i := range ep.peers {
-		w, err := flowctl.NewWindow(cfg.BufferBytes)
-		if err != nil {
-			return nil, err
-		}
-		ep.peers[i].win = w
+	fp := flowctl.Params{BufferBytes: cfg.BufferBytes, ReplyReserve: cfg.ReplyReserve,
+		ExtLen: wire.FreeExtLen, MinReply: wire.MaxHeaderLen}
+	var err error
+	if ep.rx.credit, err = flowctl.NewLedger(fp, ep.size); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	ep.rx.isDirty = cacheline.Slice[bool](ep.size)
-	ep.rx.dirty = cacheline.Slice[int](ep.size)[:0]
+	ep.rx.acks = cacheline.Slice[flowctl.Ack](ep.size)[:0]
+	for i := range ep.peers {
+		if ep.peers[i].cr, err = flowctl.NewSender(fp, ep.rx.credit.Owed(i)); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+	}
 	if err := ep.registerInternal(); err != nil {
 		return nil, err
 	}

@@ -187,7 +187,7 @@ func TestCreditBackPressure(t *testing.T) {
 		for i := uint64(0); i < n; i++ {
 			msg[299] = byte(i)
 			require.NoError(t, eps[0].RequestMedium(1, 1, msg, i))
-			require.LessOrEqual(t, eps[0].peers[1].win.InUse(), 4096)
+			require.LessOrEqual(t, eps[0].peers[1].cr.InUse(), 4096)
 		}
 		require.Zero(t, eps[0].Drain(10*time.Second))
 		stop.Store(true)
@@ -223,7 +223,7 @@ func TestRetainKeepsSpaceUntilRelease(t *testing.T) {
 		for i := 0; i < 20; i++ {
 			_, _ = eps[0].Poll()
 		}
-		require.Equal(t, 1536, eps[0].peers[1].win.InUse(), "retained payloads hold their space")
+		require.Equal(t, 1536, eps[0].peers[1].cr.InUse(), "retained payloads hold their space")
 		require.Equal(t, msg, payloads[0])
 		require.NoError(t, eps[1].Release(kept[1]))
 		require.NoError(t, eps[1].Release(kept[0]))

@@ -43,7 +43,7 @@ func (ep *Endpoint) pollLocked() (int, error) {
 			p.mu.Unlock()
 		}
 	}
-	if ep.rx.urgent {
+	if ep.rx.credit.Urgent() {
 		ep.sendUrgentFrees()
 	}
 	n, err := ep.tr.Poll((*receiver)(ep), pollBatch)
@@ -63,7 +63,7 @@ func (ep *Endpoint) pollLocked() (int, error) {
 		if ep.rx.busy++; ep.rx.busy%16 == 0 {
 			ep.polls.Add(1)
 		}
-	} else if ep.rx.idle++; ep.rx.idle >= idleFlushPolls && len(ep.rx.dirty) > 0 {
+	} else if ep.rx.idle++; ep.rx.idle >= idleFlushPolls && ep.rx.credit.Pending() {
 		ep.flushFrees()
 	} else if ep.rx.idle%64 == 0 {
 		ep.polls.Add(1) // an idle poller shows it finishes polls, now and then
@@ -82,7 +82,7 @@ func (r *receiver) Deliver(src int, pkt []byte) { (*Endpoint)(r).deliver(src, pk
 
 func (ep *Endpoint) deliver(src int, pkt []byte) {
 	rx := &ep.rx
-	if rx.urgent {
+	if rx.credit.Urgent() {
 		ep.sendUrgentFrees()
 	}
 	h := &rx.hdr
@@ -103,7 +103,7 @@ func (ep *Endpoint) deliver(src int, pkt []byte) {
 		}
 		p := &ep.peers[src]
 		p.mu.Lock()
-		err := p.win.Free(off, n)
+		err := p.cr.Free(flowctl.Range{Off: off, Len: n})
 		p.mu.Unlock()
 		if err != nil {
 			ep.drop(fmt.Errorf("am: %s from rank %d: %w", h.Kind, src, err))
@@ -122,17 +122,11 @@ func (ep *Endpoint) deliver(src int, pkt []byte) {
 		}
 		ep.dispatch(h.Handler, args, payload)
 	case wire.KindRequestShort, wire.KindRequestMedium, wire.KindRequestStore, wire.KindStoreDone:
-		// Room for the reply: the reservation less the packet and less the
-		// free extension's room when the packet does not use it (sendRequest
-		// reserves it always), so MaxReply does not depend on whether the
-		// request carried credit.
-		room := int(h.Reserve) - len(pkt)
-		if h.Flags&wire.FlagFree == 0 {
-			room -= wire.FreeExtLen
-		}
-		if uint64(h.Off)+uint64(h.Reserve) > uint64(ep.cfg.BufferBytes) || h.Off%flowctl.Granule != 0 ||
-			h.Reserve%flowctl.Granule != 0 || room < wire.MaxHeaderLen {
-			ep.drop(fmt.Errorf("am: %s from rank %d with bad reservation [%d,+%d) for %d bytes", h.Kind, src, h.Off, h.Reserve, len(pkt)))
+		// Room for the reply, the same whether the request carried credit or
+		// not (flowctl.Ledger.Arrival).
+		room, err := rx.credit.Arrival(flowctl.Range{Off: h.Off, Len: h.Reserve}, len(pkt), h.Flags&wire.FlagFree != 0)
+		if err != nil {
+			ep.drop(fmt.Errorf("am: %s from rank %d: %w", h.Kind, src, err))
 			return
 		}
 		if h.Kind == wire.KindRequestStore || h.Kind == wire.KindStoreDone {
@@ -203,11 +197,10 @@ func (r *replier) Reply(tok *handlers.Token, h handlers.Index, payload []byte, m
 	} else {
 		payload = nil
 	}
-	// Carry the credit owed to src for earlier requests too when it is
+	// With the credit owed to src for earlier requests too when it is
 	// adjacent (and no request took it meanwhile).
-	if off, n, ok := ep.peers[src].owed.TakeBefore(tok.ReqOff); ok {
-		hdr.Off, hdr.Reserve = off, n+tok.ReqLen
-	}
+	back := ep.rx.credit.Reply(src, flowctl.Range{Off: tok.ReqOff, Len: tok.ReqLen})
+	hdr.Off, hdr.Reserve = back.Off, back.Len
 	return ep.sendResponse(src, &hdr, args, payload)
 }
 

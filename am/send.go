@@ -215,7 +215,6 @@ func (ep *Endpoint) putSend(dst int, p *peer, h *wire.Header, args []uint64, add
 		ep.table.Seal() // communication has started (as in sendRequest)
 		ep.startProgress()
 	}
-	res := flowctl.RoundUp(h.EncodedLen() + wire.FreeExtLen + ep.cfg.ReplyReserve)
 	// The header goes in p.putHdr under p.putMu (a local array would escape
 	// through the interface call: an allocation per store); the transport
 	// serializes puts to one peer anyway.
@@ -227,12 +226,12 @@ func (ep *Endpoint) putSend(dst int, p *peer, h *wire.Header, args []uint64, add
 		p.mu.Unlock()
 		return false, nil
 	}
-	off, ok, err := p.win.Alloc(res)
+	space, ok, err := p.cr.ReserveBare(h.EncodedLen())
 	if err != nil || !ok {
 		p.mu.Unlock()
 		return false, nil
 	}
-	h.Off, h.Reserve = off, uint32(res)
+	h.Off, h.Reserve = space.Off, space.Len
 	n := wire.Encode(buf[:], h, args)
 	// Counted before it leaves: dst may run the handler before PutSend returns.
 	p.c.requests++
@@ -241,7 +240,7 @@ func (ep *Endpoint) putSend(dst int, p *peer, h *wire.Header, args []uint64, add
 	// Outside p.mu: the put may wait for the socket to drain.
 	if err := ep.putSender.PutSend(dst, uintptr(addr), data, buf[:n], nil); err != nil {
 		p.mu.Lock()
-		_ = p.win.Free(off, uint32(res))
+		_ = p.cr.Free(space) // reserved above: cannot fail
 		p.c.requests--
 		p.c.storesPut--
 		p.mu.Unlock()
@@ -310,50 +309,43 @@ func (ep *Endpoint) sendRequest(dst int, h *wire.Header, args []uint64, payload 
 		ep.table.Seal() // communication has started
 		ep.startProgress()
 	}
-	// Room for the free extension too: sendLocked decides whether the
-	// request carries one only once it has its reservation.
-	res := flowctl.RoundUp(h.EncodedLen() + wire.FreeExtLen + len(payload) + ep.cfg.ReplyReserve)
 	p := &ep.peers[dst]
 	if ep.dead[dst].Load() == nil && p.mu.TryLock() {
 		// The common case, without the wait's pacing: the peer's lock is
 		// free, nothing is backlogged and the window has room.
 		if len(p.backlog) == 0 {
-			if credit, err := ep.sendLocked(dst, p, h, args, payload, res); credit && err == nil {
+			if credit, err := ep.sendLocked(dst, p, h, args, payload); credit && err == nil {
 				p.mu.Unlock()
 				return nil
 			} // else the loop below waits, retries or reports
 		}
 		p.mu.Unlock()
 	}
-	return ep.sendRequestWait(dst, p, h, args, payload, res)
+	return ep.sendRequestWait(dst, p, h, args, payload)
 }
 
-// sendLocked reserves res bytes of dst's window and sends the request; p.mu
+// sendLocked takes credit toward dst (flowctl.Sender.Reserve: the room,
+// and the owed range the request carries back) and sends the request; p.mu
 // is held. credit false: the window is full now. err: the reservation can
 // never fit (from flowctl), or the network refused the packet (credit true;
 // the reservation is undone).
-func (ep *Endpoint) sendLocked(dst int, p *peer, h *wire.Header, args []uint64, payload []byte, res int) (credit bool, err error) {
-	off, ok, err := p.win.Alloc(res)
+func (ep *Endpoint) sendLocked(dst int, p *peer, h *wire.Header, args []uint64, payload []byte) (credit bool, err error) {
+	h.Flags &^= wire.FlagFree // the reservation leaves room for it anyway
+	g, ok, err := p.cr.Reserve(h.EncodedLen(), len(payload))
 	if err != nil || !ok {
 		return false, err
 	}
-	h.Off, h.Reserve = off, uint32(res)
-	// Carry the credit owed to dst (flowctl.CarryOnRequest).
-	h.Flags &^= wire.FlagFree
-	if flowctl.CarryOnRequest(p.owed.Len(), len(payload), ep.cfg.BufferBytes) {
-		if off, n, ok := p.owed.Take(); ok {
-			h.Flags |= wire.FlagFree
-			h.FreeOff, h.FreeLen = off, n
-		}
+	h.Off, h.Reserve = g.Space.Off, g.Space.Len
+	if g.Carry.Len != 0 {
+		h.Flags |= wire.FlagFree
+		h.FreeOff, h.FreeLen = g.Carry.Off, g.Carry.Len
 	}
 	n := wire.Encode(p.scratch[:], h, args)
 	if err := ep.tr.Send(dst, p.scratch[:n], payload); err != nil {
-		_ = p.win.Free(off, uint32(res))
-		if h.Flags&wire.FlagFree != 0 {
+		if ack := p.cr.Refused(g); ack.Len != 0 {
 			// The credit must still go back: as an ack, queued behind
 			// whatever the network refused (dropped if dst is dead).
-			h.Flags &^= wire.FlagFree
-			ep.backlogAckLocked(dst, p, h.FreeOff, h.FreeLen)
+			ep.backlogAckLocked(dst, p, ack)
 		}
 		return true, err
 	}
@@ -364,7 +356,7 @@ func (ep *Endpoint) sendLocked(dst int, p *peer, h *wire.Header, args []uint64, 
 
 // sendRequestWait is sendRequest's loop for a request that must wait for the
 // peer's lock, for credit or for the network, polling meanwhile.
-func (ep *Endpoint) sendRequestWait(dst int, p *peer, h *wire.Header, args []uint64, payload []byte, res int) error {
+func (ep *Endpoint) sendRequestWait(dst int, p *peer, h *wire.Header, args []uint64, payload []byte) error {
 	var b backoff
 	defer b.end()
 	stalled := false // waited for credit (not for the network)
@@ -377,7 +369,7 @@ func (ep *Endpoint) sendRequestWait(dst int, p *peer, h *wire.Header, args []uin
 			ep.flushBacklogLocked(dst, p)
 		}
 		if len(p.backlog) == 0 {
-			credit, err := ep.sendLocked(dst, p, h, args, payload, res)
+			credit, err := ep.sendLocked(dst, p, h, args, payload)
 			switch {
 			case credit && err == nil:
 				if stalled {
@@ -452,13 +444,13 @@ func (ep *Endpoint) enqueueLocked(p *peer, hdr, payload []byte) {
 	p.c.backlogged++
 }
 
-// backlogAckLocked queues an ack returning [off,+n) to dst behind its
+// backlogAckLocked queues an ack returning r to dst behind its
 // backlog; p.mu is held. The next flush of the backlog sends it.
-func (ep *Endpoint) backlogAckLocked(dst int, p *peer, off, n uint32) {
+func (ep *Endpoint) backlogAckLocked(dst int, p *peer, r flowctl.Range) {
 	if ep.dead[dst].Load() != nil {
 		return
 	}
-	h := wire.Header{Kind: wire.KindAck, Src: uint32(ep.rank), Flags: wire.FlagFree, Off: off, Reserve: n}
+	h := wire.Header{Kind: wire.KindAck, Src: uint32(ep.rank), Flags: wire.FlagFree, Off: r.Off, Reserve: r.Len}
 	k := wire.Encode(p.scratch[:], &h, nil) // the refused request's header is no longer needed
 	ep.enqueueLocked(p, p.scratch[:k], nil)
 	p.c.acks++

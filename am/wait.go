@@ -189,7 +189,7 @@ func (ep *Endpoint) Drain(d time.Duration) int {
 			}
 			p := &ep.peers[i]
 			p.mu.Lock()
-			if p.win.InUse() > 0 || len(p.backlog) > 0 {
+			if p.cr.InUse() > 0 || len(p.backlog) > 0 {
 				n++
 			}
 			p.mu.Unlock()
@@ -276,7 +276,7 @@ func (ep *Endpoint) stopProgress() {
 func (ep *Endpoint) flushPending() {
 	ep.pollMu.Lock()
 	defer ep.pollMu.Unlock()
-	if len(ep.rx.dirty) > 0 {
+	if ep.rx.credit.Pending() {
 		ep.flushFrees()
 	}
 }

@@ -18,9 +18,18 @@
 // one sender, coalesced into one range, and the rules of when it goes back
 // (CarryOnRequest, Urgent; owed.go).
 //
+// Sender and Ledger put these together into the credit engine (credit.go):
+// a Sender, one per peer, reserves a request's room (Params.Reservation)
+// and picks the owed range it carries back, and undoes both when the
+// network refuses the packet; a Ledger, one per rank, checks each arriving
+// request's reservation, records what is consumed, and decides which ranges
+// go back in acks and when (at once when displaced, before the next
+// delivery when Urgent, all when the receiver idles).
+//
 // The package does no I/O and starts no goroutine: the caller (package am)
-// sends what it decides. A Window takes no lock (the caller serializes access
-// per peer); an Owed is lock-free.
+// sends what it decides, and the engine is tested here against a reference
+// model without sockets or goroutines. A Window and a Sender take no lock
+// (the caller serializes access per peer); an Owed is lock-free.
 package flowctl
 
 import (
