@@ -207,10 +207,10 @@ type rxState struct {
 	kind    wire.Kind
 	credit  *flowctl.Ledger // the credit this rank owes its senders
 	acks    []flowctl.Ack   // scratch for the acks the ledger decides
-	idle    int    // polls in a row that found nothing
-	busy    int    // polls that delivered something
-	lastErr error  // the last peer failure Poll returned, and its rank (a cache:
-	lastBad int    // networks repeat a dead peer's error on every idle poll)
+	idle    int             // polls in a row that found nothing
+	busy    int             // polls that delivered something
+	lastErr error           // the last peer failure Poll returned, and its rank (a cache:
+	lastBad int             // networks repeat a dead peer's error on every idle poll)
 	c       struct{ requests, replies, acks, bytes, drops uint64 }
 }
 
