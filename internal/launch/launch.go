@@ -620,12 +620,6 @@ func (j *job) supervise(ctx context.Context, aborts <-chan abortEvent) error {
 		}
 		detail, code, ok := describe(ev)
 		if !ok {
-			// It may have failed because a peer ended first (its
-			// connection broke): that peer is the cause, and is named.
-			j.awaitEnded(j.endedRanks(ev.rank), time.Second, onExit)
-			if failure != nil {
-				return
-			}
 			// A rank that aborts writes its abort, then exits: the exit can
 			// reach this loop first. Its connection read to the end, an
 			// abort it sent is the better report.
