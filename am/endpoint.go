@@ -127,6 +127,16 @@ type sendCounters struct {
 	requests, replies, acks, bytes, stalls, backlogged, storesPut, storesPacketed uint64
 }
 
+// peerNet is what the network that reaches one peer offers (the job's
+// network, or the peer's own under package route); fixed at New.
+type peerNet struct {
+	maxMedium int  // MaxMediumTo
+	putMin    int  // Caps.PutMin
+	put, get  bool // single-copy put and get
+	putSend   bool // PutSender: a store-done leaves with the data
+	name      string
+}
+
 // peer is the sender's state toward one rank, guarded by mu.
 type peer struct {
 	mu sync.Mutex
@@ -163,7 +173,8 @@ type Endpoint struct {
 	maxPacket int
 
 	peers    []peer
-	recvBufs []byte // size × BufferBytes: the per-peer receive buffers
+	nets     []peerNet // by rank: what the network that reaches it offers
+	recvBufs []byte    // size × BufferBytes: the per-peer receive buffers
 
 	segMu   sync.RWMutex
 	segs    []segment
@@ -250,18 +261,30 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 	}
 	if g, ok := tr.(transport.Getter); ok && caps.Get {
 		ep.getter = g
-		ep.noGet = make([]atomic.Bool, tr.Size())
 	}
+	ep.noGet = make([]atomic.Bool, tr.Size())
 	if pt, ok := tr.(transport.PutTargeter); ok {
 		pt.SetPutResolver(func(addr uint64, n int) ([]byte, error) { return ep.lookupRegion(addr, uint64(n)) })
 	}
 	ep.maxPacket = caps.MaxPacket
-	// A medium must fit in one packet and, with its header and reply room, in the buffer.
-	ep.maxMedium = min(caps.MaxPacket, cfg.BufferBytes-cfg.ReplyReserve) - wire.MaxHeaderLen
-	ep.maxMedium &^= 7
-	if ep.maxMedium < 512 {
-		return nil, fmt.Errorf("%w: MaxMedium would be %d bytes (network packets %d, buffer %d); GASNet requires at least 512",
-			ErrConfig, ep.maxMedium, caps.MaxPacket, cfg.BufferBytes)
+	// Per peer, what its network offers: a medium must fit in one packet
+	// of that network and, with its header and reply room, in the buffer.
+	pc, perPeer := tr.(transport.PeerCapser)
+	ep.nets = make([]peerNet, ep.size)
+	ep.maxMedium = int(^uint(0) >> 1)
+	for r := range ep.nets {
+		c := caps
+		if perPeer {
+			c = pc.PeerCaps(r)
+		}
+		mm := (min(c.MaxPacket, cfg.BufferBytes-cfg.ReplyReserve) - wire.MaxHeaderLen) &^ 7
+		if mm < 512 {
+			return nil, fmt.Errorf("%w: MaxMedium to rank %d over %s would be %d bytes (network packets %d, buffer %d); GASNet requires at least 512",
+				ErrConfig, r, c.Name, mm, c.MaxPacket, cfg.BufferBytes)
+		}
+		ep.nets[r] = peerNet{maxMedium: mm, putMin: c.PutMin, put: ep.putter != nil && c.Put,
+			get: ep.getter != nil && c.Get, putSend: ep.putSender != nil && (c.PutSend || !perPeer), name: c.Name}
+		ep.maxMedium = min(ep.maxMedium, mm)
 	}
 	fp := flowctl.Params{BufferBytes: cfg.BufferBytes, ReplyReserve: cfg.ReplyReserve,
 		ExtLen: wire.FreeExtLen, MinReply: wire.MaxHeaderLen}
@@ -294,10 +317,30 @@ func (ep *Endpoint) Size() int { return ep.size }
 // Transport returns the network underneath (for its capabilities and tests).
 func (ep *Endpoint) Transport() transport.Transport { return ep.tr }
 
-// MaxMedium is the largest medium payload, in bytes, with any argument count:
-// what fits the per-peer buffer with a header and the reply room, and one
-// network packet. At least 512 (GASNet's minimum).
+// MaxMedium is the largest medium payload, in bytes, with any argument count,
+// to every peer: what fits the per-peer buffer with a header and the reply
+// room, and one packet of every network of the job. At least 512 (GASNet's
+// minimum).
 func (ep *Endpoint) MaxMedium() int { return ep.maxMedium }
+
+// MaxMediumTo is MaxMedium toward rank dst alone (GASNet-EX's
+// gex_AM_MaxRequestMedium for one peer): in a job over several networks
+// (package route) it follows dst's network. 0 for a rank out of range.
+func (ep *Endpoint) MaxMediumTo(dst int) int {
+	if uint(dst) >= uint(ep.size) {
+		return 0
+	}
+	return ep.nets[dst].maxMedium
+}
+
+// Network names the network that reaches rank dst ("shm", "tcp", ...; ""
+// for a rank out of range).
+func (ep *Endpoint) Network(dst int) string {
+	if uint(dst) >= uint(ep.size) {
+		return ""
+	}
+	return ep.nets[dst].name
+}
 
 // MaxStore is the largest Store payload in bytes (4 GiB - 1: the header's Total field).
 const MaxStore = 1<<32 - 1

@@ -101,8 +101,8 @@ func (ep *Endpoint) requestMedium(dst int, h handlers.Index, payload []byte, fla
 	if err := ep.checkDst(dst); err != nil {
 		return err
 	}
-	if len(payload) > ep.maxMedium {
-		return fmt.Errorf("%w: medium of %d bytes to rank %d (MaxMedium %d)", ErrTooLarge, len(payload), dst, ep.maxMedium)
+	if mm := ep.nets[dst].maxMedium; len(payload) > mm {
+		return fmt.Errorf("%w: medium of %d bytes to rank %d (MaxMediumTo %d)", ErrTooLarge, len(payload), dst, mm)
 	}
 	if h > handlers.MaxClientIndex {
 		return fmt.Errorf("%w: %d", handlers.ErrIndexReserved, h)
@@ -146,7 +146,7 @@ func (ep *Endpoint) Store(dst int, h handlers.Index, addr uint64, data []byte, a
 	}
 	total := uint32(len(data))
 	p := &ep.peers[dst]
-	if ep.putter != nil && len(data) > 0 && len(data) >= ep.caps.PutMin {
+	if nt := &ep.nets[dst]; nt.put && len(data) > 0 && len(data) >= nt.putMin {
 		p.mu.Lock()
 		noPut := p.noPut
 		p.mu.Unlock()
@@ -180,7 +180,7 @@ func (ep *Endpoint) Store(dst int, h handlers.Index, addr uint64, data []byte, a
 	p.mu.Lock()
 	p.c.storesPacketed++
 	p.mu.Unlock()
-	chunk := ep.maxMedium
+	chunk := ep.nets[dst].maxMedium
 	for frag := 0; ; frag += chunk {
 		n := min(chunk, len(data)-frag)
 		last := frag+n == len(data)
@@ -208,7 +208,7 @@ func (ep *Endpoint) Store(dst int, h handlers.Index, addr uint64, data []byte, a
 // dead); the caller puts and then sends the store-done as a request, which
 // waits for credit. Errors are the put's; the reservation is undone.
 func (ep *Endpoint) putSend(dst int, p *peer, h *wire.Header, args []uint64, addr uint64, data []byte) (sent bool, err error) {
-	if ep.putSender == nil || ep.dead[dst].Load() != nil {
+	if !ep.nets[dst].putSend || ep.dead[dst].Load() != nil {
 		return false, nil
 	}
 	if !ep.table.Sealed() {
@@ -254,7 +254,7 @@ func (ep *Endpoint) putSend(dst int, p *peer, h *wire.Header, args []uint64, add
 // (below it a system call costs more than copying packets), and src has not
 // refused it (EPERM from Cross Memory Attach) or failed.
 func (ep *Endpoint) CanGet(src, n int) bool {
-	return ep.getter != nil && n > 0 && n >= ep.caps.PutMin && uint(src) < uint(ep.size) &&
+	return uint(src) < uint(ep.size) && ep.nets[src].get && n > 0 && n >= ep.nets[src].putMin &&
 		!ep.noGet[src].Load() && ep.dead[src].Load() == nil && !ep.closed.Load()
 }
 
@@ -277,8 +277,8 @@ func (ep *Endpoint) Get(src int, addr uint64, buf []byte) error {
 	if err := ep.checkDst(src); err != nil {
 		return err
 	}
-	if ep.getter == nil {
-		return fmt.Errorf("am: get from rank %d over %s: %w", src, ep.caps.Name, transport.ErrGetUnsupported)
+	if !ep.nets[src].get {
+		return fmt.Errorf("am: get from rank %d over %s: %w", src, ep.nets[src].name, transport.ErrGetUnsupported)
 	}
 	if len(buf) == 0 {
 		return nil

@@ -43,6 +43,9 @@ type Caps struct {
 	Get bool
 	// Wakeup: Wait sleeps until traffic arrives rather than for the whole timeout.
 	Wakeup bool
+	// PutSend: the transport implements PutSender (put data travels in the
+	// packet stream, and a packet can leave with its last piece).
+	PutSend bool
 }
 
 // Receiver takes arrived packets from Poll. An interface rather than a func so
@@ -83,6 +86,22 @@ type Transport interface {
 	Wait(d time.Duration) error
 	// Close releases the transport's resources. Pending packets may be lost.
 	Close() error
+}
+
+// Waker is implemented by transports whose Wait another goroutine can end
+// early: Wake makes a Wait in progress return soon, or else the next Wait
+// return at once (a wake is never lost). Package route sleeps on the
+// node-local network and has a waiter of the other network Wake it.
+type Waker interface {
+	Wake()
+}
+
+// PeerCapser is implemented by transports that reach different peers over
+// different networks (package route): PeerCaps is what the network that
+// reaches peer guarantees and offers. Caps is then what holds for every
+// peer (MaxPacket the smallest, Put and Get when any peer has them).
+type PeerCapser interface {
+	PeerCaps(peer int) Caps
 }
 
 // Putter is implemented by transports with a single-copy path into memory that a

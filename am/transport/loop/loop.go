@@ -45,6 +45,7 @@ type Transport struct {
 	out    []*ring.Producer // to each rank
 	spin   time.Duration
 	ready  func() bool
+	woken  atomic.Bool // Wake was called: the next look of Wait returns
 	bell   bell
 	fence  bool // see shm.Transport.fence
 	closed atomic.Bool
@@ -173,7 +174,7 @@ func (t *Transport) arrived() bool {
 			return true
 		}
 	}
-	return false
+	return t.woken.Load()
 }
 
 // Wait polls the inbound rings for about the spin time, yielding the processor
@@ -184,7 +185,15 @@ func (t *Transport) Wait(d time.Duration) error {
 		return transport.ErrClosed
 	}
 	t.bell.wait(t.ready, t.spin, d)
+	t.woken.Store(false)
 	return nil
+}
+
+// Wake makes a Wait in progress return, or else the next one return at once
+// (transport.Waker).
+func (t *Transport) Wake() {
+	t.woken.Store(true)
+	t.bell.ring()
 }
 
 // Put copies data to addr, which rank dst registered: every rank shares this

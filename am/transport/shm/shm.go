@@ -75,6 +75,7 @@ type Transport struct {
 	in         []*ring.Consumer // inbound ring from each rank
 	peers      []peer
 	pending    func() bool
+	woken      atomic.Bool // Wake was called: the next look of Wait returns
 	// fence: Send puts a full barrier between publishing a record and
 	// checking whether the receiver sleeps; false where the receiver's
 	// sleep path runs membarrier.Heavy instead (internal/membarrier).
@@ -451,7 +452,14 @@ func (t *Transport) arrived() bool {
 			return true
 		}
 	}
-	return t.deaths.Load() != t.reported.Load()
+	return t.deaths.Load() != t.reported.Load() || t.woken.Load()
+}
+
+// Wake makes a Wait in progress return, or else the next one return at once
+// (transport.Waker): it rings this rank's own doorbell.
+func (t *Transport) Wake() {
+	t.woken.Store(true)
+	t.bell.Ring()
 }
 
 // checkPeers looks for peers that exited without closing, at most every
@@ -484,6 +492,10 @@ func (t *Transport) Wait(d time.Duration) error {
 		return transport.ErrClosed
 	}
 	ok, err := t.bell.Wait(t.pending, t.spin, d)
+	if t.woken.Load() {
+		t.woken.Store(false)
+		ok = true
+	}
 	if !ok {
 		t.checkPeers(false)
 	}

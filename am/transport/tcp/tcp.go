@@ -293,7 +293,7 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 		}
 		t.addrs[r] = sockaddr(ap)
 	}
-	t.caps = transport.Caps{Name: "tcp", Ordered: true, Reliable: true, MaxPacket: MaxPacket,
+	t.caps = transport.Caps{Name: "tcp", Ordered: true, Reliable: true, MaxPacket: MaxPacket, PutSend: true,
 		Put: true, PutMin: PutMin, Wakeup: true}
 	return t, nil
 }

@@ -1,0 +1,497 @@
+// Package route is one rank's attachment to a job that uses several networks:
+// shared memory between the ranks of one node and a network between nodes,
+// as Open MPI's BTL multiplexer, MPICH's shared-memory module beside its
+// netmod and GASNet's PSHM route by peer. A route Transport is a
+// transport.Transport over the whole job whose Send, Put and Get go to the
+// network that reaches the destination, whose Poll polls every network, and
+// whose Wait sleeps until any network has traffic.
+//
+// Each network is opened over its own job: the node-local network over the
+// ranks of this node (numbered 0..k-1 there, in job order), the network
+// between nodes over every rank. Net.Ranks maps a network's ranks to the
+// job's; route translates ranks both ways, including the rank of a
+// transport.PeerError, so that package am sees one job.
+//
+// A network that is not ordered and reliable is wrapped in package reliable
+// here, for its peers only: order and reliability are added where the
+// peer's network lacks them, not for the whole job.
+//
+// Waiting: the first network (the node-local one, whose wake-up is a futex
+// or a channel) is slept on by the caller; each other network has a waiter
+// goroutine that sleeps in that network's Wait while the caller sleeps, and
+// wakes the caller through the first network's transport.Waker when its
+// network has traffic. No network is busy-polled while the rank sleeps, and
+// the node-local network wakes the caller as fast as it does alone; traffic
+// on another network costs one more thread wake-up.
+package route
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/amgo-hpc/amgo/am/internal/reliable"
+	"github.com/amgo-hpc/amgo/am/transport"
+)
+
+// Net is one network of a job and the ranks it reaches.
+type Net struct {
+	// T is this rank's attachment to the network, opened over a job of
+	// len(Ranks) ranks.
+	T transport.Transport
+	// Ranks[i] is the job rank of the network's rank i; nil means the
+	// network spans the whole job in job order.
+	Ranks []int
+	// Peers lists the job ranks this network is the route to. A rank
+	// reached by several networks goes by the first that lists it; every
+	// rank must be listed by one.
+	Peers []int
+}
+
+type member struct {
+	t        transport.Transport
+	name     string
+	toJob    []int // network rank -> job rank
+	recv     receiver
+	waker    transport.Waker // the first network's, for the waiter
+	kick     chan time.Duration
+	waiting  atomic.Bool // the waiter sleeps in this network's Wait
+	putter   transport.Putter
+	putSend  transport.PutSender
+	getter   transport.Getter
+	targeter transport.PutTargeter
+}
+
+// receiver hands a network's packets up with their job rank.
+type receiver struct {
+	up    transport.Receiver
+	toJob []int
+}
+
+func (r *receiver) Deliver(src int, pkt []byte) { r.up.Deliver(r.toJob[src], pkt) }
+
+// Transport routes each peer to its network. It implements
+// transport.Transport, transport.PeerCapser, transport.Putter,
+// transport.PutSender, transport.Getter and transport.PutTargeter (each
+// refusing, per peer, what that peer's network lacks).
+type Transport struct {
+	rank, size int
+	nets       []*member
+	via        []uint8 // by job rank: index in nets
+	local      []int32 // by job rank: its rank in that network
+	caps       transport.Caps
+	peerCaps   []transport.Caps // by network
+	next       int              // Poll's first network, round robin
+	sleeping   atomic.Bool      // the caller is in Wait
+	closeOnce  sync.Once
+	done       chan struct{}
+	wg         sync.WaitGroup
+}
+
+// ErrLayout reports networks that do not describe one job: a rank no
+// network reaches, a network whose size does not match its Ranks, or this
+// rank missing from a network.
+var ErrLayout = errors.New("route: networks do not make one job")
+
+// New returns the transport of job rank rank of a job of size ranks over
+// nets (at most 255), the first being the one the caller sleeps on (the
+// node-local network). Networks that are not ordered and reliable are
+// wrapped in package reliable. On success the Transport owns the networks
+// (Close closes them); on error the caller still does. Errors: ErrLayout.
+func New(rank, size int, nets []Net) (*Transport, error) {
+	if len(nets) == 0 || len(nets) > 255 {
+		return nil, fmt.Errorf("%w: %d networks", ErrLayout, len(nets))
+	}
+	t := &Transport{rank: rank, size: size, via: make([]uint8, size), local: make([]int32, size),
+		done: make(chan struct{})}
+	for i := range t.local {
+		t.local[i] = -1
+	}
+	var names []string
+	for i, n := range nets {
+		toJob := n.Ranks
+		if toJob == nil {
+			toJob = make([]int, size)
+			for r := range toJob {
+				toJob[r] = r
+			}
+		}
+		if n.T.Size() != len(toJob) || n.T.Rank() < 0 || n.T.Rank() >= len(toJob) || toJob[n.T.Rank()] != rank {
+			return nil, fmt.Errorf("%w: network %d (%s) has %d ranks, this rank is its %d, for job ranks %v",
+				ErrLayout, i, n.T.Caps().Name, n.T.Size(), n.T.Rank(), toJob)
+		}
+		toLocal := make(map[int]int, len(toJob))
+		for lr, jr := range toJob {
+			if jr < 0 || jr >= size {
+				return nil, fmt.Errorf("%w: network %d reaches job rank %d of %d", ErrLayout, i, jr, size)
+			}
+			toLocal[jr] = lr
+		}
+		for _, p := range n.Peers {
+			lr, ok := toLocal[p]
+			if !ok {
+				return nil, fmt.Errorf("%w: network %d routes rank %d, which it does not reach", ErrLayout, i, p)
+			}
+			if t.local[p] < 0 {
+				t.via[p], t.local[p] = uint8(i), int32(lr)
+			}
+		}
+	}
+	for r, l := range t.local {
+		if l < 0 {
+			return nil, fmt.Errorf("%w: no network reaches rank %d", ErrLayout, r)
+		}
+	}
+	for _, n := range nets {
+		tr := n.T
+		if c := tr.Caps(); !c.Ordered || !c.Reliable {
+			w, err := reliable.Wrap(tr, reliable.Config{}, nil)
+			if err != nil {
+				return nil, fmt.Errorf("route: reliability layer over %s: %w", c.Name, err)
+			}
+			tr = w
+		}
+		toJob := n.Ranks
+		if toJob == nil {
+			toJob = make([]int, size)
+			for r := range toJob {
+				toJob[r] = r
+			}
+		}
+		m := &member{t: tr, name: tr.Caps().Name, toJob: toJob}
+		names = append(names, m.name)
+		m.recv.toJob = toJob
+		m.putter, _ = tr.(transport.Putter)
+		m.putSend, _ = tr.(transport.PutSender)
+		m.getter, _ = tr.(transport.Getter)
+		m.targeter, _ = tr.(transport.PutTargeter)
+		t.nets = append(t.nets, m)
+	}
+	t.peerCaps = make([]transport.Caps, len(t.nets))
+	t.caps = transport.Caps{Name: "route(" + strings.Join(names, ",") + ")", Ordered: true, Reliable: true, Wakeup: true,
+		MaxPacket: int(^uint(0) >> 1)}
+	for i, m := range t.nets {
+		c := m.t.Caps()
+		if m.putter == nil {
+			c.Put = false
+		}
+		if m.getter == nil {
+			c.Get = false
+		}
+		if m.putSend == nil {
+			c.PutSend = false
+		}
+		t.peerCaps[i] = c
+		t.caps.MaxPacket = min(t.caps.MaxPacket, c.MaxPacket)
+		t.caps.Put = t.caps.Put || c.Put
+		t.caps.Get = t.caps.Get || c.Get
+		t.caps.PutSend = t.caps.PutSend || c.PutSend
+		t.caps.Wakeup = t.caps.Wakeup && c.Wakeup
+	}
+	if len(t.nets) > 1 {
+		if w, ok := t.nets[0].t.(transport.Waker); ok {
+			for _, m := range t.nets[1:] {
+				m.waker = w
+				m.kick = make(chan time.Duration, 1)
+				t.wg.Add(1)
+				go t.waiter(m)
+			}
+		} else {
+			t.caps.Wakeup = false // Wait then takes turns (see Wait)
+		}
+	}
+	return t, nil
+}
+
+// Rank is this rank in the job.
+func (t *Transport) Rank() int { return t.rank }
+
+// Size is the number of ranks in the job.
+func (t *Transport) Size() int { return t.size }
+
+// Caps is what holds toward every peer: ordered and reliable (networks
+// without are wrapped), MaxPacket the smallest network's, Put, Get and
+// PutSend when some peer's network has them (PeerCaps says which), and
+// Name "route(" and the networks' names, comma-separated, ")".
+func (t *Transport) Caps() transport.Caps { return t.caps }
+
+// PeerCaps is the capabilities of the network that reaches peer (after any
+// reliability wrapping); a rank out of range gets the job-wide Caps.
+func (t *Transport) PeerCaps(peer int) transport.Caps {
+	if uint(peer) >= uint(t.size) {
+		return t.caps
+	}
+	return t.peerCaps[t.via[peer]]
+}
+
+// Network names the network that reaches peer ("" for a rank out of range).
+func (t *Transport) Network(peer int) string {
+	if uint(peer) >= uint(t.size) {
+		return ""
+	}
+	return t.nets[t.via[peer]].name
+}
+
+func (t *Transport) route(dst int) (*member, int, error) {
+	if uint(dst) >= uint(t.size) {
+		return nil, 0, transport.PeerErrorf(dst, "route: rank %d of a job of %d", dst, t.size)
+	}
+	return t.nets[t.via[dst]], int(t.local[dst]), nil
+}
+
+// jobErr gives a network's error about one of its ranks the job's rank.
+func (m *member) jobErr(err error) error {
+	var pe *transport.PeerError
+	if err == nil || !errors.As(err, &pe) || pe.Rank < 0 || pe.Rank >= len(m.toJob) {
+		return err
+	}
+	if jr := m.toJob[pe.Rank]; jr != pe.Rank {
+		return &transport.PeerError{Rank: jr, Err: fmt.Errorf("rank %d (rank %d of %s): %w", jr, pe.Rank, m.name, pe.Err)}
+	}
+	return err
+}
+
+// Send sends over dst's network. Errors as that network's, with job ranks.
+func (t *Transport) Send(dst int, hdr, payload []byte) error {
+	m, l, err := t.route(dst)
+	if err != nil {
+		return err
+	}
+	if err := m.t.Send(l, hdr, payload); err != nil {
+		return m.jobErr(err)
+	}
+	return nil
+}
+
+// Poll polls every network, starting with a different one each time, and
+// hands up to max packets to r with their job ranks. A network's error is
+// returned after the others are polled (the first, if several fail).
+func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
+	total := 0
+	var first error
+	k := len(t.nets)
+	start := t.next
+	if t.next++; t.next == k {
+		t.next = 0
+	}
+	for i := 0; i < k && total < max; i++ {
+		j := start + i
+		if j >= k {
+			j -= k
+		}
+		m := t.nets[j]
+		m.recv.up = r
+		n, err := m.t.Poll(&m.recv, max-total)
+		m.recv.up = nil
+		total += n
+		if err != nil && first == nil {
+			first = m.jobErr(err)
+		}
+	}
+	return total, first
+}
+
+// Wait sleeps on the first network until any network has traffic, or about
+// d. With one network it is that network's Wait. Otherwise every other
+// network's waiter goroutine is asked to sleep in its network's Wait (unless
+// it still does from an earlier call), and wakes this one through the first
+// network's Wake when its Wait ends while this one sleeps. Without a Waker
+// on the first network, the networks are waited on in turn for slices of
+// 100 µs. Errors: the first network's (transport.ErrClosed after Close).
+func (t *Transport) Wait(d time.Duration) error {
+	if len(t.nets) == 1 {
+		return t.nets[0].t.Wait(d)
+	}
+	if t.nets[1].kick == nil {
+		const slice = 100 * time.Microsecond
+		end := time.Now().Add(d)
+		for {
+			for _, m := range t.nets {
+				if err := m.t.Wait(0); err != nil {
+					return err
+				}
+			}
+			left := time.Until(end)
+			if left <= 0 {
+				return nil
+			}
+			if err := t.nets[0].t.Wait(min(left, slice)); err != nil {
+				return err
+			}
+			if time.Until(end) <= 0 {
+				return nil
+			}
+		}
+	}
+	t.sleeping.Store(true)
+	for _, m := range t.nets[1:] {
+		if m.waiting.CompareAndSwap(false, true) {
+			m.kick <- d // capacity 1, and only the waiter empties it after waiting was false
+		}
+	}
+	err := t.nets[0].t.Wait(d)
+	t.sleeping.Store(false)
+	return err
+}
+
+// waiter sleeps in m's Wait when asked, and wakes the caller of Wait
+// through the first network when m's Wait ends while the caller sleeps.
+func (t *Transport) waiter(m *member) {
+	defer t.wg.Done()
+	for {
+		select {
+		case d := <-m.kick:
+			err := m.t.Wait(d)
+			m.waiting.Store(false)
+			if t.sleeping.Load() {
+				m.waker.Wake()
+			}
+			if err != nil && errors.Is(err, transport.ErrClosed) {
+				<-t.done
+				return
+			}
+		case <-t.done:
+			return
+		}
+	}
+}
+
+// Put writes through dst's network. Errors: an error wrapping
+// transport.ErrPutUnsupported when that network has no single-copy put,
+// else that network's.
+func (t *Transport) Put(dst int, addr uintptr, data []byte) error {
+	m, l, err := t.route(dst)
+	if err != nil {
+		return err
+	}
+	if m.putter == nil {
+		return fmt.Errorf("route: rank %d over %s: %w", dst, m.name, transport.ErrPutUnsupported)
+	}
+	return m.jobErr(m.putter.Put(l, addr, data))
+}
+
+// PutSend puts and sends through dst's network. Errors: an error wrapping
+// transport.ErrPutUnsupported when that network is no PutSender (PeerCaps
+// says so beforehand), else that network's.
+func (t *Transport) PutSend(dst int, addr uintptr, data, hdr, payload []byte) error {
+	m, l, err := t.route(dst)
+	if err != nil {
+		return err
+	}
+	if m.putSend == nil {
+		return fmt.Errorf("route: rank %d over %s: %w", dst, m.name, transport.ErrPutUnsupported)
+	}
+	return m.jobErr(m.putSend.PutSend(l, addr, data, hdr, payload))
+}
+
+// Get reads through src's network. Errors: an error wrapping
+// transport.ErrGetUnsupported when that network has no single-copy get,
+// else that network's.
+func (t *Transport) Get(src int, addr uintptr, buf []byte) error {
+	m, l, err := t.route(src)
+	if err != nil {
+		return err
+	}
+	if m.getter == nil {
+		return fmt.Errorf("route: rank %d over %s: %w", src, m.name, transport.ErrGetUnsupported)
+	}
+	return m.jobErr(m.getter.Get(l, addr, buf))
+}
+
+// SetPutResolver hands r to every network that completes puts itself.
+func (t *Transport) SetPutResolver(r transport.PutResolver) {
+	for _, m := range t.nets {
+		if m.targeter != nil {
+			m.targeter.SetPutResolver(r)
+		}
+	}
+}
+
+// Close closes every network and stops the waiters. It returns the first
+// network's error, if any.
+func (t *Transport) Close() error {
+	var first error
+	t.closeOnce.Do(func() {
+		for _, m := range t.nets {
+			if err := m.t.Close(); err != nil && first == nil {
+				first = err
+			}
+		}
+		close(t.done)
+		t.wg.Wait()
+	})
+	return first
+}
+
+var (
+	_ transport.PeerCapser  = (*Transport)(nil)
+	_ transport.Putter      = (*Transport)(nil)
+	_ transport.PutSender   = (*Transport)(nil)
+	_ transport.Getter      = (*Transport)(nil)
+	_ transport.PutTargeter = (*Transport)(nil)
+)
+
+// Build opens the transports of an in-process job (goroutine ranks) whose
+// rank r is on node nodes[r]: each node's ranks get the network local opens
+// for them (numbered in job order), and every rank the network between
+// opens for the whole job, which carries the traffic between nodes. Index r
+// of the result is rank r's route Transport. Tests run the conformance
+// suites on such mixed jobs (loop within a node, sim or loop between).
+// Errors: the networks' and New's; what was opened is closed.
+func Build(nodes []int, local, between func(n int) ([]transport.Transport, error)) ([]transport.Transport, error) {
+	n := len(nodes)
+	members := map[int][]int{} // node -> its job ranks, in order
+	var order []int
+	for r, k := range nodes {
+		if _, ok := members[k]; !ok {
+			order = append(order, k)
+		}
+		members[k] = append(members[k], r)
+	}
+	var opened []transport.Transport
+	fail := func(err error) ([]transport.Transport, error) {
+		for _, tr := range opened {
+			_ = tr.Close()
+		}
+		return nil, err
+	}
+	localOf := make([]transport.Transport, n)
+	for _, k := range order {
+		ranks := members[k]
+		ts, err := local(len(ranks))
+		if err != nil {
+			return fail(err)
+		}
+		opened = append(opened, ts...)
+		for i, r := range ranks {
+			localOf[r] = ts[i]
+		}
+	}
+	all, err := between(n)
+	if err != nil {
+		return fail(err)
+	}
+	opened = append(opened, all...)
+	out := make([]transport.Transport, n)
+	for r := range nodes {
+		mine := members[nodes[r]]
+		var remote []int
+		for p := range nodes {
+			if nodes[p] != nodes[r] {
+				remote = append(remote, p)
+			}
+		}
+		t, err := New(r, n, []Net{{T: localOf[r], Ranks: mine, Peers: mine}, {T: all[r], Peers: remote}})
+		if err != nil {
+			for _, tr := range out[:r] {
+				_ = tr.Close()
+			}
+			return fail(err)
+		}
+		out[r] = t
+	}
+	return out, nil
+}

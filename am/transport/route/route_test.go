@@ -1,0 +1,113 @@
+package route_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/amgo-hpc/amgo/am/transport"
+	"github.com/amgo-hpc/amgo/am/transport/loop"
+	"github.com/amgo-hpc/amgo/am/transport/route"
+	"github.com/amgo-hpc/amgo/am/transport/sim"
+	"github.com/amgo-hpc/amgo/am/transport/transporttest"
+	"github.com/amgo-hpc/amgo/internal/wire"
+)
+
+func loopJob(n int) ([]transport.Transport, error) { return loop.NewJob(n, nil) }
+
+// layouts place the ranks of an n-rank job on nodes.
+var layouts = map[string]func(r int) int{
+	"alternate": func(r int) int { return r % 2 }, // neighbours on different nodes
+	"pairs":     func(r int) int { return r / 2 }, // 0,1 share a node; 2,3 the next
+}
+
+func build(t *testing.T, n int, place func(int) int, between func(int) ([]transport.Transport, error)) []transport.Transport {
+	nodes := make([]int, n)
+	for r := range nodes {
+		nodes[r] = place(r)
+	}
+	ts, err := route.Build(nodes, loopJob, between)
+	require.NoError(t, err)
+	return ts
+}
+
+// The conformance suite on mixed jobs: loop within a node, and between
+// nodes loop or sim with loss, reordering and duplication (which route wraps
+// in the reliability layer for those peers only).
+func TestConformance(t *testing.T) {
+	for name, place := range layouts {
+		t.Run(name+"/loop+loop", func(t *testing.T) {
+			transporttest.Run(t, func(t *testing.T, n int) []transport.Transport { return build(t, n, place, loopJob) })
+		})
+		t.Run(name+"/loop+sim", func(t *testing.T) {
+			transporttest.Run(t, func(t *testing.T, n int) []transport.Transport {
+				cfg := sim.Config{Seed: 5, Loss: 0.05, Reorder: 0.2, Duplicate: 0.01}
+				if strings.HasSuffix(t.Name(), "/NoAllocs") {
+					cfg = sim.Config{Seed: 5} // a loss comes back only after a retransmission timeout
+				}
+				return build(t, n, place, func(n int) ([]transport.Transport, error) { return sim.NewJob(n, cfg) })
+			})
+		})
+	}
+}
+
+// Each peer goes by its own network, with that network's capabilities.
+func TestRoutesByPeer(t *testing.T) {
+	ts := build(t, 4, layouts["pairs"], func(n int) ([]transport.Transport, error) { return sim.NewJob(n, sim.Config{Seed: 1}) })
+	defer func() {
+		for _, tr := range ts {
+			tr.Close()
+		}
+	}()
+	rt := ts[0].(*route.Transport)
+	require.Equal(t, "loop", rt.Network(0))
+	require.Equal(t, "loop", rt.Network(1))
+	require.Equal(t, "sim+reliable", rt.Network(2))
+	require.Equal(t, "", rt.Network(4))
+	require.True(t, rt.PeerCaps(1).Get)
+	require.False(t, rt.PeerCaps(3).Get, "no single copy across nodes")
+	require.True(t, rt.Caps().Ordered && rt.Caps().Reliable)
+	err := rt.Get(2, 0, make([]byte, 8))
+	require.ErrorIs(t, err, transport.ErrGetUnsupported)
+	err = rt.Put(3, 0, make([]byte, 8))
+	require.ErrorIs(t, err, transport.ErrPutUnsupported)
+	err = rt.Send(7, []byte{1}, nil)
+	var pe *transport.PeerError
+	require.True(t, errors.As(err, &pe))
+	require.Equal(t, 7, pe.Rank)
+}
+
+// A rank asleep in Wait wakes for a packet from either network: from a
+// rank of its node (rank 1 from 2) and from another node (1 from 0, 0 from 1).
+func TestWaitWakesForEitherNetwork(t *testing.T) {
+	ts := build(t, 3, func(r int) int { return min(r, 1) }, loopJob) // 0 alone; 1 and 2 together
+	defer func() {
+		for _, tr := range ts {
+			tr.Close()
+		}
+	}()
+	var buf [wire.MaxHeaderLen]byte
+	hdr := buf[:wire.Encode(buf[:], &wire.Header{Kind: wire.KindRequestShort, Handler: 1, NArgs: 1}, []uint64{7})]
+	for _, c := range []struct{ waiter, sender int }{{1, 2}, {1, 0}, {0, 1}} {
+		done := make(chan time.Duration, 1)
+		go func() {
+			start := time.Now()
+			_ = ts[c.waiter].Wait(5 * time.Second)
+			done <- time.Since(start)
+		}()
+		time.Sleep(20 * time.Millisecond) // let it fall asleep
+		require.NoError(t, ts[c.sender].Send(c.waiter, hdr, nil))
+		select {
+		case d := <-done:
+			require.Less(t, d, 4*time.Second, "rank %d woke for rank %d's packet", c.waiter, c.sender)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("rank %d did not wake for rank %d's packet", c.waiter, c.sender)
+		}
+		var got transporttest.Last
+		require.NoError(t, transporttest.RecvOne(ts[c.waiter], &got, false))
+		require.Equal(t, c.sender, got.Src)
+	}
+}
