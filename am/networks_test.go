@@ -9,6 +9,7 @@ import (
 
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/am/transport/loop"
+	"github.com/amgo-hpc/amgo/am/transport/route"
 	"github.com/amgo-hpc/amgo/am/transport/shm"
 	"github.com/amgo-hpc/amgo/am/transport/sim"
 	"github.com/amgo-hpc/amgo/am/transport/tcp"
@@ -20,7 +21,7 @@ import (
 // networks lists every network the endpoint tests run on: every protocol path
 // is tested on every transport. "sim" and "udp" are unordered and unreliable:
 // New puts the reliability layer on them.
-var networks = []string{"fake", "loop", "shm", "lossy", "sim", "udp"}
+var networks = []string{"fake", "loop", "shm", "lossy", "sim", "udp", "loop+sim", "shm+tcp"}
 
 // simSeed is the seed of the sim network: AMGO_SIM_SEED replays a failure
 // that printed seed=N, otherwise a fixed seed per job size.
@@ -79,6 +80,22 @@ func openJob(t testing.TB, network string, n int) []transport.Transport {
 		return openBooted(t, n, nextJobID("shm", n), func(b transport.Bootstrap) (transport.Transport, error) {
 			return shm.New(b, map[string]string{"dir": t.TempDir()})
 		})
+	case "loop+sim", "shm+tcp":
+		// Ranks alternate between two emulated nodes (package route):
+		// neighbours cross nodes, ranks two apart share one.
+		nodes := make([]int, n)
+		for r := range nodes {
+			nodes[r] = r % 2
+		}
+		local, between := "loop", "sim"
+		if network == "shm+tcp" {
+			local, between = "shm", "tcp"
+		}
+		trs, err := route.Build(nodes,
+			func(k int) ([]transport.Transport, error) { return openJob(t, local, k), nil },
+			func(k int) ([]transport.Transport, error) { return openJob(t, between, k), nil })
+		require.NoError(t, err)
+		return trs
 	}
 	t.Fatalf("unknown network %q", network)
 	return nil

@@ -17,6 +17,7 @@ import (
 	"github.com/amgo-hpc/amgo/am"
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/am/transport/loop"
+	"github.com/amgo-hpc/amgo/am/transport/route"
 	"github.com/amgo-hpc/amgo/am/transport/shm"
 	"github.com/amgo-hpc/amgo/am/transport/sim"
 	"github.com/amgo-hpc/amgo/am/transport/tcp"
@@ -32,7 +33,7 @@ import (
 // the seeded faulty network (10% loss, 30% reordering, 1% duplication; the
 // seed is printed, AMGO_SIM_SEED replays it). udp and sim are unordered and
 // lossy: am puts its reliability layer on them.
-var networks = []string{"loop", "shm", "tcp", "udp", "sim"}
+var networks = []string{"loop", "shm", "tcp", "udp", "sim", "loop+sim", "shm+tcp"}
 
 // notOn lists the tests (by name prefix) that do not run on some of the
 // networks, and why: the rest of the suite runs on all of them.
@@ -81,6 +82,41 @@ func openSim(t testing.TB, nw string, n int) []transport.Transport {
 	trs, err := sim.NewJob(n, sim.Config{Seed: seed, Loss: 0.10, Reorder: 0.30, Duplicate: 0.01})
 	require.NoError(t, err)
 	return trs
+}
+
+// openMixed opens a job whose ranks alternate between two emulated nodes
+// (package route): loop or shm between the ranks of a node, sim (with
+// faults) or tcp between nodes. Every pair of neighbouring ranks crosses
+// nodes; ranks two apart share one.
+func openMixed(t testing.TB, nw string, n int) []transport.Transport {
+	nodes := make([]int, n)
+	for r := range nodes {
+		nodes[r] = r % 2
+	}
+	local := func(k int) ([]transport.Transport, error) { return loop.NewJob(k, nil) }
+	between := func(k int) ([]transport.Transport, error) { return openSim(t, "sim", k), nil }
+	if nw == "shm+tcp" {
+		local = func(k int) ([]transport.Transport, error) { return openShm(t, k), nil }
+		between = func(k int) ([]transport.Transport, error) {
+			return openBooted(t, k, "tcp", func(b transport.Bootstrap) (transport.Transport, error) {
+				return tcp.New(b, map[string]string{"iface": "127.0.0.1"})
+			}), nil
+		}
+	}
+	trs, err := route.Build(nodes, local, between)
+	require.NoError(t, err)
+	return trs
+}
+
+// peerCanGet reports whether w's rank reaches world rank peer over a
+// network with a single-copy get (in a mixed job, whether they share a
+// node).
+func peerCanGet(w *Comm, peer int) bool {
+	tr := w.p.ep.Transport()
+	if pc, ok := tr.(transport.PeerCapser); ok {
+		return pc.PeerCaps(peer).Get
+	}
+	return tr.Caps().Get
 }
 
 // jobTimeout ends a job that has not finished: a deadlock shows as a failure
@@ -214,6 +250,8 @@ func runJobErr(t testing.TB, nw string, n int, cfg Config, body rankBody) error 
 		})
 	case "sim":
 		trs = openSim(t, nw, n)
+	case "loop+sim", "shm+tcp":
+		trs = openMixed(t, nw, n)
 	default:
 		if !strings.HasPrefix(nw, "sim+") {
 			t.Fatalf("unknown network %q", nw)
@@ -397,12 +435,19 @@ func firstDiff(a, b []byte) int {
 // one on this network (the limit is lower where a single-copy get exists).
 func (r *rk) eagerLimit(w *Comm) int { return eagerMaxNext(w) }
 
+// eagerMaxNext is the largest message that goes eagerly to some rank of w
+// (above it, every send is a rendezvous): the same on every rank, also in a
+// mixed job, where peers on the same node get a smaller eager limit than the
+// others.
 func eagerMaxNext(w *Comm) int {
 	p := w.p
-	if p.eager(w.world((w.Rank()+1)%w.Size()), p.eagerLimit+1) {
-		return p.eagerNoGet
+	e := p.eagerLimit
+	for r := range w.Size() {
+		if p.eager(w.world(r), p.eagerLimit+1) {
+			e = max(e, min(p.eagerNoGet, p.ep.MaxMediumTo(w.world(r))))
+		}
 	}
-	return p.eagerLimit
+	return e
 }
 
 // unpinAfterAbort unregisters the receive buffers of rendezvous receives that

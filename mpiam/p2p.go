@@ -590,7 +590,7 @@ func (c *Comm) sendPB(buf []byte, dest, tag int, pb uint64, hasPB, exchange bool
 	}
 	p := c.p
 	if dest != ProcNull && (p.eager(c.world(dest), len(buf)) ||
-		exchange && len(buf) <= p.eagerNoGet && !p.sendThrottle[c.world(dest)].on.Load()) {
+		exchange && len(buf) <= p.eagerNoGet && len(buf) <= p.ep.MaxMediumTo(c.world(dest)) && !p.sendThrottle[c.world(dest)].on.Load()) {
 		return p.sendEager(c, buf, dest, tag, Standard, pb, hasPB)
 	}
 	r, _ := c.newSend(buf, dest, tag, Standard, false)

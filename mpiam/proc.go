@@ -113,7 +113,7 @@ type deferred struct {
 type proc struct {
 	ep         *am.Endpoint
 	eagerLimit int // eager up to this many bytes to every peer
-	eagerNoGet int // and up to this many to a peer that cannot be read with one copy
+	eagerNoGet int // and up to this many (and the peer's am.MaxMediumTo) to a peer that cannot be read with one copy
 	world      *Comm
 
 	mu       sync.Mutex // guards eng, reqs, nextID, work, nextCtx
@@ -538,5 +538,6 @@ func (p *proc) progress() {
 // eager reports whether a standard or ready send of n bytes to world rank
 // world uses the eager protocol (see EnvEagerLimit).
 func (p *proc) eager(world, n int) bool {
-	return (n <= p.eagerLimit || (n <= p.eagerNoGet && !p.ep.CanGet(world, n))) && !p.sendThrottle[world].on.Load()
+	return (n <= p.eagerLimit || (n <= p.eagerNoGet && n <= p.ep.MaxMediumTo(world) && !p.ep.CanGet(world, n))) &&
+		!p.sendThrottle[world].on.Load()
 }

@@ -20,7 +20,7 @@ func rndvSizes(w *Comm) []int {
 func TestRendezvousPaths(t *testing.T) {
 	eachNetwork(t, 2, func(r *rk, w *Comm) {
 		ep := w.p.ep
-		canGet := ep.Transport().Caps().Get
+		canGet := peerCanGet(w, 1-w.Rank())
 		for i, n := range rndvSizes(w) {
 			before := ep.Stats()
 			if w.Rank() == 0 {
@@ -208,7 +208,7 @@ func TestEagerLimitByPeer(t *testing.T) {
 		return all[0] > 0
 	}
 	eachNetwork(t, 2, func(r *rk, w *Comm) {
-		canGet := w.p.ep.Transport().Caps().Get
+		canGet := peerCanGet(w, 1-w.Rank())
 		r.False(rendezvous(r, w, DefaultGetEagerLimit, 1), "at the limit: eager")
 		r.Equal(canGet, rendezvous(r, w, DefaultGetEagerLimit+1, 2), "above it: rendezvous where the receiver can get")
 		r.Equal(canGet, rendezvous(r, w, 8<<10, 3))

@@ -3,6 +3,7 @@ package loop
 import (
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -244,6 +245,8 @@ func (t *Transport) Close() error {
 type bell struct {
 	waiters atomic.Int32
 	ch      chan struct{} // capacity 1: a pending signal
+	timerMu sync.Mutex    // guards timer: a sleep that finds it taken makes its own
+	timer   *time.Timer   // reused by sleeps, so that a sleep allocates nothing
 }
 
 // ring signals the waiter, if any, without blocking; one load when none waits.
@@ -281,12 +284,27 @@ func (b *bell) wait(ready func() bool, spin, d time.Duration) {
 	if membarrier.Heavy() != nil || ready() {
 		return // without the barrier a fenceless sender's record may not be visible yet: no parking
 	}
-	tm := time.NewTimer(left)
+	if !b.timerMu.TryLock() {
+		// Another goroutine sleeps with the timer: take a fresh one.
+		tm := time.NewTimer(left)
+		select {
+		case <-b.ch:
+		case <-tm.C:
+		}
+		tm.Stop()
+		return
+	}
+	defer b.timerMu.Unlock()
+	if b.timer == nil {
+		b.timer = time.NewTimer(left)
+	} else {
+		b.timer.Reset(left) // a stopped or fired timer: Go 1.23 timers need no draining
+	}
 	select {
 	case <-b.ch:
-	case <-tm.C:
+	case <-b.timer.C:
 	}
-	tm.Stop()
+	b.timer.Stop()
 }
 
 var _ transport.Putter = (*Transport)(nil)

@@ -244,8 +244,16 @@ func (t *Transport) route(dst int) (*member, int, error) {
 
 // jobErr gives a network's error about one of its ranks the job's rank.
 func (m *member) jobErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return m.peerErr(err)
+}
+
+// peerErr is jobErr's slow path, apart so that jobErr allocates nothing.
+func (m *member) peerErr(err error) error {
 	var pe *transport.PeerError
-	if err == nil || !errors.As(err, &pe) || pe.Rank < 0 || pe.Rank >= len(m.toJob) {
+	if !errors.As(err, &pe) || pe.Rank < 0 || pe.Rank >= len(m.toJob) {
 		return err
 	}
 	if jr := m.toJob[pe.Rank]; jr != pe.Rank {
