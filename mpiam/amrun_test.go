@@ -2,6 +2,7 @@ package mpiam
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -36,4 +37,34 @@ func buildWithAmrun(t *testing.T, pkg string) string {
 	out, err := exec.Command("go", "build", "-o", dir+"/", "../cmd/amrun", pkg).CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 	return dir
+}
+
+// A job over two emulated nodes (AMGO_NODE by rank parity, so that
+// neighbours in a ring are on different nodes): each rank reaches the
+// ranks of its node over shm and the others over AMGO_NET, and the
+// point-to-point and collective checks pass as on one network.
+func TestMixedJobUnderAmrun(t *testing.T) {
+	dir := buildWithAmrun(t, "./internal/p2pcheck")
+	out, err := exec.Command("go", "build", "-o", dir+"/", "./internal/collcheck").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	emulate := `AMGO_NODE=node$((PMI_RANK % 2)) exec "$0"`
+	for _, net := range []string{"tcp", "udp"} {
+		for _, prog := range []string{"p2pcheck", "collcheck"} {
+			t.Run(net+"/"+prog, func(t *testing.T) {
+				cmd := exec.Command(filepath.Join(dir, "amrun"), "-n", "4", "--timeout", "60s",
+					"sh", "-c", emulate, filepath.Join(dir, prog))
+				cmd.Env = append(os.Environ(), "AMGO_NET="+net, "AMGO_IFACE=127.0.0.1")
+				out, err := cmd.CombinedOutput()
+				require.NoError(t, err, "%s", out)
+				require.Contains(t, string(out), prog+": 4 ranks: OK")
+			})
+		}
+	}
+	// A network that cannot reach another node is refused, naming it.
+	cmd := exec.Command(filepath.Join(dir, "amrun"), "-n", "2", "--timeout", "60s",
+		"sh", "-c", emulate, filepath.Join(dir, "p2pcheck"))
+	cmd.Env = append(os.Environ(), "AMGO_NET=shm")
+	out, err = cmd.CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "AMGO_NET=shm cannot reach other nodes", "%s", out)
 }

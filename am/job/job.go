@@ -150,11 +150,16 @@ func loopSize() (int, bool, error) {
 
 // Open attaches this process to its job as one rank (the process-per-rank
 // form, as MPI_Init): it connects to the launcher over PMI-1 (or runs as a
-// singleton), opens the network named by AMGO_TRANSPORT (default shm under a
-// launcher, loop alone) and returns the endpoint, whose Abort and Finalize
+// singleton), opens its networks and returns the endpoint, whose Abort and Finalize
 // then speak to the launcher. A loop job of more than one rank cannot be
 // opened this way: use Run or RunLocal. Errors: am.ErrConfig, bootstrap and
 // transport errors.
+//
+// Networks: AMGO_TRANSPORT names one network for every peer (shm, tcp, udp,
+// ...). Unset, each rank publishes its NodeID through PMI and learns which
+// ranks share its node: on one node the job uses shm; across nodes each
+// rank reaches the ranks of its node over shm and the others over AMGO_NET
+// (tcp by default, or udp), through package route. A singleton uses loop.
 func Open(cfg am.Config) (*am.Endpoint, error) {
 	if err := configFromEnv(&cfg); err != nil {
 		return nil, err
@@ -172,14 +177,22 @@ func Open(cfg am.Config) (*am.Endpoint, error) {
 		_ = boot.Abort(1, oneLine(err))
 		return nil, err
 	}
-	name := os.Getenv(EnvTransport)
-	if name == "" {
-		name = "shm"
-		if boot.IsSingleton() {
-			name = "loop"
+	var tr transport.Transport
+	switch name := os.Getenv(EnvTransport); {
+	case name != "":
+		tr, err = transport.Open(name, boot, nil) // one network for every peer
+	case boot.IsSingleton():
+		tr, err = transport.Open("loop", boot, nil)
+	default:
+		// A network per peer: shm within this node, AMGO_NET between nodes.
+		var id string
+		var l Layout
+		if id, err = NodeID(); err == nil {
+			if l, err = discover(boot, id); err == nil {
+				tr, err = openRouted(boot, l)
+			}
 		}
 	}
-	tr, err := transport.Open(name, boot, nil)
 	if err != nil {
 		_ = boot.Abort(1, oneLine(err))
 		return nil, fmt.Errorf("am: rank %d: %w", boot.Rank(), err)

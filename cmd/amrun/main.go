@@ -36,7 +36,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("amrun", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	n := fs.Int("n", 1, "number of ranks")
-	network := fs.String("transport", "shm", "network the ranks use (AMGO_TRANSPORT): shm, tcp, udp; loop or sim (faults injected) for N goroutine ranks in one process")
+	network := fs.String("transport", "", "one network for every pair of ranks (AMGO_TRANSPORT): shm, tcp, udp; loop or sim (faults injected) for N goroutine ranks in one process; default: shm between the ranks of a node, AMGO_NET (tcp) between nodes")
 	bind := fs.String("bind-to", "", "bind each rank to a CPU of its own: core, or none; default: core when every rank gets a CPU (as Open MPI's mpirun binds 2 or fewer processes), else none")
 	iface := fs.String("iface", "", "network interface (name or IP address) that tcp listens on (AMGO_IFACE); default: the host name's address")
 	tag := fs.Bool("tag-output", false, "prefix each output line with [rank]")
@@ -61,7 +61,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	// Checked here, once, rather than by every rank at start-up.
-	if known := transport.Names(); !slices.Contains(known, *network) {
+	if known := transport.Names(); *network != "" && !slices.Contains(known, *network) {
 		fmt.Fprintf(stderr, "amrun: unknown network %q for --transport (have %s)\n", *network, strings.Join(known, ", "))
 		return 2
 	}

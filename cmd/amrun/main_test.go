@@ -9,10 +9,10 @@ import (
 
 func TestRun(t *testing.T) {
 	var out, errb bytes.Buffer
-	code := run([]string{"-n", "2", "--tag-output", "sh", "-c", "echo $PMI_RANK/$PMI_SIZE $AMGO_TRANSPORT"}, &out, &errb)
+	code := run([]string{"-n", "2", "--tag-output", "sh", "-c", "echo $PMI_RANK/$PMI_SIZE ${AMGO_TRANSPORT-unset}"}, &out, &errb)
 	require.Equal(t, 0, code, errb.String())
-	require.Contains(t, out.String(), "[0] 0/2 shm\n")
-	require.Contains(t, out.String(), "[1] 1/2 shm\n")
+	require.Contains(t, out.String(), "[0] 0/2 unset\n", "no network forced: each rank chooses per peer")
+	require.Contains(t, out.String(), "[1] 1/2 unset\n")
 
 	out.Reset()
 	code = run([]string{"-n", "2", "--transport", "tcp", "--iface", "lo", "sh", "-c",

@@ -6,7 +6,8 @@
 // environment
 //
 //	PMI_FD=3 PMI_RANK=<r> PMI_SIZE=<n>
-//	AMGO_TRANSPORT=<transport>  (default shm)
+//	AMGO_TRANSPORT=<transport>  (only with Spec.Transport; without it each rank
+//	                            chooses a network per peer: package job)
 //	AMGO_JOB_DIR=<dir>          (per-job directory, mode 0700)
 //
 // With Spec.Transport "loop" a single process is started with PMI_SIZE=1,

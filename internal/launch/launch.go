@@ -58,7 +58,9 @@ type Spec struct {
 	// Prog is the program to run (looked up in PATH) and Args its arguments.
 	Prog string
 	Args []string
-	// Transport is given to ranks as AMGO_TRANSPORT; "" means "shm". With
+	// Transport is given to ranks as AMGO_TRANSPORT; "" sets none, and each
+	// rank then reaches the ranks of its node over shm and the others over
+	// AMGO_NET (package job). With
 	// "loop" or "sim" one process is started (PMI_SIZE=1) with
 	// AMGO_LOOP_SIZE=N and runs the N ranks as goroutines.
 	Transport string
@@ -195,10 +197,7 @@ func Run(ctx context.Context, spec Spec) error {
 	if spec.Prog == "" {
 		return &JobError{Kind: ErrSpec, Rank: -1, Code: 2, Detail: "no program given"}
 	}
-	if spec.Transport == "" {
-		spec.Transport = "shm"
-	}
-	if !transportName.MatchString(spec.Transport) {
+	if spec.Transport != "" && !transportName.MatchString(spec.Transport) {
 		return &JobError{Kind: ErrSpec, Rank: -1, Code: 2, Detail: fmt.Sprintf("bad transport name %q", spec.Transport)}
 	}
 	if spec.Stdout == nil {
@@ -432,7 +431,10 @@ func rankEnv(base []string, transport, jobDir string, n int) []string {
 			env = append(env, kv)
 		}
 	}
-	env = append(env, "AMGO_TRANSPORT="+transport, "AMGO_JOB_DIR="+jobDir)
+	if transport != "" {
+		env = append(env, "AMGO_TRANSPORT="+transport)
+	}
+	env = append(env, "AMGO_JOB_DIR="+jobDir)
 	if inProcess(transport) {
 		env = append(env, "AMGO_LOOP_SIZE="+strconv.Itoa(n))
 	}

@@ -334,7 +334,7 @@ func TestLoopTransport(t *testing.T) {
 
 	s, out, _ = spec(t, "env", 2)
 	require.NoError(t, Run(context.Background(), s))
-	require.Contains(t, out.String(), "AMGO_TRANSPORT=shm\n")
+	require.Contains(t, out.String(), "AMGO_TRANSPORT=\n", "no network forced: each rank chooses per peer")
 	require.Contains(t, out.String(), "AMGO_LOOP_SIZE=\n")
 }
 

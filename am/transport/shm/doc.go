@@ -84,4 +84,8 @@
 //	spin        how long Wait spins before sleeping, a Go duration (env
 //	            AMGO_SHM_SPIN; default 15us).
 //	dir         the job directory, overriding $AMGO_JOB_DIR (tests).
+//	prefix      a prefix of this job's file names in the job directory, for
+//	            several shared-memory jobs in one directory (package job
+//	            opens one per node of a job, and emulated nodes share a
+//	            directory).
 package shm

@@ -154,7 +154,11 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 	}
 	stride := (ring.RegionSize(ringBytes) + pageSize - 1) &^ (pageSize - 1)
 	fileLen := ringsOff + size*stride
-	path := filepath.Join(dir, fmt.Sprintf("shm.%d", rank))
+	prefix := settings.Get(opts, "prefix", "")
+	if strings.ContainsRune(prefix, '/') {
+		return nil, fmt.Errorf("shm: file name prefix %q has a slash", prefix)
+	}
+	path := filepath.Join(dir, fmt.Sprintf("%sshm.%d", prefix, rank))
 	own, err := createFile(path, fileLen)
 	if err != nil {
 		return nil, err
