@@ -174,6 +174,7 @@ type Endpoint struct {
 
 	peers    []peer
 	nets     []peerNet // by rank: what the network that reaches it offers
+	layout   []int     // by rank: its node (SetLayout; nil: one node)
 	recvBufs []byte    // size × BufferBytes: the per-peer receive buffers
 
 	segMu   sync.RWMutex
@@ -267,6 +268,11 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 		pt.SetPutResolver(func(addr uint64, n int) ([]byte, error) { return ep.lookupRegion(addr, uint64(n)) })
 	}
 	ep.maxPacket = caps.MaxPacket
+	if l := layoutOf(tr); l != nil {
+		if err := ep.SetLayout(l); err != nil {
+			return nil, err
+		}
+	}
 	// Per peer, what its network offers: a medium must fit in one packet
 	// of that network and, with its header and reply room, in the buffer.
 	pc, perPeer := tr.(transport.PeerCapser)

@@ -132,3 +132,36 @@ func (c *Comm) create(g Group) (*Comm, error) {
 	}
 	return c.subComm(ctx, members), nil
 }
+
+// CommType is a kind of split for SplitType (MPI-4.1 §7.4.2).
+type CommType int
+
+// Split types of SplitType.
+const (
+	// CommTypeShared (MPI_COMM_TYPE_SHARED): the ranks that can share
+	// memory, those on one node. amgo learns the nodes at start-up (package
+	// am/job: the node identity each rank publishes, or AMGO_NODE).
+	CommTypeShared CommType = 1
+)
+
+// SplitType partitions c by the kind of hardware its ranks share
+// (MPI_Comm_split_type, MPI-4.1 §7.4.2): with CommTypeShared, the ranks of c
+// on one node form a new communicator, ordered by key and then by their rank
+// in c. A rank that passes Undefined as splitType gets nil (MPI_COMM_NULL).
+// Collective over c; MPI's info argument has no keys amgo reads and is
+// omitted. Errors: ErrArg for a split type other than CommTypeShared and
+// Undefined, and those of Split.
+func (c *Comm) SplitType(splitType CommType, key int) (*Comm, error) {
+	if err := c.valid(); err != nil {
+		return nil, err
+	}
+	color := Undefined
+	switch splitType {
+	case CommTypeShared:
+		color = c.p.ep.Node(c.world(c.rank))
+	case CommType(Undefined):
+	default:
+		return nil, fmt.Errorf("%w: split type %d (CommTypeShared or Undefined)", ErrArg, splitType)
+	}
+	return c.Split(color, key)
+}

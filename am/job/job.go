@@ -177,6 +177,19 @@ func Open(cfg am.Config) (*am.Endpoint, error) {
 		_ = boot.Abort(1, oneLine(err))
 		return nil, err
 	}
+	// Which ranks share a node: for the choice of networks, and for MPI's
+	// CommSplitType and node-aware collectives whatever the network.
+	var layout Layout
+	if !boot.IsSingleton() {
+		id, err := NodeID()
+		if err == nil {
+			layout, err = discover(boot, id)
+		}
+		if err != nil {
+			_ = boot.Abort(1, oneLine(err))
+			return nil, fmt.Errorf("am: rank %d: %w", boot.Rank(), err)
+		}
+	}
 	var tr transport.Transport
 	switch name := os.Getenv(EnvTransport); {
 	case name != "":
@@ -184,14 +197,7 @@ func Open(cfg am.Config) (*am.Endpoint, error) {
 	case boot.IsSingleton():
 		tr, err = transport.Open("loop", boot, nil)
 	default:
-		// A network per peer: shm within this node, AMGO_NET between nodes.
-		var id string
-		var l Layout
-		if id, err = NodeID(); err == nil {
-			if l, err = discover(boot, id); err == nil {
-				tr, err = openRouted(boot, l)
-			}
-		}
+		tr, err = openRouted(boot, layout) // shm within this node, AMGO_NET between nodes
 	}
 	if err != nil {
 		_ = boot.Abort(1, oneLine(err))
@@ -202,6 +208,13 @@ func Open(cfg am.Config) (*am.Endpoint, error) {
 		_ = tr.Close()
 		_ = boot.Abort(1, oneLine(err))
 		return nil, err
+	}
+	if layout.Node != nil {
+		if err := ep.SetLayout(layout.Node); err != nil {
+			_ = ep.Close()
+			_ = boot.Abort(1, oneLine(err))
+			return nil, err
+		}
 	}
 	ep.SetLauncher(pmiLauncher{boot})
 	return ep, nil

@@ -104,6 +104,13 @@ type PeerCapser interface {
 	PeerCaps(peer int) Caps
 }
 
+// Layouter is implemented by transports that know on which node each rank
+// runs (package route's in-process jobs): Layout()[r] is rank r's node,
+// numbered 0, 1, ... by each node's lowest rank.
+type Layouter interface {
+	Layout() []int
+}
+
 // Putter is implemented by transports with a single-copy path into memory that a
 // peer has registered (shared memory: Cross Memory Attach; in-process: a copy).
 type Putter interface {

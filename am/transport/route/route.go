@@ -85,6 +85,7 @@ type Transport struct {
 	caps       transport.Caps
 	peerCaps   []transport.Caps // by network
 	next       int              // Poll's first network, round robin
+	layout     []int            // by rank: its node, when Build made the job
 	sleeping   atomic.Bool      // the caller is in Wait
 	closeOnce  sync.Once
 	done       chan struct{}
@@ -453,11 +454,18 @@ func Build(nodes []int, local, between func(n int) ([]transport.Transport, error
 	n := len(nodes)
 	members := map[int][]int{} // node -> its job ranks, in order
 	var order []int
+	layout := make([]int, n) // nodes renumbered 0, 1, ... by their lowest rank
 	for r, k := range nodes {
 		if _, ok := members[k]; !ok {
 			order = append(order, k)
 		}
 		members[k] = append(members[k], r)
+		layout[r] = len(order) - 1
+		for i, kk := range order {
+			if kk == k {
+				layout[r] = i
+			}
+		}
 	}
 	var opened []transport.Transport
 	fail := func(err error) ([]transport.Transport, error) {
@@ -499,7 +507,12 @@ func Build(nodes []int, local, between func(n int) ([]transport.Transport, error
 			}
 			return fail(err)
 		}
+		t.layout = layout
 		out[r] = t
 	}
 	return out, nil
 }
+
+// Layout is the node of each rank when Build made the job
+// (transport.Layouter), nil otherwise: package am reads it.
+func (t *Transport) Layout() []int { return t.layout }

@@ -8,6 +8,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"hash/fnv"
 	"os"
 
 	"github.com/amgo-hpc/amgo/mpiam"
@@ -20,6 +21,10 @@ func main() {
 		os.Exit(1)
 	}
 	if err := checkThread(w, provided); err != nil {
+		fmt.Fprintf(os.Stderr, "p2pcheck: rank %d: %v\n", w.Rank(), err)
+		os.Exit(1)
+	}
+	if err := checkShared(w); err != nil {
 		fmt.Fprintf(os.Stderr, "p2pcheck: rank %d: %v\n", w.Rank(), err)
 		os.Exit(1)
 	}
@@ -62,6 +67,36 @@ func pattern(n, seed int) []byte {
 		b[i] = byte(i*7 + seed*13 + i>>8)
 	}
 	return b
+}
+
+// checkShared checks SplitType(CommTypeShared): its members are exactly the
+// ranks with this rank's AMGO_NODE (the emulated node; unset, every rank).
+func checkShared(w *mpiam.Comm) error {
+	h := fnv.New64a()
+	h.Write([]byte(os.Getenv("AMGO_NODE")))
+	mine := int64(h.Sum64() >> 1)
+	all := make([]int64, w.Size())
+	if err := mpiam.Allgather(w, []int64{mine}, all); err != nil {
+		return err
+	}
+	var want []int64 // world ranks on this node
+	for r, v := range all {
+		if v == mine {
+			want = append(want, int64(r))
+		}
+	}
+	s, err := w.SplitType(mpiam.CommTypeShared, 0)
+	if err != nil {
+		return fmt.Errorf("SplitType: %w", err)
+	}
+	got := make([]int64, s.Size())
+	if err := mpiam.Allgather(s, []int64{int64(w.Rank())}, got); err != nil {
+		return err
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		return fmt.Errorf("SplitType(CommTypeShared) has world ranks %v, want %v (AMGO_NODE=%q)", got, want, os.Getenv("AMGO_NODE"))
+	}
+	return s.Free()
 }
 
 func run(w *mpiam.Comm) error {
