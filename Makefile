@@ -9,7 +9,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 RACE_PKGS   := ./am/... ./handlers/... ./flowctl/... ./internal/... ./mpiam/... ./trace/...
 FUZZTIME    ?= 20s
 
-.PHONY: all build test race demo bench lint fuzz clean soak
+.PHONY: all build test race demo bench lint fuzz clean soak cluster
 
 all: build
 
@@ -58,6 +58,12 @@ fuzz:
 SOAK ?= 1e6
 soak:
 	AMGO_SOAK=$(SOAK) $(GO) test -count=1 -timeout 2h -parallel 8 -run '^TestSoak$$' -v ./mpiam/
+
+# Jobs across the nodes of an emulated cluster (internal/cluster: network,
+# UTS, mount, IPC and PID namespaces per node, joined by a bridge), launched
+# by MPICH's Hydra through an ssh stand-in. Needs root; skips otherwise.
+cluster:
+	AMGO_CLUSTER=1 $(GO) test -count=1 -timeout 10m -run 'AcrossNodes|NodesAre' -v ./internal/cluster/ ./mpiam/
 
 clean:
 	rm -rf $(BIN)
