@@ -42,6 +42,7 @@
 //	MPI_COMM_NULL                              a nil *Comm (Split with color Undefined)
 //	MPI_Comm_rank, MPI_Comm_size               (*Comm).Rank, Size
 //	MPI_Comm_dup, _split, _create, _free       (*Comm).Dup, Split, Create, Free
+//	MPI_Comm_split_type, MPI_COMM_TYPE_SHARED  (*Comm).SplitType, CommTypeShared
 //	MPI_Comm_group, MPI_Group_*                (*Comm).Group; Group methods
 //	MPI_Send, MPI_Bsend, MPI_Ssend, MPI_Rsend  Send, Bsend, Ssend, Rsend
 //	MPI_Isend, MPI_Ibsend, MPI_Issend, ...     Isend, Ibsend, Issend, Irsend: *Request
