@@ -178,17 +178,23 @@ func Open(cfg am.Config) (*am.Endpoint, error) {
 		return nil, err
 	}
 	// Which ranks share a node: for the choice of networks, and for MPI's
-	// CommSplitType and node-aware collectives whatever the network.
+	// CommSplitType and node-aware collectives whatever the network. Then
+	// what amrun would have done for this rank, if another launcher
+	// started it (tune.go).
 	var layout Layout
 	if !boot.IsSingleton() {
 		id, err := NodeID()
 		if err == nil {
 			layout, err = discover(boot, id)
 		}
+		if err == nil {
+			err = tuneSlack()
+		}
 		if err != nil {
 			_ = boot.Abort(1, oneLine(err))
 			return nil, fmt.Errorf("am: rank %d: %w", boot.Rank(), err)
 		}
+		tuneBind(layout, boot.Rank())
 	}
 	var tr transport.Transport
 	switch name := os.Getenv(EnvTransport); {
@@ -266,12 +272,18 @@ func bindFromEnv() error {
 	if err := unix.SchedGetaffinity(0, &allowed); err == nil && !allowed.IsSet(cpu) {
 		return fmt.Errorf("%w: %s=%d: this process may not run on CPU %d", am.ErrConfig, EnvBindCPU, cpu, cpu)
 	}
+	bindTo(cpu)
+	return nil
+}
+
+// bindTo binds every thread of this process to cpu (see bindFromEnv).
+func bindTo(cpu int) {
 	var set unix.CPUSet
 	set.Set(cpu)
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		slog.Warn("am: binding to a CPU: cannot list this process's threads", "err", err)
-		return nil
+		return
 	}
 	for _, t := range tasks {
 		tid, err := strconv.Atoi(t.Name())
@@ -285,5 +297,4 @@ func bindFromEnv() error {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(1)
 	}
-	return nil
 }

@@ -423,7 +423,7 @@ func bindCPUs(spec Spec) ([]int, error) {
 // rankEnv is base without variables amrun owns, plus the shared ones.
 func rankEnv(base []string, transport, jobDir string, n int) []string {
 	drop := map[string]bool{"PMI_FD": true, "PMI_PORT": true, "PMI_ID": true, "PMI_RANK": true, "PMI_SIZE": true,
-		"PMI_SPAWNED": true, "AMGO_TRANSPORT": true, "AMGO_JOB_DIR": true, "AMGO_LOOP_SIZE": true, "AMGO_JOB_SECRET": true, EnvBindCPU: true}
+		"PMI_SPAWNED": true, "AMGO_TRANSPORT": true, "AMGO_JOB_DIR": true, "AMGO_LOOP_SIZE": true, "AMGO_JOB_SECRET": true, EnvBindCPU: true, "AMGO_BIND": true}
 	var env []string
 	for _, kv := range base {
 		k, _, _ := strings.Cut(kv, "=")
@@ -466,6 +466,8 @@ func (j *job) start(r, nproc int, path string, env []string, outMu, errMu *sync.
 	cmd.Env = append(env[:len(env):len(env)], "PMI_FD=3", "PMI_RANK="+strconv.Itoa(r), "PMI_SIZE="+strconv.Itoa(nproc))
 	if len(j.cpus) > 0 {
 		cmd.Env = append(cmd.Env, EnvBindCPU+"="+strconv.Itoa(j.cpus[r%len(j.cpus)]))
+	} else {
+		cmd.Env = append(cmd.Env, "AMGO_BIND=none") // amrun decided: the rank does not bind itself
 	}
 	cmd.ExtraFiles = []*os.File{theirs}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -1,0 +1,140 @@
+package job
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/amgo-hpc/amgo/am"
+)
+
+// What amrun does for its ranks, a rank started by another launcher (MPICH's
+// mpiexec, Slurm's srun) does for itself at Open: a timer slack that keeps
+// the Go runtime's monitor thread off a busy-polling rank's CPU, and a CPU of
+// its own when every rank of its node can have one.
+
+const (
+	// EnvTimerSlack is the timer slack a rank gives itself at Open when its
+	// launcher left the kernel's default (a Go duration; default 1ms, as
+	// amrun's --timer-slack; 0 leaves the default).
+	EnvTimerSlack = "AMGO_TIMER_SLACK"
+	// EnvBind, when "none", keeps a rank that its launcher did not bind
+	// from binding itself to a CPU at Open.
+	EnvBind = "AMGO_BIND"
+)
+
+// kernelDefaultSlack is the timer slack of a process nobody changed (50 µs).
+const kernelDefaultSlack = 50_000
+
+// defaultRankSlack is what a rank sets when EnvTimerSlack is unset.
+const defaultRankSlack = time.Millisecond
+
+// tuneSlack gives this process the timer slack EnvTimerSlack names, when its
+// launcher left the kernel's default: prctl(PR_SET_TIMERSLACK) for the
+// calling thread (and the threads it starts), and /proc/self/task/*/
+// timerslack_ns for the threads that exist (the runtime's monitor among
+// them; writing another thread's needs CAP_SYS_NICE, so without it only the
+// new threads get the slack). Errors: am.ErrConfig for a bad EnvTimerSlack.
+func tuneSlack() error {
+	d := defaultRankSlack
+	if v := os.Getenv(EnvTimerSlack); v != "" {
+		var err error
+		if d, err = time.ParseDuration(v); err != nil || d < 0 {
+			return fmt.Errorf("%w: %s=%q is not a duration", am.ErrConfig, EnvTimerSlack, v)
+		}
+	}
+	if d == 0 {
+		return nil
+	}
+	cur, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
+	if err != nil || cur != kernelDefaultSlack {
+		return nil // the launcher chose one (amrun does), or we cannot tell
+	}
+	ns := strconv.FormatInt(d.Nanoseconds(), 10)
+	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(d.Nanoseconds()), 0, 0, 0); err != nil {
+		slog.Debug("am: setting the timer slack", "err", err)
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return nil
+	}
+	for _, t := range tasks {
+		if err := os.WriteFile("/proc/self/task/"+t.Name()+"/timerslack_ns", []byte(ns), 0); err != nil {
+			slog.Debug("am: setting a thread's timer slack", "tid", t.Name(), "err", err)
+		}
+	}
+	return nil
+}
+
+// tuneBind binds this process to a CPU of its own when nobody did (see
+// bindCPU).
+func tuneBind(l Layout, rank int) {
+	if os.Getenv(EnvBindCPU) != "" || os.Getenv(EnvBind) == "none" {
+		return
+	}
+	var allowed unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
+		return
+	}
+	var cpus []int
+	for cpu := 0; cpu < len(allowed)*64; cpu++ {
+		if allowed.IsSet(cpu) {
+			cpus = append(cpus, cpu)
+		}
+	}
+	if cpu, ok := bindCPU(l, rank, cpus, onlineCPUs()); ok {
+		bindTo(cpu)
+	}
+}
+
+// bindCPU is the CPU that rank binds itself to, given the CPUs it may run
+// on (allowed, ascending) and the number of online CPUs: none (ok false)
+// when the launcher bound it (it may not run on every online CPU), when the
+// layout is unknown, or when this node has more ranks than allowed CPUs
+// (binding would only pin ranks together, as amrun's --bind-to default
+// knows); else the local rank's (its index among this node's ranks) CPU.
+func bindCPU(l Layout, rank int, allowed []int, online int) (int, bool) {
+	if l.Node == nil || rank < 0 || rank >= len(l.Node) || online == 0 || len(allowed) != online {
+		return 0, false
+	}
+	mine := l.Ranks(l.Node[rank])
+	if len(mine) > len(allowed) {
+		return 0, false
+	}
+	for i, r := range mine {
+		if r == rank {
+			return allowed[i], true
+		}
+	}
+	return 0, false
+}
+
+// onlineCPUs counts the CPUs in /sys/devices/system/cpu/online ("0-3,6"),
+// 0 when unknown.
+func onlineCPUs() int {
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, part := range strings.Split(strings.TrimSpace(string(b)), ",") {
+		lo, hi, ok := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return 0
+		}
+		z := a
+		if ok {
+			if z, err = strconv.Atoi(hi); err != nil {
+				return 0
+			}
+		}
+		n += z - a + 1
+	}
+	return n
+}

@@ -1,0 +1,110 @@
+package job
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+func TestBindCPU(t *testing.T) {
+	l := Layout{Node: []int{0, 1, 0, 1, 0}}
+	for _, c := range []struct {
+		rank    int
+		allowed []int
+		online  int
+		cpu     int
+		ok      bool
+	}{
+		{0, []int{0, 1, 2, 3}, 4, 0, true},
+		{2, []int{0, 1, 2, 3}, 4, 1, true},  // second rank of node 0
+		{4, []int{0, 1, 2, 3}, 4, 2, true},  // third
+		{3, []int{0, 1, 2, 3}, 4, 1, true},  // second of node 1
+		{4, []int{0, 1}, 2, 0, false},       // 3 ranks on 2 CPUs: oversubscribed
+		{0, []int{1}, 4, 0, false},          // bound by the launcher already
+		{0, []int{0, 1, 2, 3}, 0, 0, false}, // online CPUs unknown
+		{9, []int{0, 1, 2, 3}, 4, 0, false}, // no such rank
+	} {
+		cpu, ok := bindCPU(l, c.rank, c.allowed, c.online)
+		require.Equal(t, c.ok, ok, "%+v", c)
+		if ok {
+			require.Equal(t, c.cpu, cpu, "%+v", c)
+		}
+	}
+	_, ok := bindCPU(Layout{}, 0, []int{0}, 1)
+	require.False(t, ok, "no layout")
+	require.Positive(t, onlineCPUs())
+}
+
+// A rank whose launcher left the kernel's timer slack sets its own: on the
+// calling thread, and (as root) on the threads that exist.
+func TestTuneSlack(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	prev, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
+	require.NoError(t, err)
+	defer unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(prev), 0, 0, 0)
+
+	require.NoError(t, unix.Prctl(unix.PR_SET_TIMERSLACK, kernelDefaultSlack, 0, 0, 0))
+	t.Setenv(EnvTimerSlack, "")
+	require.NoError(t, tuneSlack())
+	got, _ := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
+	require.Equal(t, int(defaultRankSlack.Nanoseconds()), got)
+
+	// Set by the launcher: left alone.
+	require.NoError(t, unix.Prctl(unix.PR_SET_TIMERSLACK, 200_000, 0, 0, 0))
+	require.NoError(t, tuneSlack())
+	got, _ = unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
+	require.Equal(t, 200_000, got)
+
+	// 0 leaves the default; garbage is an error.
+	require.NoError(t, unix.Prctl(unix.PR_SET_TIMERSLACK, kernelDefaultSlack, 0, 0, 0))
+	t.Setenv(EnvTimerSlack, "0")
+	require.NoError(t, tuneSlack())
+	got, _ = unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
+	require.Equal(t, kernelDefaultSlack, got)
+	t.Setenv(EnvTimerSlack, "soon")
+	require.Error(t, tuneSlack())
+}
+
+// Ranks started by MPICH's mpiexec, which neither binds them nor sets
+// their timer slack, do both themselves: each gets the slack amrun gives
+// and, when each can have one, a CPU of its own.
+func TestRanksTuneThemselvesUnderHydra(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and launches programs")
+	}
+	hydra, err := exec.LookPath("mpiexec.hydra")
+	if err != nil {
+		t.Skip("MPICH's mpiexec.hydra is not installed")
+	}
+	dir := t.TempDir()
+	out, err := exec.Command("go", "build", "-o", dir+"/", "./internal/tunecheck").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	n := min(runtime.NumCPU(), 4)
+	cmd := exec.Command(hydra, "-n", fmt.Sprint(n), filepath.Join(dir, "tunecheck"))
+	cmd.Env = append(os.Environ(), "AMGO_TRANSPORT=", "AMGO_BIND_CPU=", "AMGO_BIND=", "AMGO_TIMER_SLACK=")
+	out, err = cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	seen := map[string]bool{}
+	for r := range n {
+		var line string
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(l, fmt.Sprintf("tunecheck: rank %d ", r)) {
+				line = l
+			}
+		}
+		require.NotEmpty(t, line, "%s", out)
+		require.Contains(t, line, fmt.Sprintf("slack %d ", defaultRankSlack.Nanoseconds()), "%s", out)
+		cpus := line[strings.Index(line, "cpus ")+len("cpus "):]
+		require.NotContains(t, cpus, " ", "one CPU each: %s", line)
+		require.False(t, seen[cpus], "CPUs of their own: %s", out)
+		seen[cpus] = true
+	}
+}
