@@ -50,6 +50,47 @@ type coll struct {
 	tag   int
 	pb    *collPB // piggyback bookkeeping when a tool attaches values; nil otherwise
 	epoch uint64  // barriers: how many Barrier or Ibarrier calls on c came before this one
+	// v, when set, is the group of c's ranks the algorithm runs over (a
+	// node's ranks, or one leader per node: coll_node.go); the algorithms
+	// see its ranks as 0..size()-1 and send and receive through peer.
+	v *view
+}
+
+// view is a group of a communicator's ranks: ranks[i] is the i-th member's
+// rank in the communicator, me this rank's index (-1: not a member).
+type view struct {
+	ranks []int
+	me    int
+}
+
+// size is the number of ranks the algorithm runs over.
+func (x coll) size() int {
+	if x.v == nil {
+		return x.c.size
+	}
+	return len(x.v.ranks)
+}
+
+// rank is this rank's place among them.
+func (x coll) rank() int {
+	if x.v == nil {
+		return x.c.rank
+	}
+	return x.v.me
+}
+
+// peer is the communicator rank of the algorithm's rank i.
+func (x coll) peer(i int) int {
+	if x.v == nil {
+		return i
+	}
+	return x.v.ranks[i]
+}
+
+// over returns x running over v (nil: all of c).
+func (x coll) over(v *view) coll {
+	x.v = v
+	return x
 }
 
 // collPB tracks the largest tool value among the messages a rank received
@@ -143,6 +184,7 @@ func (x coll) send(b []byte, dest, step int) error {
 // sendStep is send; exchange marks one step of an exchange, in which the peer
 // sends to this rank at once (see sendPB).
 func (x coll) sendStep(b []byte, dest, step int, exchange bool) error {
+	dest = x.peer(dest)
 	if x.pb == nil && !exchange {
 		return x.cc.send(b, dest, x.tag+step, Standard)
 	}
@@ -154,6 +196,7 @@ func (x coll) sendStep(b []byte, dest, step int, exchange bool) error {
 }
 
 func (x coll) recv(b []byte, src, step int) error {
+	src = x.peer(src)
 	st, err := x.cc.recv(b, src, x.tag+step)
 	x.observe(st)
 	if err == nil && st.Bytes != len(b) {
@@ -166,6 +209,7 @@ func (x coll) recv(b []byte, src, step int) error {
 // first.
 func (x coll) sendrecv(sb []byte, dest int, rb []byte, src int, step int) error {
 	cc := x.cc
+	src = x.peer(src) // dest is mapped by sendStep
 	if err := cc.checkRecv(src, x.tag+step); err != nil {
 		return err
 	}
@@ -215,7 +259,7 @@ func Bcast[T any](c *Comm, buf []T, root int) error {
 }
 
 func (x coll) bcast(b []byte, root int) error {
-	p := x.c.size
+	p := x.size()
 	if p == 1 || len(b) == 0 {
 		return nil
 	}
@@ -227,7 +271,7 @@ func (x coll) bcast(b []byte, root int) error {
 
 // bcastBinomial: ceil(log2 p) rounds; cost log2(p)·(α + nβ).
 func (x coll) bcastBinomial(b []byte, root, step int) error {
-	p, me := x.c.size, x.c.rank
+	p, me := x.size(), x.rank()
 	vr := (me - root + p) % p
 	mask := 1
 	for ; mask < p; mask <<= 1 {
@@ -251,7 +295,7 @@ func (x coll) bcastBinomial(b []byte, root, step int) error {
 // bcastScatterAllgather: a binomial scatter of p chunks, then a ring
 // allgather; cost (log2 p + p - 1)·α + 2·(p-1)/p·nβ.
 func (x coll) bcastScatterAllgather(b []byte, root int) error {
-	p, me := x.c.size, x.c.rank
+	p, me := x.size(), x.rank()
 	n := len(b)
 	vr := (me - root + p) % p
 	chunk := (n + p - 1) / p
@@ -318,10 +362,10 @@ func Reduce[T any](c *Comm, send, recv []T, op Op[T], root int) error {
 }
 
 func reduce[T any](x coll, send, recv []T, op Op[T], root int) error {
-	if x.c.rank == root && send == nil {
+	if x.rank() == root && send == nil {
 		send = recv
 	}
-	if x.c.rank == root && len(recv) != len(send) {
+	if x.rank() == root && len(recv) != len(send) {
 		return fmt.Errorf("%w: Reduce of %d elements into a receive buffer of %d", ErrCount, len(send), len(recv))
 	}
 	return reduceBinomial(x, send, recv, op, root, 0)
@@ -331,7 +375,7 @@ func reduce[T any](x coll, send, recv []T, op Op[T], root int) error {
 // to root for commutative operations, and in absolute order (result at rank 0,
 // then moved to root) otherwise.
 func reduceBinomial[T any](x coll, send, recv []T, op Op[T], root, step int) error {
-	p, me := x.c.size, x.c.rank
+	p, me := x.size(), x.rank()
 	n := len(send)
 	acc, ha := tempBuf[T](x, n)
 	defer x.putTemp(ha)
@@ -403,7 +447,7 @@ func allreduce[T any](x coll, send, recv []T, op Op[T]) error {
 	if len(recv) != len(send) {
 		return fmt.Errorf("%w: Allreduce of %d elements into a receive buffer of %d", ErrCount, len(send), len(recv))
 	}
-	p := x.c.size
+	p := x.size()
 	if !op.Commutative {
 		if err := reduceBinomial(x, send, recv, op, 0, 0); err != nil {
 			return err
@@ -433,7 +477,7 @@ func allreduce[T any](x coll, send, recv []T, op Op[T]) error {
 // one sends its data to the odd one above it and sits out. It returns the
 // rank's new rank among the p' = 2^floor(log2 p) active ones, or -1.
 func foldIn[T any](x coll, buf []T, op Op[T], step int) (newRank, pof2, rem int, err error) {
-	p, me := x.c.size, x.c.rank
+	p, me := x.size(), x.rank()
 	pof2 = 1 << (bits.Len(uint(p)) - 1)
 	rem = p - pof2
 	if me < 2*rem {
@@ -461,7 +505,7 @@ func realRank(nr, rem int) int {
 
 // foldOut sends the result back to the ranks that sat out.
 func foldOut[T any](x coll, buf []T, newRank, rem, step int) error {
-	me := x.c.rank
+	me := x.rank()
 	if me < 2*rem {
 		if me%2 == 0 {
 			return x.recv(raw(buf), me+1, step)
@@ -589,7 +633,7 @@ func allreduceRabenseifnerAlg[T any](x coll, buf []T, op Op[T]) error {
 // allreduceRingAlg: p-1 reduce-scatter steps around the ring, then p-1
 // allgather steps; bandwidth-optimal for long vectors, any p.
 func allreduceRingAlg[T any](x coll, buf []T, op Op[T]) error {
-	p, me := x.c.size, x.c.rank
+	p, me := x.size(), x.rank()
 	n := len(buf)
 	left, right := (me-1+p)%p, (me+1)%p
 	_, maxHi := blockSpan(n, p, 0)
@@ -649,12 +693,12 @@ func Gather[T any](c *Comm, send, recv []T, root int) error {
 }
 
 func gathervRoot[T any](x coll, recv []T, counts, displs []int) error {
-	reqs := make([]*Request, 0, x.c.size)
-	for i := 0; i < x.c.size; i++ {
-		if i == x.c.rank {
+	reqs := make([]*Request, 0, x.size())
+	for i := 0; i < x.size(); i++ {
+		if i == x.rank() {
 			continue
 		}
-		r, err := x.cc.irecv(raw(recv[displs[i]:displs[i]+counts[i]]), i, x.tag)
+		r, err := x.cc.irecv(raw(recv[displs[i]:displs[i]+counts[i]]), x.peer(i), x.tag)
 		if err != nil {
 			return err
 		}
@@ -729,12 +773,12 @@ func Scatter[T any](c *Comm, send, recv []T, root int) error {
 }
 
 func scattervRoot[T any](x coll, send []T, counts, displs []int) error {
-	reqs := make([]*Request, 0, x.c.size)
-	for i := 0; i < x.c.size; i++ {
-		if i == x.c.rank {
+	reqs := make([]*Request, 0, x.size())
+	for i := 0; i < x.size(); i++ {
+		if i == x.rank() {
 			continue
 		}
-		r, err := x.cc.isend(raw(send[displs[i]:displs[i]+counts[i]]), i, x.tag, Standard)
+		r, err := x.cc.isend(raw(send[displs[i]:displs[i]+counts[i]]), x.peer(i), x.tag, Standard)
 		if err != nil {
 			return err
 		}
@@ -804,7 +848,7 @@ func allgather[T any](x coll, send, recv []T) error {
 }
 
 func allgatherRecursiveDoubling[T any](x coll, recv []T, k int) error {
-	p, me := x.c.size, x.c.rank
+	p, me := x.size(), x.rank()
 	for mask := 1; mask < p; mask <<= 1 {
 		partner := me ^ mask
 		myLo := (me &^ (mask - 1)) * k
@@ -817,7 +861,7 @@ func allgatherRecursiveDoubling[T any](x coll, recv []T, k int) error {
 }
 
 func allgatherRing[T any](x coll, recv []T, counts, displs []int) error {
-	p, me := x.c.size, x.c.rank
+	p, me := x.size(), x.rank()
 	left, right := (me-1+p)%p, (me+1)%p
 	for i := 0; i < p-1; i++ {
 		sb := (me - i + p) % p
@@ -864,7 +908,7 @@ func Alltoall[T any](c *Comm, send, recv []T) error {
 }
 
 func alltoall[T any](x coll, send, recv []T) error {
-	p := x.c.size
+	p := x.size()
 	if send == nil {
 		send = append([]T(nil), recv...)
 	}
@@ -883,7 +927,7 @@ func alltoall[T any](x coll, send, recv []T) error {
 }
 
 func alltoallPairwise[T any](x coll, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) error {
-	p, me := x.c.size, x.c.rank
+	p, me := x.size(), x.rank()
 	copy(recv[rdispls[me]:rdispls[me]+rcounts[me]], send[sdispls[me]:sdispls[me]+scounts[me]])
 	for i := 1; i < p; i++ {
 		dst, src := (me+i)%p, (me-i+p)%p
@@ -898,7 +942,7 @@ func alltoallPairwise[T any](x coll, send []T, scounts, sdispls []int, recv []T,
 // alltoallBruckAlg (Bruck et al. 1997): rotate the blocks, then in phase k send
 // every block whose index has bit k set to rank+2^k, then rotate back.
 func alltoallBruckAlg[T any](x coll, send, recv []T, k int) error {
-	p, me := x.c.size, x.c.rank
+	p, me := x.size(), x.rank()
 	tmp := make([]T, p*k)
 	for i := 0; i < p; i++ { // tmp block i = send block (me+i) mod p
 		copy(tmp[i*k:(i+1)*k], send[((me+i)%p)*k:])

@@ -88,6 +88,7 @@ type Transport struct {
 	layout     []int            // by rank: its node, when Build made the job
 	sleeping   atomic.Bool      // the caller is in Wait
 	closeOnce  sync.Once
+	closing    atomic.Bool
 	done       chan struct{}
 	wg         sync.WaitGroup
 }
@@ -353,14 +354,21 @@ func (t *Transport) waiter(m *member) {
 	for {
 		select {
 		case d := <-m.kick:
-			err := m.t.Wait(d)
+			// In slices, so that Close (which must not run beside a
+			// network's Wait) never waits long for this goroutine.
+			end := time.Now().Add(d)
+			for {
+				slice := min(time.Until(end), waiterSlice)
+				start := time.Now()
+				err := m.t.Wait(slice)
+				early := time.Since(start) < slice // traffic, or a spurious return
+				if err != nil || early || time.Until(end) <= 0 || !t.sleeping.Load() || t.closing.Load() {
+					break
+				}
+			}
 			m.waiting.Store(false)
 			if t.sleeping.Load() {
 				m.waker.Wake()
-			}
-			if err != nil && errors.Is(err, transport.ErrClosed) {
-				<-t.done
-				return
 			}
 		case <-t.done:
 			return
@@ -419,18 +427,24 @@ func (t *Transport) SetPutResolver(r transport.PutResolver) {
 	}
 }
 
-// Close closes every network and stops the waiters. It returns the first
+// waiterSlice is the longest a waiter sleeps in its network's Wait before
+// it looks whether the caller still sleeps and the transport is not closing.
+const waiterSlice = 20 * time.Millisecond
+
+// Close stops the waiters (within waiterSlice: a network's Close must not
+// run beside its Wait), then closes every network. It returns the first
 // network's error, if any.
 func (t *Transport) Close() error {
 	var first error
 	t.closeOnce.Do(func() {
+		t.closing.Store(true)
+		close(t.done)
+		t.wg.Wait()
 		for _, m := range t.nets {
 			if err := m.t.Close(); err != nil && first == nil {
 				first = err
 			}
 		}
-		close(t.done)
-		t.wg.Wait()
 	})
 	return first
 }
