@@ -263,6 +263,9 @@ func (x coll) bcast(b []byte, root int) error {
 	if p == 1 || len(b) == 0 {
 		return nil
 	}
+	if l := x.nodeLevels(); l != nil {
+		return x.bcastNodes(b, root, l)
+	}
 	if len(b) < bcastLarge || p < 4 {
 		return x.bcastBinomial(b, root, 0)
 	}
@@ -368,6 +371,9 @@ func reduce[T any](x coll, send, recv []T, op Op[T], root int) error {
 	if x.rank() == root && len(recv) != len(send) {
 		return fmt.Errorf("%w: Reduce of %d elements into a receive buffer of %d", ErrCount, len(send), len(recv))
 	}
+	if l := x.nodeLevels(); l != nil && (op.Commutative || l.contiguous) {
+		return reduceNodes(x, send, recv, op, root, l)
+	}
 	return reduceBinomial(x, send, recv, op, root, 0)
 }
 
@@ -448,6 +454,9 @@ func allreduce[T any](x coll, send, recv []T, op Op[T]) error {
 		return fmt.Errorf("%w: Allreduce of %d elements into a receive buffer of %d", ErrCount, len(send), len(recv))
 	}
 	p := x.size()
+	if l := x.nodeLevels(); l != nil && (op.Commutative || l.contiguous) {
+		return allreduceNodes(x, send, recv, op, l)
+	}
 	if !op.Commutative {
 		if err := reduceBinomial(x, send, recv, op, 0, 0); err != nil {
 			return err
@@ -671,7 +680,12 @@ func Gather[T any](c *Comm, send, recv []T, root int) error {
 			return err
 		}
 		p := c.size
+		l := x.nodeLevels()
 		if c.rank != root {
+			if l != nil {
+				sb := raw(send)
+				return x.gatherNodes(sb, nil, len(sb), root, l)
+			}
 			return x.send(raw(send), root, 0)
 		}
 		if len(recv)%p != 0 {
@@ -683,6 +697,11 @@ func Gather[T any](c *Comm, send, recv []T, root int) error {
 				return fmt.Errorf("%w: Gather of %d elements per rank into blocks of %d", ErrCount, len(send), k)
 			}
 			copy(recv[root*k:], send)
+		}
+		if l != nil {
+			rb := raw(recv)
+			kb := len(rb) / p
+			return x.gatherNodes(rb[root*kb:(root+1)*kb], rb, kb, root, l)
 		}
 		counts, displs := make([]int, p), make([]int, p)
 		for i := range counts {
@@ -836,6 +855,9 @@ func allgather[T any](x coll, send, recv []T) error {
 			return fmt.Errorf("%w: Allgather of %d elements per rank into blocks of %d", ErrCount, len(send), k)
 		}
 		copy(recv[c.rank*k:], send)
+	}
+	if l := x.nodeLevels(); l != nil && k > 0 {
+		return x.allgatherNodes(raw(recv), len(raw(recv))/p, l)
 	}
 	if p&(p-1) == 0 && len(raw(recv)) <= allgatherRD {
 		return allgatherRecursiveDoubling(x, recv, k)

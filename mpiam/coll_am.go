@@ -121,6 +121,9 @@ func (x coll) barrier() error {
 	if c.size == 1 {
 		return nil
 	}
+	if l := x.nodeLevels(); l != nil {
+		return x.barrierNodes(l)
+	}
 	bar := c.bar.Load()
 	if bar == nil { // Ibarriers may get here concurrently: all store the same counts
 		p.mu.Lock()

@@ -108,6 +108,22 @@ func openMixed(t testing.TB, nw string, n int) []transport.Transport {
 	return trs
 }
 
+// openLayout opens a job of n ranks placed on nodes by list (comma-separated
+// node numbers, one per rank): loop within a node and between nodes.
+func openLayout(t testing.TB, list string, n int) []transport.Transport {
+	var nodes []int
+	for _, f := range strings.Split(list, ",") {
+		k, err := strconv.Atoi(f)
+		require.NoError(t, err, "layout %q", list)
+		nodes = append(nodes, k)
+	}
+	require.Len(t, nodes, n, "layout %q", list)
+	loopJob := func(k int) ([]transport.Transport, error) { return loop.NewJob(k, nil) }
+	trs, err := route.Build(nodes, loopJob, loopJob)
+	require.NoError(t, err)
+	return trs
+}
+
 // peerCanGet reports whether w's rank reaches world rank peer over a
 // network with a single-copy get (in a mixed job, whether they share a
 // node).
@@ -253,6 +269,11 @@ func runJobErr(t testing.TB, nw string, n int, cfg Config, body rankBody) error 
 	case "loop+sim", "shm+tcp":
 		trs = openMixed(t, nw, n)
 	default:
+		if list, ok := strings.CutPrefix(nw, "nodes="); ok {
+			// "nodes=0,1,1": rank r on node list[r], loop within and between.
+			trs = openLayout(t, list, n)
+			break
+		}
 		if !strings.HasPrefix(nw, "sim+") {
 			t.Fatalf("unknown network %q", nw)
 		}
