@@ -1,10 +1,14 @@
 package mpiam
 
 import (
+	"bufio"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -14,7 +18,7 @@ import (
 // buildChecks builds amrun and the check programs into one directory.
 func buildChecks(t *testing.T) string {
 	dir := buildWithAmrun(t, "./internal/p2pcheck")
-	out, err := exec.Command("go", "build", "-o", dir+"/", "./internal/collcheck", "./internal/deadcheck").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", dir+"/", "./internal/collcheck", "./internal/deadcheck", "./internal/nodecheck").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	return dir
 }
@@ -42,4 +46,71 @@ func TestHydraAcrossNodes(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A whole node lost mid-job (every process of its namespaces killed at
+// once): the ranks of the other node, blocked in an Allreduce, report
+// ErrProcFailed naming a rank of the lost node, the launcher ends the job
+// within 5 s naming a lost rank, and no shared-memory file is left on the
+// surviving node. amrun launches here, each rank entering its node's
+// namespaces (two per node) through nsenter with its PMI socket: Hydra,
+// told of the loss by its proxy's end, stops forwarding the survivors'
+// output at once.
+func TestNodeLossAcrossNodes(t *testing.T) {
+	c := cluster.New(t, 2, "")
+	dir := buildChecks(t)
+	// SIGTERM ignored from here on (an ignored signal stays ignored across
+	// exec): amrun's SIGTERM after the loss must not end nsenter before the
+	// survivor under it reports.
+	enter := `trap "" TERM; exec env -u AMGO_JOB_DIR nsenter -t "$(cat ` + c.Dir + `/node$((PMI_RANK / 2 + 1)).pid)" -a -w"$PWD" "$0"`
+	cmd := exec.Command(filepath.Join(dir, "amrun"), "-n", "4", "--timeout", "60s", "sh", "-c", enter, filepath.Join(dir, "nodecheck"))
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var out []string
+	ready := false
+	for !ready {
+		select {
+		case l, ok := <-lines:
+			require.True(t, ok, "job ended before it was ready: %v\n%s", out, stderr.String())
+			out = append(out, l)
+			ready = l == "nodecheck: ready"
+		case <-time.After(60 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Fatalf("job not ready: %v\n%s", out, stderr.String())
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the survivors are in their Allreduce
+	killed := time.Now()
+	c.Kill(1)
+	for l := range lines {
+		out = append(out, l)
+	}
+	err = cmd.Wait()
+	took := time.Since(killed)
+	all := strings.Join(out, "\n")
+	t.Logf("job ended %v after the node was killed:\n%s\n%s", took, all, stderr.String())
+	require.Error(t, err, "the job fails")
+	require.Less(t, took, 5*time.Second, "the job ends within 5 s of the loss")
+	require.Regexp(t, `amrun: rank [23] `, stderr.String(), "amrun names a rank of the lost node first")
+	re := regexp.MustCompile(`nodecheck: rank (\d+): ErrProcFailed rank (\d+) lost=(\w+)`)
+	m := re.FindAllStringSubmatch(all, -1)
+	require.Len(t, m, 2, "both survivors report: %s\n%s", all, stderr.String())
+	for _, g := range m {
+		require.Contains(t, []string{"0", "1"}, g[1], "the survivors are node1's ranks")
+		require.Equal(t, "true", g[3], "rank %s names rank %s, one of the lost node's", g[1], g[2])
+	}
+	ls, err := c.Command(0, "sh", "-c", "ls -A /dev/shm").CombinedOutput()
+	require.NoError(t, err, "%s", ls)
+	require.NotContains(t, string(ls), "amgo", "shared-memory files left on the surviving node")
 }
