@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,11 +41,19 @@ var networks = []string{"loop", "shm", "tcp", "udp", "sim", "loop+sim", "shm+tcp
 var notOn = []struct{ test, networks, why string }{
 	// The wildcard variant with goroutines on three ranks is slow over the
 	// retransmitting networks; loop and shm cover it.
-	{"TestConcurrentGoroutines_MPI41_11_6/wildcard=true/", "tcp udp sim", "eight goroutines per rank with wildcard receives: loop and shm cover it"},
+	{"TestConcurrentGoroutines_MPI41_11_6/wildcard=true/", "tcp udp sim loop+sim shm+tcp", "eight goroutines per rank with wildcard receives: loop and shm cover it"},
 	// 1000 synchronous rounds take 14 s at 10% loss (each tail loss waits
 	// for a retransmission timeout); udp runs it, and the soak covers
 	// every send path under loss.
-	{"TestPersistentRequests_MPI41_3_9/", "sim", "timeout-bound at 10% loss; runs on udp, and TestSoak covers sim"},
+	{"TestPersistentRequests_MPI41_3_9/", "sim loop+sim", "timeout-bound at 10% loss; runs on udp, and TestSoak covers sim"},
+}
+
+// Under the race detector the mixed loop+sim job adds a minute to what sim
+// and shm+tcp already cover there; make test runs it without the detector.
+func init() {
+	if raceEnabled {
+		networks = slices.DeleteFunc(networks, func(nw string) bool { return nw == "loop+sim" })
+	}
 }
 
 // skipOn skips test t on network nw when notOn says so.
