@@ -25,6 +25,7 @@ import (
 	"github.com/amgo-hpc/amgo/am"
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/am/transport/loop"
+	"github.com/amgo-hpc/amgo/am/transport/route"
 	_ "github.com/amgo-hpc/amgo/am/transport/shm" // registers "shm"
 	"github.com/amgo-hpc/amgo/am/transport/sim"
 	_ "github.com/amgo-hpc/amgo/am/transport/tcp" // registers "tcp"
@@ -204,6 +205,13 @@ func Open(cfg am.Config) (*am.Endpoint, error) {
 		tr, err = transport.Open("loop", boot, nil)
 	default:
 		tr, err = openRouted(boot, layout) // shm within this node, AMGO_NET between nodes
+		if _, routed := tr.(*route.Transport); routed && runtime.GOMAXPROCS(0) < 2 && os.Getenv("GOMAXPROCS") == "" {
+			// route's waiter sleeps in the other network's system calls
+			// (ppoll), holding a P while it does: with one P, the rank's
+			// own goroutine, woken by shared memory, would wait for the
+			// runtime to take that P back (20 us and more).
+			runtime.GOMAXPROCS(2)
+		}
 	}
 	if err != nil {
 		_ = boot.Abort(1, oneLine(err))

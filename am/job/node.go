@@ -151,7 +151,9 @@ func openRouted(b transport.Bootstrap, l Layout) (transport.Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	all, err := transport.Open(between, b, nil)
+	// Its Wait runs on route's waiter goroutine, beside a rank that may be
+	// spinning on shared memory: it sleeps at once rather than spin.
+	all, err := transport.Open(between, b, map[string]string{"spin": "0s"})
 	if err != nil {
 		_ = local.Close()
 		return nil, err

@@ -57,8 +57,10 @@ type member struct {
 	toJob    []int // network rank -> job rank
 	recv     receiver
 	waker    transport.Waker // the first network's, for the waiter
-	kick     chan time.Duration
-	waiting  atomic.Bool // the waiter sleeps in this network's Wait
+	kick     chan struct{}
+	waiting  atomic.Bool  // the waiter sleeps in this network's Wait
+	quiet    atomic.Int32 // Polls since this network last delivered or sent (up to hotPolls)
+	woke     atomic.Bool  // the waiter's Wait saw traffic (Wait makes the network hot)
 	putter   transport.Putter
 	putSend  transport.PutSender
 	getter   transport.Getter
@@ -84,7 +86,7 @@ type Transport struct {
 	local      []int32 // by job rank: its rank in that network
 	caps       transport.Caps
 	peerCaps   []transport.Caps // by network
-	next       int              // Poll's first network, round robin
+	polls      uint64           // Polls so far (the cold networks' turn)
 	layout     []int            // by rank: its node, when Build made the job
 	sleeping   atomic.Bool      // the caller is in Wait
 	closeOnce  sync.Once
@@ -197,7 +199,7 @@ func New(rank, size int, nets []Net) (*Transport, error) {
 		if w, ok := t.nets[0].t.(transport.Waker); ok {
 			for _, m := range t.nets[1:] {
 				m.waker = w
-				m.kick = make(chan time.Duration, 1)
+				m.kick = make(chan struct{}, 1)
 				t.wg.Add(1)
 				go t.waiter(m)
 			}
@@ -244,6 +246,14 @@ func (t *Transport) route(dst int) (*member, int, error) {
 	return t.nets[t.via[dst]], int(t.local[dst]), nil
 }
 
+// sent makes the network hot: what was sent over it needs its Polls (acks,
+// retransmissions, queued output, the answer).
+func (m *member) sent() {
+	if m.quiet.Load() != 0 {
+		m.quiet.Store(0)
+	}
+}
+
 // jobErr gives a network's error about one of its ranks the job's rank.
 func (m *member) jobErr(err error) error {
 	if err == nil {
@@ -270,33 +280,58 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	if err != nil {
 		return err
 	}
+	m.sent()
 	if err := m.t.Send(l, hdr, payload); err != nil {
 		return m.jobErr(err)
 	}
 	return nil
 }
 
-// Poll polls every network, starting with a different one each time, and
-// hands up to max packets to r with their job ranks. A network's error is
-// returned after the others are polled (the first, if several fail).
+// Polling the other networks. A poll of the node-local network costs tens
+// of nanoseconds; a poll of a socket network costs system calls (a receive
+// per connection, or an epoll_wait), which a rank spinning on shared memory
+// would pay on every look and which would delay every shared-memory message
+// that arrives meanwhile. So a network between nodes is polled on every
+// Poll while it is hot (it delivered or was sent to within its last
+// hotPolls polls), and
+// otherwise every coldEvery-th Poll (tens of microseconds of
+// spinning), as Open MPI's progress engine calls its event library only
+// every so many calls. After a Wait, a network whose waiter saw traffic is
+// hot again.
+const (
+	hotPolls  = 256
+	coldEvery = 2048
+)
+
+// Poll polls the node-local network, and the others while they are hot or
+// every coldEvery-th time (above), and hands up to max packets to r with
+// their job ranks. A network's error is returned after the others are
+// polled (the first, if several fail).
 func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 	total := 0
 	var first error
-	k := len(t.nets)
-	start := t.next
-	if t.next++; t.next == k {
-		t.next = 0
-	}
-	for i := 0; i < k && total < max; i++ {
-		j := start + i
-		if j >= k {
-			j -= k
+	t.polls++
+	for i, m := range t.nets {
+		if total >= max {
+			break
 		}
-		m := t.nets[j]
+		q := m.quiet.Load()
+		if i > 0 && q >= hotPolls && t.polls%coldEvery != 0 {
+			if !m.woke.Load() {
+				continue
+			}
+			m.woke.Store(false) // its waiter saw traffic: poll it now
+			q = 0
+		}
 		m.recv.up = r
 		n, err := m.t.Poll(&m.recv, max-total)
 		m.recv.up = nil
 		total += n
+		if n > 0 {
+			m.quiet.Store(0)
+		} else if q < hotPolls {
+			m.quiet.Store(q + 1)
+		}
 		if err != nil && first == nil {
 			first = m.jobErr(err)
 		}
@@ -336,42 +371,81 @@ func (t *Transport) Wait(d time.Duration) error {
 			}
 		}
 	}
+	// While the other networks are cold, first a short wait on the
+	// node-local network alone (its spin, then a brief sleep): most waits
+	// end there, and waking a waiter costs a thread switch each time.
+	hot := false
+	for _, m := range t.nets[1:] {
+		hot = hot || m.quiet.Load() < hotPolls
+	}
+	if !hot {
+		start := time.Now()
+		if err := t.nets[0].t.Wait(min(d, firstWait)); err != nil || time.Since(start) < min(d, firstWait) {
+			return err
+		}
+		if d -= time.Since(start); d <= 0 {
+			return nil
+		}
+	}
 	t.sleeping.Store(true)
 	for _, m := range t.nets[1:] {
 		if m.waiting.CompareAndSwap(false, true) {
-			m.kick <- d // capacity 1, and only the waiter empties it after waiting was false
+			m.kick <- struct{}{} // capacity 1, and only the waiter empties it after waiting was false
 		}
 	}
 	err := t.nets[0].t.Wait(d)
 	t.sleeping.Store(false)
+	for _, m := range t.nets[1:] {
+		if m.woke.Swap(false) {
+			m.quiet.Store(0) // its waiter woke us for it: poll it now
+		}
+	}
 	return err
 }
 
-// waiter sleeps in m's Wait when asked, and wakes the caller of Wait
-// through the first network when m's Wait ends while the caller sleeps.
+// waiter sleeps in m's Wait while the caller sleeps (from a kick until
+// the caller wakes), and wakes the caller through the first network when
+// m's Wait sees traffic.
 func (t *Transport) waiter(m *member) {
 	defer t.wg.Done()
 	for {
 		select {
-		case d := <-m.kick:
-			// In slices, so that Close (which must not run beside a
-			// network's Wait) never waits long for this goroutine.
-			end := time.Now().Add(d)
-			for {
-				slice := min(time.Until(end), waiterSlice)
-				start := time.Now()
-				err := m.t.Wait(slice)
-				early := time.Since(start) < slice // traffic, or a spurious return
-				if err != nil || early || time.Until(end) <= 0 || !t.sleeping.Load() || t.closing.Load() {
-					break
-				}
-			}
-			m.waiting.Store(false)
-			if t.sleeping.Load() {
-				m.waker.Wake()
-			}
+		case <-m.kick:
 		case <-t.done:
 			return
+		}
+		for {
+			traffic := t.watch(m)
+			if traffic {
+				m.woke.Store(true)
+			}
+			m.waiting.Store(false)
+			if traffic && t.sleeping.Load() {
+				m.waker.Wake()
+			}
+			// The caller may have begun another Wait while this one ended
+			// and found the waiter still waiting (no kick then): go on.
+			if traffic || t.closing.Load() || !t.sleeping.Load() || !m.waiting.CompareAndSwap(false, true) {
+				break
+			}
+		}
+	}
+}
+
+// watch sleeps in m's Wait, in slices (so that Close, which must not run
+// beside a network's Wait, never waits long), until m has traffic (true) or
+// the caller no longer sleeps or the transport closes (false).
+func (t *Transport) watch(m *member) bool {
+	for {
+		start := time.Now()
+		err := m.t.Wait(waiterSlice)
+		// Returned early: traffic (or a spurious return, which costs the
+		// caller one more look).
+		if err != nil || time.Since(start) < waiterSlice {
+			return true
+		}
+		if !t.sleeping.Load() || t.closing.Load() {
+			return false
 		}
 	}
 }
@@ -387,6 +461,7 @@ func (t *Transport) Put(dst int, addr uintptr, data []byte) error {
 	if m.putter == nil {
 		return fmt.Errorf("route: rank %d over %s: %w", dst, m.name, transport.ErrPutUnsupported)
 	}
+	m.sent()
 	return m.jobErr(m.putter.Put(l, addr, data))
 }
 
@@ -401,6 +476,7 @@ func (t *Transport) PutSend(dst int, addr uintptr, data, hdr, payload []byte) er
 	if m.putSend == nil {
 		return fmt.Errorf("route: rank %d over %s: %w", dst, m.name, transport.ErrPutUnsupported)
 	}
+	m.sent()
 	return m.jobErr(m.putSend.PutSend(l, addr, data, hdr, payload))
 }
 
@@ -426,6 +502,12 @@ func (t *Transport) SetPutResolver(r transport.PutResolver) {
 		}
 	}
 }
+
+// firstWait is how long Wait sleeps on the node-local network before it
+// wakes the other networks' waiters, when they are cold: packets from
+// other nodes that arrive meanwhile wait for the next Poll, at most this
+// long.
+const firstWait = 50 * time.Microsecond
 
 // waiterSlice is the longest a waiter sleeps in its network's Wait before
 // it looks whether the caller still sleeps and the transport is not closing.
