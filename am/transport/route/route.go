@@ -340,12 +340,14 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 }
 
 // Wait sleeps on the first network until any network has traffic, or about
-// d. With one network it is that network's Wait. Otherwise every other
-// network's waiter goroutine is asked to sleep in its network's Wait (unless
-// it still does from an earlier call), and wakes this one through the first
-// network's Wake when its Wait ends while this one sleeps. Without a Waker
-// on the first network, the networks are waited on in turn for slices of
-// 100 µs. Errors: the first network's (transport.ErrClosed after Close).
+// d. With one network it is that network's Wait. Otherwise, when the other
+// networks are cold, it first sleeps on the first network alone for up to
+// firstWait; then every other network's waiter goroutine is asked to sleep
+// in its network's Wait for as long as this one sleeps (unless it still
+// does), and wakes this one through the first network's Wake when that
+// network has traffic. Without a Waker on the first network, the networks
+// are waited on in turn for slices of 100 µs. Errors: the first network's
+// (transport.ErrClosed after Close).
 func (t *Transport) Wait(d time.Duration) error {
 	if len(t.nets) == 1 {
 		return t.nets[0].t.Wait(d)

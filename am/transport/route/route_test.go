@@ -111,3 +111,67 @@ func TestWaitWakesForEitherNetwork(t *testing.T) {
 		require.Equal(t, c.sender, got.Src)
 	}
 }
+
+// countPolls is a network that counts its Polls and delivers nothing.
+type countPolls struct {
+	transport.Transport
+	polls int
+}
+
+func (c *countPolls) Poll(r transport.Receiver, max int) (int, error) {
+	c.polls++
+	return c.Transport.Poll(r, max)
+}
+
+// A network between nodes that has been quiet is polled only every so
+// often, and becomes hot again when something is sent over it or it
+// delivers; the node-local network is polled every time.
+func TestColdNetworkIsPolledSeldom(t *testing.T) {
+	locals, err := loop.NewJob(2, nil)
+	require.NoError(t, err)
+	alls, err := loop.NewJob(3, nil)
+	require.NoError(t, err)
+	others, err := loop.NewJob(1, nil) // rank 2's node
+	require.NoError(t, err)
+	local, between := &countPolls{Transport: locals[0]}, &countPolls{Transport: alls[0]}
+	rt, err := route.New(0, 3, []route.Net{{T: local, Ranks: []int{0, 1}, Peers: []int{0, 1}}, {T: between, Peers: []int{2}}})
+	require.NoError(t, err)
+	defer rt.Close()
+	defer locals[1].Close()
+	defer alls[1].Close()
+	defer alls[2].Close()
+	defer others[0].Close()
+	var rx transporttest.Last
+	poll := func(k int) {
+		for range k {
+			_, err := rt.Poll(&rx, 8)
+			require.NoError(t, err)
+		}
+	}
+	poll(300) // 256 quiet polls make it cold
+	require.Equal(t, 300, local.polls)
+	require.Equal(t, 256, between.polls)
+	poll(4096)
+	require.Equal(t, 4396, local.polls)
+	require.InDelta(t, 256+2, between.polls, 1, "cold: every 2048th Poll")
+
+	// A send over it makes it hot.
+	var buf [wire.MaxHeaderLen]byte
+	hdr := buf[:wire.Encode(buf[:], &wire.Header{Kind: wire.KindRequestShort, Handler: 1}, nil)]
+	require.NoError(t, rt.Send(2, hdr, nil))
+	before := between.polls
+	poll(10)
+	require.Equal(t, before+10, between.polls, "hot after a send")
+
+	// A packet from another node keeps it hot while it arrives.
+	poll(300)
+	require.NoError(t, transporttest.SendRetry(alls[2], 0, hdr, nil, nil))
+	for i := 0; rx.N == 0; i++ {
+		require.Less(t, i, 2048, "the cold turn finds the packet")
+		poll(1)
+	}
+	require.Equal(t, 2, rx.Src)
+	before = between.polls
+	poll(10)
+	require.Equal(t, before+10, between.polls, "hot after it delivered")
+}
