@@ -61,7 +61,9 @@ soak:
 
 # Jobs across the nodes of an emulated cluster (internal/cluster: network,
 # UTS, mount, IPC and PID namespaces per node, joined by a bridge), launched
-# by MPICH's Hydra through an ssh stand-in. Needs root; skips otherwise.
+# by MPICH's Hydra through an ssh stand-in and by a real Slurm (slurmctld, a
+# slurmd per node, munge), and a node lost mid-job. Needs root; skips
+# otherwise (and the Slurm test without slurm-wlm and munge).
 cluster:
 	AMGO_CLUSTER=1 $(GO) test -count=1 -timeout 10m -run 'AcrossNodes|NodesAre' -v ./internal/cluster/ ./mpiam/
 

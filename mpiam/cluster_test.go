@@ -114,3 +114,27 @@ func TestNodeLossAcrossNodes(t *testing.T) {
 	require.NoError(t, err, "%s", ls)
 	require.NotContains(t, string(ls), "amgo", "shared-memory files left on the surviving node")
 }
+
+// A real Slurm (slurmctld, one slurmd per emulated node, munge) launches
+// amgo across the nodes with srun --mpi=pmi2, two ranks per node: the MPI
+// point-to-point and collective checks pass over shm within nodes and tcp
+// between, and so does the heat solver.
+func TestSlurmAcrossNodes(t *testing.T) {
+	c := cluster.New(t, 2, "")
+	s := c.StartSlurm(t)
+	dir := buildChecks(t)
+	out, err := exec.Command("go", "build", "-o", dir+"/", "../examples/heat").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, prog := range []string{"p2pcheck", "collcheck", "heat"} {
+		t.Run(prog, func(t *testing.T) {
+			cmd := s.Srun("--mpi=pmi2", "-N", "2", "-n", "4", "--overcommit", "-t", "2", filepath.Join(dir, prog))
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			if prog != "heat" {
+				require.Contains(t, string(out), prog+": 4 ranks: OK")
+			} else {
+				require.Contains(t, string(out), "heat: check PASSED", "%s", out)
+			}
+		})
+	}
+}
