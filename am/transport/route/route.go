@@ -102,9 +102,10 @@ var ErrLayout = errors.New("route: networks do not make one job")
 
 // New returns the transport of job rank rank of a job of size ranks over
 // nets (at most 255), the first being the one the caller sleeps on (the
-// node-local network). Networks that are not ordered and reliable are
-// wrapped in package reliable. On success the Transport owns the networks
-// (Close closes them); on error the caller still does. Errors: ErrLayout.
+// node-local network, which must be a transport.Waker when there are
+// others). Networks that are not ordered and reliable are wrapped in package
+// reliable. On success the Transport owns the networks (Close closes them);
+// on error the caller still does. Errors: ErrLayout.
 func New(rank, size int, nets []Net) (*Transport, error) {
 	if len(nets) == 0 || len(nets) > 255 {
 		return nil, fmt.Errorf("%w: %d networks", ErrLayout, len(nets))
@@ -114,7 +115,12 @@ func New(rank, size int, nets []Net) (*Transport, error) {
 	for i := range t.local {
 		t.local[i] = -1
 	}
-	var names []string
+	if len(nets) > 1 {
+		if _, ok := nets[0].T.(transport.Waker); !ok {
+			return nil, fmt.Errorf("%w: the first network (%s) has no Wake for the others' waiters", ErrLayout, nets[0].T.Caps().Name)
+		}
+	}
+	toJobs := make([][]int, len(nets))
 	for i, n := range nets {
 		toJob := n.Ranks
 		if toJob == nil {
@@ -123,6 +129,7 @@ func New(rank, size int, nets []Net) (*Transport, error) {
 				toJob[r] = r
 			}
 		}
+		toJobs[i] = toJob
 		if n.T.Size() != len(toJob) || n.T.Rank() < 0 || n.T.Rank() >= len(toJob) || toJob[n.T.Rank()] != rank {
 			return nil, fmt.Errorf("%w: network %d (%s) has %d ranks, this rank is its %d, for job ranks %v",
 				ErrLayout, i, n.T.Caps().Name, n.T.Size(), n.T.Rank(), toJob)
@@ -149,7 +156,8 @@ func New(rank, size int, nets []Net) (*Transport, error) {
 			return nil, fmt.Errorf("%w: no network reaches rank %d", ErrLayout, r)
 		}
 	}
-	for _, n := range nets {
+	var names []string
+	for i, n := range nets {
 		tr := n.T
 		if c := tr.Caps(); !c.Ordered || !c.Reliable {
 			w, err := reliable.Wrap(tr, reliable.Config{}, nil)
@@ -158,16 +166,9 @@ func New(rank, size int, nets []Net) (*Transport, error) {
 			}
 			tr = w
 		}
-		toJob := n.Ranks
-		if toJob == nil {
-			toJob = make([]int, size)
-			for r := range toJob {
-				toJob[r] = r
-			}
-		}
-		m := &member{t: tr, name: tr.Caps().Name, toJob: toJob}
+		m := &member{t: tr, name: tr.Caps().Name, toJob: toJobs[i]}
 		names = append(names, m.name)
-		m.recv.toJob = toJob
+		m.recv.toJob = toJobs[i]
 		m.putter, _ = tr.(transport.Putter)
 		m.putSend, _ = tr.(transport.PutSender)
 		m.getter, _ = tr.(transport.Getter)
@@ -196,15 +197,12 @@ func New(rank, size int, nets []Net) (*Transport, error) {
 		t.caps.Wakeup = t.caps.Wakeup && c.Wakeup
 	}
 	if len(t.nets) > 1 {
-		if w, ok := t.nets[0].t.(transport.Waker); ok {
-			for _, m := range t.nets[1:] {
-				m.waker = w
-				m.kick = make(chan struct{}, 1)
-				t.wg.Add(1)
-				go t.waiter(m)
-			}
-		} else {
-			t.caps.Wakeup = false // Wait then takes turns (see Wait)
+		w := t.nets[0].t.(transport.Waker) // checked above
+		for _, m := range t.nets[1:] {
+			m.waker = w
+			m.kick = make(chan struct{}, 1)
+			t.wg.Add(1)
+			go t.waiter(m)
 		}
 	}
 	return t, nil
@@ -345,33 +343,11 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 // firstWait; then every other network's waiter goroutine is asked to sleep
 // in its network's Wait for as long as this one sleeps (unless it still
 // does), and wakes this one through the first network's Wake when that
-// network has traffic. Without a Waker on the first network, the networks
-// are waited on in turn for slices of 100 µs. Errors: the first network's
-// (transport.ErrClosed after Close).
+// network has traffic. Errors: the first network's (transport.ErrClosed
+// after Close).
 func (t *Transport) Wait(d time.Duration) error {
 	if len(t.nets) == 1 {
 		return t.nets[0].t.Wait(d)
-	}
-	if t.nets[1].kick == nil {
-		const slice = 100 * time.Microsecond
-		end := time.Now().Add(d)
-		for {
-			for _, m := range t.nets {
-				if err := m.t.Wait(0); err != nil {
-					return err
-				}
-			}
-			left := time.Until(end)
-			if left <= 0 {
-				return nil
-			}
-			if err := t.nets[0].t.Wait(min(left, slice)); err != nil {
-				return err
-			}
-			if time.Until(end) <= 0 {
-				return nil
-			}
-		}
 	}
 	// While the other networks are cold, first a short wait on the
 	// node-local network alone (its spin, then a brief sleep): most waits
@@ -553,17 +529,14 @@ func Build(nodes []int, local, between func(n int) ([]transport.Transport, error
 	members := map[int][]int{} // node -> its job ranks, in order
 	var order []int
 	layout := make([]int, n) // nodes renumbered 0, 1, ... by their lowest rank
+	index := map[int]int{}
 	for r, k := range nodes {
 		if _, ok := members[k]; !ok {
+			index[k] = len(order)
 			order = append(order, k)
 		}
 		members[k] = append(members[k], r)
-		layout[r] = len(order) - 1
-		for i, kk := range order {
-			if kk == k {
-				layout[r] = i
-			}
-		}
+		layout[r] = index[k]
 	}
 	var opened []transport.Transport
 	fail := func(err error) ([]transport.Transport, error) {

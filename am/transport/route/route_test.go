@@ -118,6 +118,8 @@ type countPolls struct {
 	polls int
 }
 
+func (c *countPolls) Wake() { c.Transport.(transport.Waker).Wake() }
+
 func (c *countPolls) Poll(r transport.Receiver, max int) (int, error) {
 	c.polls++
 	return c.Transport.Poll(r, max)
@@ -174,4 +176,28 @@ func TestColdNetworkIsPolledSeldom(t *testing.T) {
 	before = between.polls
 	poll(10)
 	require.Equal(t, before+10, between.polls, "hot after it delivered")
+}
+
+// Networks that do not make one job are refused: a rank nobody reaches, a
+// network whose size does not match its ranks, a first network that cannot
+// be woken by the others' waiters.
+func TestNewRefusesBadLayouts(t *testing.T) {
+	loops, err := loop.NewJob(2, nil)
+	require.NoError(t, err)
+	sims, err := sim.NewJob(2, sim.Config{Seed: 1})
+	require.NoError(t, err)
+	defer func() {
+		for _, tr := range append(loops, sims...) {
+			tr.Close()
+		}
+	}()
+	for name, nets := range map[string][]route.Net{
+		"unreached":  {{T: loops[0], Peers: []int{0}}},
+		"size":       {{T: loops[0], Ranks: []int{0, 1, 2}, Peers: []int{0, 1}}},
+		"not waker":  {{T: sims[0], Peers: []int{0}}, {T: loops[0], Peers: []int{1}}},
+		"no network": nil,
+	} {
+		_, err := route.New(0, 2, nets)
+		require.ErrorIs(t, err, route.ErrLayout, name)
+	}
 }
