@@ -33,14 +33,17 @@ func (ep *Endpoint) addFree(src int, off, n uint32) {
 // sendUrgentFrees returns the owed ranges that are flowctl.Urgent as acks.
 func (ep *Endpoint) sendUrgentFrees() {
 	ep.rx.acks = ep.rx.credit.TakeUrgent(ep.rx.acks[:0])
-	for _, a := range ep.rx.acks {
-		ep.sendAck(a.Peer, a.Range)
-	}
+	ep.sendAcks()
 }
 
 // flushFrees returns every owed range as an ack.
 func (ep *Endpoint) flushFrees() {
 	ep.rx.acks = ep.rx.credit.TakeAll(ep.rx.acks[:0])
+	ep.sendAcks()
+}
+
+// sendAcks sends the acks the ledger decided (rx.acks).
+func (ep *Endpoint) sendAcks() {
 	for _, a := range ep.rx.acks {
 		ep.sendAck(a.Peer, a.Range)
 	}

@@ -46,6 +46,7 @@ type levels struct {
 	leaderIdx []int // by rank of c: its node's leader's index in leaders
 	order     []int // the ranks of c node by node (leaders' order, each node in c's order)
 	pos       []int // by rank of c: its place in order
+	sizes     []int // by leader index: the node's number of ranks
 	// contiguous: every node's ranks are consecutive in c (order is c's),
 	// so node-by-node results are in rank order.
 	contiguous bool
@@ -78,6 +79,7 @@ func (c *Comm) levels() *levels {
 	l.leaders.me = -1
 	l.contiguous = true
 	for i, m := range members {
+		l.sizes = append(l.sizes, len(m))
 		if len(m) > 1 {
 			l.useful = len(members) > 1
 		}
@@ -212,13 +214,9 @@ func (x coll) gatherToLeader(send, blk []byte, k int, l *levels) error {
 // nodeBlocks returns the counts and displacements, in bytes, of the nodes'
 // blocks of k bytes per rank in node-by-node order.
 func nodeBlocks(l *levels, k int) (counts, displs []int) {
-	counts, displs = make([]int, len(l.leaders.ranks)), make([]int, len(l.leaders.ranks))
+	counts, displs = make([]int, len(l.sizes)), make([]int, len(l.sizes))
 	off := 0
-	for i, r := range l.leaders.ranks {
-		n := 0
-		for j := l.pos[r]; j < len(l.order) && l.leaderOf[l.order[j]] == r; j++ {
-			n++
-		}
+	for i, n := range l.sizes {
 		counts[i], displs[i] = n*k, off
 		off += n * k
 	}
