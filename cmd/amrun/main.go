@@ -1,7 +1,9 @@
 // Command amrun launches an amgo job: N processes of one program that find each
-// other over PMI-1, served by amrun on an inherited socket per rank.
+// other over PMI-1, served by amrun on an inherited socket per rank, or, with
+// --hosts or --hostfile, over TCP to the ranks that a proxy per host (amrun
+// itself, started through ssh or --launcher-exec) starts there.
 //
-//	amrun -n N [--transport shm|tcp|udp|loop|sim] [--iface NAME] [--bind-to core|none] [--tag-output] [--timeout D] [--timer-slack D] [--jobdir DIR] [--trace DIR] [--profile] prog args...
+//	amrun -n N [--hosts a,b:2 | --hostfile FILE] [--map-by slot|node] [--launcher-exec CMD] [--launch-iface NAME] [--transport shm|tcp|udp|loop|sim] [--iface NAME] [--bind-to core|none] [--tag-output] [--timeout D] [--timer-slack D] [--jobdir DIR] [--trace DIR] [--profile] prog args...
 //
 // See docs/launch.md and package internal/launch.
 package main
@@ -26,6 +28,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == launch.ProxyFlag {
+		os.Exit(launch.RunProxy(os.Args[2:], os.Stdin, os.Stderr))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -44,9 +49,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	jobdir := fs.String("jobdir", "", "parent directory for the per-job directory (default /dev/shm, else the temp dir)")
 	traceDir := fs.String("trace", "", "every rank writes a trace of its MPI events to `DIR` (AMGO_TRACE); read it with amtrace DIR")
 	slack := fs.Duration("timer-slack", launch.DefaultTimerSlack, "timer slack the ranks start with (how late the kernel may end their timed sleeps): it keeps the Go runtime's monitor thread from waking every 20 us on a busy-polling rank's CPU; 0 leaves amrun's own")
+	hostList := fs.String("hosts", "", "run the ranks on these hosts, comma-separated, each `name` or name:slots (ranks it takes); amrun must be at the same path on each")
+	hostfile := fs.String("hostfile", "", "read the hosts from `FILE`: one per line, name, name:slots or name slots=N")
+	mapBy := fs.String("map-by", "slot", "placement on the hosts: slot (blocks: fill a host, then the next) or node (round-robin)")
+	launcher := fs.String("launcher-exec", "ssh", "command that runs a command on a host, called as `CMD host command` like ssh")
+	launchIface := fs.String("launch-iface", "", "interface or IP address at which the hosts reach amrun (PMI and control); default: the address of amrun's host name")
 	profile := fs.Bool("profile", false, "profile every rank's MPI calls (AMGO_PROFILE) and print time per routine, raw and compensated for the tool's overhead, per rank and for the job")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: amrun -n N [--transport shm|tcp|udp|loop|sim] [--iface NAME] [--bind-to core|none] [--tag-output] [--timeout D] [--timer-slack D] [--jobdir DIR] [--trace DIR] [--profile] prog args...")
+		fmt.Fprintln(stderr, "usage: amrun -n N [--hosts a,b:2 | --hostfile FILE] [--map-by slot|node] [--launcher-exec CMD] [--launch-iface NAME] [--transport shm|tcp|udp|loop|sim] [--iface NAME] [--bind-to core|none] [--tag-output] [--timeout D] [--timer-slack D] [--jobdir DIR] [--trace DIR] [--profile] prog args...")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -63,6 +73,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// Checked here, once, rather than by every rank at start-up.
 	if known := transport.Names(); *network != "" && !slices.Contains(known, *network) {
 		fmt.Fprintf(stderr, "amrun: unknown network %q for --transport (have %s)\n", *network, strings.Join(known, ", "))
+		return 2
+	}
+	var hosts []launch.Host
+	var err error
+	switch {
+	case *hostList != "" && *hostfile != "":
+		fmt.Fprintln(stderr, "amrun: give --hosts or --hostfile, not both")
+		return 2
+	case *hostList != "":
+		hosts, err = launch.ParseHosts(*hostList)
+	case *hostfile != "":
+		hosts, err = launch.ReadHostfilePath(*hostfile)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "amrun: %v\n", err)
 		return 2
 	}
 	sigs := make(chan os.Signal, 4)
@@ -92,11 +117,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		profDir = d
 		env = append(env, mpiam.EnvProfile+"="+d)
 	}
-	err := launch.Run(context.Background(), launch.Spec{
+	err = launch.Run(context.Background(), launch.Spec{
 		N: *n, Prog: fs.Arg(0), Args: fs.Args()[1:],
 		Transport: *network, Iface: *iface, Bind: *bind, TagOutput: *tag, Timeout: *timeout, JobDirParent: *jobdir,
 		Stdout: stdout, Stderr: stderr, Signals: sigs, Env: env, TimerSlack: rankSlack(*slack),
 		DumpSignal: mpiam.DiagSignal,
+		Hosts:      hosts, MapBy: *mapBy, LauncherExec: *launcher, LaunchIface: *launchIface,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "amrun: %v\n", err)

@@ -116,8 +116,34 @@ type Spec struct {
 	// ranks may end up to the slack late; wake-ups by events are not delayed.
 	TimerSlack time.Duration
 	// OnStart, if set, is called once all ranks are running, with the job
-	// directory's path and the ranks' process IDs (for tests and logging).
+	// directory's path and the ranks' process IDs (for tests and logging);
+	// for a job on Hosts, once every host's proxy has its job, with "" and
+	// nil (each host has its own job directory).
 	OnStart func(jobDir string, pids []int)
+
+	// Hosts, if set, spreads the ranks over these hosts (placed by Place
+	// with MapBy), each reached through LauncherExec: see RunProxy and
+	// docs/launch.md. Nil runs every rank on this host as a child of Run.
+	Hosts []Host
+	// MapBy is how ranks are placed on Hosts: "" or "slot" in blocks,
+	// "node" round-robin (Place).
+	MapBy string
+	// LauncherExec is the command that runs a command on a host, called as
+	// "LauncherExec host command" the way ssh is; "" means ssh. Hosts
+	// named localhost or this host's name are started directly.
+	LauncherExec string
+	// LaunchIface is the interface name or IP address at which the
+	// proxies and ranks on Hosts reach the launcher (control and PMI
+	// connections); "" means the address of this host's name (launchAddr).
+	LaunchIface string
+	// ProxyCommand is the command that runs a host's proxy, to which the
+	// control address and host index are appended; nil means this
+	// executable with ProxyFlag (cmd/amrun answers it with RunProxy). It
+	// must exist at the same path on every host, as Hydra's proxy must.
+	ProxyCommand []string
+	// ConnectTimeout bounds how long the proxies of Hosts may take to
+	// connect back; 0 means DefaultConnectTimeout.
+	ConnectTimeout time.Duration
 }
 
 // DefaultTimerSlack is the timer slack ranks start with when Spec.TimerSlack
@@ -161,21 +187,49 @@ func ExitCode(err error) int {
 
 var transportName = regexp.MustCompile(`^[a-z0-9_-]+$`)
 
-// rank is one started process.
+// rank is one started process: a child of this launcher, or (host set) a
+// rank on another host, run by that host's proxy.
 type rank struct {
-	id     int
+	id     int // rank in the job
 	cmd    *exec.Cmd
 	pgid   int
 	exited bool
 	outs   sync.WaitGroup // output copiers
 	pipes  []*os.File     // read ends, closed at the end
 	served chan struct{}  // closed when its PMI connection has been read to the end
+	host   *remoteHost
+	gone   atomic.Bool // remote: its end has been reported
 }
 
+// signal sends sig to the rank's process group, through its proxy for a
+// remote rank.
+func (rk *rank) signal(sig syscall.Signal) {
+	switch {
+	case rk.host != nil:
+		if rk.host.ctl != nil {
+			_ = rk.host.ctl.send(ctlMsg{Signal: &ctlSignal{Rank: rk.id, Sig: int(sig)}})
+		}
+	case rk.pgid > 0:
+		_ = syscall.Kill(-rk.pgid, sig)
+	}
+}
+
+// ended reports whether the rank has ended although supervise may not have
+// handled its exit yet.
+func (rk *rank) ended() bool {
+	if rk.host != nil {
+		return rk.gone.Load()
+	}
+	return rk.cmd != nil && rk.cmd.Process != nil && processEnded(rk.cmd.Process.Pid)
+}
+
+// exitEvent is a rank's end: rank indexes job.ranks; state and err come
+// from a child's Wait, remote from a proxy's report.
 type exitEvent struct {
-	rank  int
-	state *os.ProcessState
-	err   error
+	rank   int
+	state  *os.ProcessState
+	err    error
+	remote *ctlExit
 }
 
 type abortEvent struct {
@@ -217,6 +271,9 @@ func Run(ctx context.Context, spec Spec) error {
 	}
 	if spec.TimerSlack == 0 {
 		spec.TimerSlack = DefaultTimerSlack
+	}
+	if len(spec.Hosts) > 0 {
+		return runHosts(ctx, spec)
 	}
 	cpus, err := bindCPUs(spec)
 	if err != nil {
@@ -283,7 +340,7 @@ func Run(ctx context.Context, spec Spec) error {
 		}
 	}
 	for r := 0; r < nproc; r++ {
-		if err := j.start(r, nproc, path, env, outMu, errMu); err != nil {
+		if err := j.start(r, r, nproc, path, env, outMu, errMu); err != nil {
 			j.killAll(syscall.SIGKILL)
 			j.waitAll()
 			return &JobError{Kind: ErrStart, Rank: r, Code: 1, Detail: "could not be started: " + err.Error()}
@@ -306,10 +363,14 @@ type job struct {
 	conns  []net.Conn
 	exits  chan exitEvent
 	served sync.WaitGroup
-	cpus   []int // rank r is bound to cpus[r%len(cpus)]; nil: not bound
+	cpus   []int // ranks[i] is bound to cpus[i%len(cpus)]; nil: not bound
 	// pmiState[r] is 0 until rank r's PMI init, then pmiInit, then
 	// pmiFinalized: a rank that exits 0 in between never finalized.
 	pmiState []atomic.Uint32
+	// pmiPort, if set, is the launcher's PMI address (a proxy's ranks
+	// connect to it: PMI_PORT, PMI_ID); else each rank gets a socketpair.
+	pmiPort string
+	dir     string // the ranks' working directory; "": inherited
 }
 
 const (
@@ -445,34 +506,41 @@ func rankEnv(base []string, transport, jobDir string, n int) []string {
 // one process: loop, and sim (the simulated faulty network).
 func inProcess(transport string) bool { return transport == "loop" || transport == "sim" }
 
-// start launches rank r with its end of a fresh socketpair as fd 3.
-func (j *job) start(r, nproc int, path string, env []string, outMu, errMu *sync.Mutex) error {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("socketpair: %w", err)
-	}
-	mine := os.NewFile(uintptr(fds[0]), fmt.Sprintf("pmi-%d", r))
-	theirs := os.NewFile(uintptr(fds[1]), fmt.Sprintf("pmi-%d-child", r))
-	defer theirs.Close()
-	conn, err := net.FileConn(mine)
-	mine.Close()
-	if err != nil {
-		return fmt.Errorf("PMI socket: %w", err)
-	}
-	j.conns = append(j.conns, conn)
-
+// start launches job rank id as j.ranks[idx]: with its end of a fresh
+// socketpair as fd 3 served by j.srv, or with PMI_PORT when j.pmiPort is set.
+func (j *job) start(idx, id, nproc int, path string, env []string, outMu, errMu *sync.Mutex) error {
 	cmd := exec.Command(path, j.spec.Args...)
 	cmd.Args[0] = j.spec.Prog
-	cmd.Env = append(env[:len(env):len(env)], "PMI_FD=3", "PMI_RANK="+strconv.Itoa(r), "PMI_SIZE="+strconv.Itoa(nproc))
-	if len(j.cpus) > 0 {
-		cmd.Env = append(cmd.Env, EnvBindCPU+"="+strconv.Itoa(j.cpus[r%len(j.cpus)]))
+	cmd.Dir = j.dir
+	var conn net.Conn
+	if j.pmiPort != "" {
+		cmd.Env = append(env[:len(env):len(env)], "PMI_PORT="+j.pmiPort, "PMI_ID="+strconv.Itoa(id),
+			"PMI_RANK="+strconv.Itoa(id), "PMI_SIZE="+strconv.Itoa(nproc))
 	} else {
-		cmd.Env = append(cmd.Env, "AMGO_BIND=none") // amrun decided: the rank does not bind itself
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("socketpair: %w", err)
+		}
+		mine := os.NewFile(uintptr(fds[0]), fmt.Sprintf("pmi-%d", id))
+		theirs := os.NewFile(uintptr(fds[1]), fmt.Sprintf("pmi-%d-child", id))
+		defer theirs.Close()
+		conn, err = net.FileConn(mine)
+		mine.Close()
+		if err != nil {
+			return fmt.Errorf("PMI socket: %w", err)
+		}
+		j.conns = append(j.conns, conn)
+		cmd.Env = append(env[:len(env):len(env)], "PMI_FD=3", "PMI_RANK="+strconv.Itoa(id), "PMI_SIZE="+strconv.Itoa(nproc))
+		cmd.ExtraFiles = []*os.File{theirs}
 	}
-	cmd.ExtraFiles = []*os.File{theirs}
+	if len(j.cpus) > 0 {
+		cmd.Env = append(cmd.Env, EnvBindCPU+"="+strconv.Itoa(j.cpus[idx%len(j.cpus)]))
+	} else {
+		cmd.Env = append(cmd.Env, "AMGO_BIND=none") // the launcher decided: the rank does not bind itself
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = time.Second // do not wait forever for output held by orphans
-	rk := &rank{id: r, cmd: cmd}
+	rk := &rank{id: id, cmd: cmd}
 	if j.spec.TagOutput {
 		for _, o := range []struct {
 			dst *io.Writer
@@ -481,18 +549,20 @@ func (j *job) start(r, nproc int, path string, env []string, outMu, errMu *sync.
 		}{{&cmd.Stdout, j.spec.Stdout, outMu}, {&cmd.Stderr, j.spec.Stderr, errMu}} {
 			pr, pw, err := os.Pipe()
 			if err != nil {
-				conn.Close()
+				for _, p := range rk.pipes {
+					p.Close()
+				}
 				return fmt.Errorf("pipe: %w", err)
 			}
 			*o.dst = pw
 			rk.pipes = append(rk.pipes, pr, pw)
 			rk.outs.Add(1)
-			go func() { defer rk.outs.Done(); tagCopy(o.w, o.mu, pr, fmt.Sprintf("[%d] ", r)) }()
+			go func() { defer rk.outs.Done(); tagCopy(o.w, o.mu, pr, fmt.Sprintf("[%d] ", id)) }()
 		}
 	} else {
 		cmd.Stdout, cmd.Stderr = j.spec.Stdout, j.spec.Stderr
 	}
-	err = startWithSlack(cmd, j.spec.TimerSlack)
+	err := startWithSlack(cmd, j.spec.TimerSlack)
 	// The write ends belong to the child now.
 	for i := 1; i < len(rk.pipes); i += 2 {
 		rk.pipes[i].Close()
@@ -505,12 +575,14 @@ func (j *job) start(r, nproc int, path string, env []string, outMu, errMu *sync.
 	}
 	rk.pgid = cmd.Process.Pid
 	j.ranks = append(j.ranks, rk)
-	j.served.Add(1)
 	rk.served = make(chan struct{})
-	go func() { defer j.served.Done(); defer close(rk.served); _ = j.srv.Serve(r, conn) }()
+	if conn != nil {
+		j.served.Add(1)
+		go func() { defer j.served.Done(); defer close(rk.served); _ = j.srv.Serve(id, conn) }()
+	}
 	go func() {
 		err := cmd.Wait()
-		j.exits <- exitEvent{rank: r, state: cmd.ProcessState, err: err}
+		j.exits <- exitEvent{rank: idx, state: cmd.ProcessState, err: err}
 	}()
 	return nil
 }
@@ -547,11 +619,11 @@ func tagCopy(w io.Writer, mu *sync.Mutex, r io.Reader, prefix string) {
 	}
 }
 
-// signalAll sends sig to each running rank's process group.
+// killAll sends sig to each running rank's process group.
 func (j *job) killAll(sig syscall.Signal) {
 	for _, rk := range j.ranks {
 		if !rk.exited {
-			_ = syscall.Kill(-rk.pgid, sig)
+			rk.signal(sig)
 		}
 	}
 }
@@ -578,6 +650,9 @@ func (j *job) waitAll() {
 // describe turns a process state into "exited with status 3" / "was killed
 // by signal 9 (killed)".
 func describe(ev exitEvent) (detail string, code int, ok bool) {
+	if ev.remote != nil {
+		return ev.remote.Detail, ev.remote.Code, ev.remote.OK
+	}
 	st := ev.state
 	if st == nil {
 		return fmt.Sprintf("could not be waited for: %v", ev.err), 1, false
@@ -738,10 +813,10 @@ func (j *job) supervise(ctx context.Context, aborts <-chan abortEvent) error {
 func (j *job) endedRanks(except int) []int {
 	var ended []int
 	for r, rk := range j.ranks {
-		if r == except || rk.exited || rk.cmd == nil || rk.cmd.Process == nil {
+		if r == except || rk.exited {
 			continue
 		}
-		if processEnded(rk.cmd.Process.Pid) {
+		if rk.ended() {
 			ended = append(ended, r)
 		}
 	}
@@ -798,7 +873,9 @@ func clampCode(c int) int {
 // connections and waits (briefly) for output to drain.
 func (j *job) cleanup() {
 	for _, rk := range j.ranks {
-		_ = syscall.Kill(-rk.pgid, syscall.SIGKILL) // orphans of finished ranks
+		if rk.pgid > 0 {
+			_ = syscall.Kill(-rk.pgid, syscall.SIGKILL) // orphans of finished ranks
+		}
 	}
 	for _, c := range j.conns {
 		c.Close()

@@ -27,6 +27,9 @@ const helperEnv = "AMGO_LAUNCH_TEST_HELPER"
 
 // TestMain turns the test binary into a rank program when helperEnv is set.
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == ProxyFlag { // a host's proxy (hosts_test.go)
+		os.Exit(RunProxy(os.Args[2:], os.Stdin, os.Stderr))
+	}
 	if mode := os.Getenv(helperEnv); mode != "" {
 		os.Exit(helper(mode))
 	}
@@ -153,6 +156,24 @@ func helper(mode string) int {
 		return 0
 	case "secret":
 		fmt.Printf("%s %s %s\n", os.Getenv("PMI_RANK"), os.Getenv("AMGO_JOB_SECRET"), os.Getenv("AMGO_IFACE"))
+		return 0
+	case "where":
+		c, err := pmi.FromEnv()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "FromEnv:", err)
+			return 10
+		}
+		dir := os.Getenv("AMGO_JOB_DIR")
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			fmt.Fprintln(os.Stderr, "bad AMGO_JOB_DIR", dir, err)
+			return 11
+		}
+		wd, _ := os.Getwd()
+		fmt.Printf("rank %d of %d host %s secret %t wd %s jobdir %s\n", c.Rank(), c.Size(), os.Getenv("FAKE_HOST"),
+			len(os.Getenv("AMGO_JOB_SECRET")) == 32, wd, dir)
+		if err := c.Finalize(); err != nil {
+			return 15
+		}
 		return 0
 	case "slack":
 		b, err := os.ReadFile("/proc/self/timerslack_ns")

@@ -28,6 +28,9 @@ type ServerConfig struct {
 	// goroutine) when a rank sends cmd=init and cmd=finalize, before the
 	// reply: a launcher learns which ranks end without finalizing.
 	OnInit, OnFinalize func(rank int)
+	// OnDisconnect, if set, is called when Serve returns for an identified
+	// rank (its connection ended, or finalize was answered).
+	OnDisconnect func(rank int)
 	// OnError, if set, is called for each protocol problem a rank causes
 	// (malformed line, unknown or unsupported command, bad arguments); the
 	// rank got an error reply and the job goes on.
@@ -109,6 +112,9 @@ func (s *Server) Serve(rank int, conn io.ReadWriter) error {
 		delete(s.conns, rank)
 		delete(s.inBarier, rank)
 		s.mu.Unlock()
+		if s.cfg.OnDisconnect != nil {
+			s.cfg.OnDisconnect(rank)
+		}
 	}()
 
 	for {
