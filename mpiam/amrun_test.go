@@ -39,20 +39,23 @@ func buildWithAmrun(t *testing.T, pkg string) string {
 	return dir
 }
 
-// A job over two emulated nodes (AMGO_NODE by rank parity, so that
-// neighbours in a ring are on different nodes): each rank reaches the
-// ranks of its node over shm and the others over AMGO_NET, and the
-// point-to-point and collective checks pass as on one network.
+// A job over two emulated hosts, launched by amrun's --hosts with
+// round-robin placement (neighbours in a ring are on different hosts)
+// through a launcher command that gives each host's proxy, and so its
+// ranks, its own AMGO_NODE: each rank reaches the ranks of its host over
+// shm and the others over AMGO_NET, and the point-to-point and collective
+// checks pass as on one network.
 func TestMixedJobUnderAmrun(t *testing.T) {
 	dir := buildWithAmrun(t, "./internal/p2pcheck")
 	out, err := exec.Command("go", "build", "-o", dir+"/", "./internal/collcheck").CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	emulate := `AMGO_NODE=node$((PMI_RANK % 2)) exec "$0"`
+	ssh := filepath.Join(dir, "ssh")
+	require.NoError(t, os.WriteFile(ssh, []byte("#!/bin/sh\nhost=$1; shift\nexec env AMGO_NODE=$host sh -c \"$*\"\n"), 0o755))
 	for _, net := range []string{"tcp", "udp"} {
 		for _, prog := range []string{"p2pcheck", "collcheck"} {
 			t.Run(net+"/"+prog, func(t *testing.T) {
-				cmd := exec.Command(filepath.Join(dir, "amrun"), "-n", "4", "--timeout", "60s",
-					"sh", "-c", emulate, filepath.Join(dir, prog))
+				cmd := exec.Command(filepath.Join(dir, "amrun"), "-n", "4", "--timeout", "60s", "--hosts", "a,b", "--map-by", "node",
+					"--launcher-exec", ssh, "--launch-iface", "127.0.0.1", filepath.Join(dir, prog))
 				cmd.Env = append(os.Environ(), "AMGO_NET="+net, "AMGO_IFACE=127.0.0.1")
 				out, err := cmd.CombinedOutput()
 				require.NoError(t, err, "%s", out)
@@ -60,6 +63,7 @@ func TestMixedJobUnderAmrun(t *testing.T) {
 			})
 		}
 	}
+	emulate := `AMGO_NODE=node$((PMI_RANK % 2)) exec "$0"`
 	// A network that cannot reach another node is refused, naming it.
 	cmd := exec.Command(filepath.Join(dir, "amrun"), "-n", "2", "--timeout", "60s",
 		"sh", "-c", emulate, filepath.Join(dir, "p2pcheck"))

@@ -2,6 +2,7 @@ package mpiam
 
 import (
 	"bufio"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -48,22 +49,41 @@ func TestHydraAcrossNodes(t *testing.T) {
 	}
 }
 
+// amrun launches across the nodes of an emulated cluster: a proxy per node
+// through the cluster's ssh stand-in, PMI over TCP on the bridge, two ranks
+// per node placed in blocks; the checks pass over tcp and udp between the
+// nodes, and with round-robin placement.
+func TestAmrunAcrossNodes(t *testing.T) {
+	c := cluster.New(t, 2, "")
+	dir := buildChecks(t)
+	for _, prog := range []string{"p2pcheck", "collcheck"} {
+		for _, net := range []string{"tcp", "udp"} {
+			for _, mapBy := range []string{"slot", "node"} {
+				t.Run(prog+"/"+net+"/"+mapBy, func(t *testing.T) {
+					cmd := exec.Command(filepath.Join(dir, "amrun"), "-n", "4", "--timeout", "60s", "--hostfile", c.Hostfile,
+						"--map-by", mapBy, "--launcher-exec", c.StandIn, "--launch-iface", c.Bridge, filepath.Join(dir, prog))
+					cmd.Env = append(os.Environ(), "AMGO_NET="+net)
+					out, err := cmd.CombinedOutput()
+					require.NoError(t, err, "%s", out)
+					require.Contains(t, string(out), prog+": 4 ranks: OK")
+				})
+			}
+		}
+	}
+}
+
 // A whole node lost mid-job (every process of its namespaces killed at
 // once): the ranks of the other node, blocked in an Allreduce, report
-// ErrProcFailed naming a rank of the lost node, the launcher ends the job
-// within 5 s naming a lost rank, and no shared-memory file is left on the
-// surviving node. amrun launches here, each rank entering its node's
-// namespaces (two per node) through nsenter with its PMI socket: Hydra,
-// told of the loss by its proxy's end, stops forwarding the survivors'
-// output at once.
+// ErrProcFailed naming a rank of the lost node, amrun ends the job within
+// 5 s naming the lost node and its ranks, and no shared-memory file is left
+// on the surviving node. amrun launches across the nodes (--hosts through
+// the cluster's ssh stand-in); the surviving node's proxy forwards its
+// ranks' reports to the end.
 func TestNodeLossAcrossNodes(t *testing.T) {
 	c := cluster.New(t, 2, "")
 	dir := buildChecks(t)
-	// SIGTERM ignored from here on (an ignored signal stays ignored across
-	// exec): amrun's SIGTERM after the loss must not end nsenter before the
-	// survivor under it reports.
-	enter := `trap "" TERM; exec env -u AMGO_JOB_DIR nsenter -t "$(cat ` + c.Dir + `/node$((PMI_RANK / 2 + 1)).pid)" -a -w"$PWD" "$0"`
-	cmd := exec.Command(filepath.Join(dir, "amrun"), "-n", "4", "--timeout", "60s", "sh", "-c", enter, filepath.Join(dir, "nodecheck"))
+	cmd := exec.Command(filepath.Join(dir, "amrun"), "-n", "4", "--timeout", "60s", "--hostfile", c.Hostfile,
+		"--launcher-exec", c.StandIn, "--launch-iface", c.Bridge, filepath.Join(dir, "nodecheck"))
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	var stderr strings.Builder
@@ -102,7 +122,7 @@ func TestNodeLossAcrossNodes(t *testing.T) {
 	t.Logf("job ended %v after the node was killed:\n%s\n%s", took, all, stderr.String())
 	require.Error(t, err, "the job fails")
 	require.Less(t, took, 5*time.Second, "the job ends within 5 s of the loss")
-	require.Regexp(t, `amrun: rank [23] `, stderr.String(), "amrun names a rank of the lost node first")
+	require.Regexp(t, `amrun: rank [23] was lost with host node2 \(ranks 2, 3 there\)`, stderr.String(), "amrun names the lost node and its ranks")
 	re := regexp.MustCompile(`nodecheck: rank (\d+): ErrProcFailed rank (\d+) lost=(\w+)`)
 	m := re.FindAllStringSubmatch(all, -1)
 	require.Len(t, m, 2, "both survivors report: %s\n%s", all, stderr.String())
