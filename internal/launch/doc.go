@@ -18,6 +18,12 @@
 // os.TempDir(), or Spec.JobDirParent) and removed with all its content when the
 // job ends, however it ends.
 //
+// With Spec.Hosts the ranks are spread over several hosts: a proxy per host
+// (the launcher executable run again with ProxyFlag, through ssh or
+// Spec.LauncherExec) starts that host's ranks with PMI_PORT and PMI_ID
+// pointing at one TCP PMI server for the whole job, and reports their exits;
+// see remote.go and docs/launch.md.
+//
 // Every rank runs in its own process group, so that the launcher can always
 // kill it and whatever it started. The first failure ends the job: a rank
 // exiting non-zero or by a signal, a PMI abort, Spec.Timeout, a signal from
