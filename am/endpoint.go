@@ -172,10 +172,9 @@ type Endpoint struct {
 	maxMedium int
 	maxPacket int
 
-	peers    []peer
-	nets     []peerNet // by rank: what the network that reaches it offers
-	layout   []int     // by rank: its node (SetLayout; nil: one node)
-	recvBufs []byte    // size × BufferBytes: the per-peer receive buffers
+	peers  []peer
+	nets   []peerNet // by rank: what the network that reaches it offers
+	layout []int     // by rank: its node (SetLayout; nil: one node)
 
 	segMu   sync.RWMutex
 	segs    []segment
@@ -218,11 +217,16 @@ type rxState struct {
 	payload []byte
 	kind    wire.Kind
 	credit  *flowctl.Ledger // the credit this rank owes its senders
-	acks    []flowctl.Ack   // scratch for the acks the ledger decides
-	idle    int             // polls in a row that found nothing
-	busy    int             // polls that delivered something
-	lastErr error           // the last peer failure Poll returned, and its rank (a cache:
-	lastBad int             // networks repeat a dead peer's error on every idle poll)
+	// retain[src] is the receive buffer of src (Config.BufferBytes) in
+	// which retained medium payloads live, made by the first Retain of a
+	// payload from src: the space accounting needs no memory behind it
+	// (payloads are handed to handlers where the network delivered them).
+	retain  [][]byte
+	acks    []flowctl.Ack // scratch for the acks the ledger decides
+	idle    int           // polls in a row that found nothing
+	busy    int           // polls that delivered something
+	lastErr error         // the last peer failure Poll returned, and its rank (a cache:
+	lastBad int           // networks repeat a dead peer's error on every idle poll)
 	c       struct{ requests, replies, acks, bytes, drops uint64 }
 }
 
@@ -247,14 +251,13 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 	// (internal/cacheline).
 	ep := cacheline.New[Endpoint]()
 	*ep = Endpoint{
-		tr:       tr,
-		caps:     caps,
-		rank:     tr.Rank(),
-		size:     tr.Size(),
-		cfg:      cfg,
-		peers:    cacheline.Slice[peer](tr.Size()),
-		recvBufs: make([]byte, tr.Size()*cfg.BufferBytes),
-		dead:     make([]atomic.Pointer[PeerError], tr.Size()),
+		tr:    tr,
+		caps:  caps,
+		rank:  tr.Rank(),
+		size:  tr.Size(),
+		cfg:   cfg,
+		peers: cacheline.Slice[peer](tr.Size()),
+		dead:  make([]atomic.Pointer[PeerError], tr.Size()),
 	}
 	if p, ok := tr.(transport.Putter); ok && caps.Put {
 		ep.putter = p

@@ -213,8 +213,13 @@ func (r *replier) Retain(tok *handlers.Token) ([]byte, handlers.Retained, error)
 		return nil, handlers.Retained{}, fmt.Errorf("%w (this is a %s)", ErrNotMedium, ep.rx.kind)
 	}
 	src := tok.Source()
-	base := src * ep.cfg.BufferBytes
-	buf := ep.recvBufs[base+int(tok.ReqOff) : base+int(tok.ReqOff)+len(ep.rx.payload)]
+	if ep.rx.retain == nil {
+		ep.rx.retain = make([][]byte, ep.size)
+	}
+	if ep.rx.retain[src] == nil {
+		ep.rx.retain[src] = make([]byte, ep.cfg.BufferBytes)
+	}
+	buf := ep.rx.retain[src][int(tok.ReqOff) : int(tok.ReqOff)+len(ep.rx.payload)]
 	copy(buf, ep.rx.payload)
 	return buf, handlers.Retained{Src: src, Off: tok.ReqOff, Len: tok.ReqLen}, nil
 }

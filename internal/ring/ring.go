@@ -95,18 +95,44 @@ func Init(mem []byte) error {
 	if err := checkBase(mem); err != nil {
 		return err
 	}
-	n := len(mem) - ControlLen
-	if n < MinCapacity {
+	c := FitCapacity(len(mem))
+	if c == 0 {
 		return fmt.Errorf("%w: %d bytes, need at least %d", ErrRegion, len(mem), RegionSize(MinCapacity))
 	}
-	if n > MaxCapacity {
-		n = MaxCapacity
-	}
-	c := 1 << (bits.Len(uint(n)) - 1)
 	clear(mem)
 	word(mem, offCapacity).Store(uint64(c))
 	word(mem, offMagic).Store(magic)
 	return nil
+}
+
+// InitZeroed formats mem as an empty ring, as Init does, when mem is known to
+// be all zero bytes already (a region of a freshly created file or mapping):
+// it writes only the control block's words and touches no page of the data
+// area, so that a ring that is never used costs no memory. The same rules as
+// Init's apply. Errors: ErrRegion when mem is not 8-byte aligned or too
+// small.
+func InitZeroed(mem []byte) error {
+	if err := checkBase(mem); err != nil {
+		return err
+	}
+	c := FitCapacity(len(mem))
+	if c == 0 {
+		return fmt.Errorf("%w: %d bytes, need at least %d", ErrRegion, len(mem), RegionSize(MinCapacity))
+	}
+	word(mem, offCapacity).Store(uint64(c))
+	word(mem, offMagic).Store(magic)
+	return nil
+}
+
+// FitCapacity is the data area, in bytes, of the ring that Init or InitZeroed
+// formats in a region of n bytes: the largest power of two that fits after
+// the control block, at most MaxCapacity; 0 when n is too small.
+func FitCapacity(n int) int {
+	n -= ControlLen
+	if n < MinCapacity {
+		return 0
+	}
+	return 1 << (bits.Len(uint(min(n, MaxCapacity))) - 1)
 }
 
 // Capacity reports the data area of the ring in mem, in bytes. Errors:

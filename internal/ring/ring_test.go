@@ -40,6 +40,35 @@ func TestInitAndAttach(t *testing.T) {
 	require.ErrorIs(t, err, ErrRegion)
 }
 
+// InitZeroed formats a zeroed region as Init does, writing only the
+// control block: a ring formatted either way carries the same records.
+func TestInitZeroed(t *testing.T) {
+	require.Equal(t, 512, FitCapacity(RegionSize(1000)))
+	require.Equal(t, 0, FitCapacity(ControlLen+MinCapacity-1))
+	require.Equal(t, MinCapacity, FitCapacity(ControlLen+MinCapacity))
+	mem := make([]byte, RegionSize(4096)+100)
+	require.NoError(t, InitZeroed(mem))
+	for i := ControlLen; i < len(mem); i++ {
+		require.Zero(t, mem[i], "InitZeroed wrote byte %d of the data area", i)
+	}
+	c, err := Capacity(mem)
+	require.NoError(t, err)
+	require.Equal(t, 4096, c)
+	p, err := NewProducer(mem)
+	require.NoError(t, err)
+	q, err := NewConsumer(mem)
+	require.NoError(t, err)
+	for i := range 200 { // wraps several times
+		require.True(t, p.Push([]byte{byte(i)}, make([]byte, 100)))
+		rec, ok := q.Peek()
+		require.True(t, ok)
+		require.Equal(t, byte(i), rec[0])
+		q.Advance()
+	}
+	require.ErrorIs(t, InitZeroed(make([]byte, ControlLen+8)), ErrRegion)
+	require.ErrorIs(t, InitZeroed(mem[1:]), ErrRegion)
+}
+
 func TestSingleGoroutine(t *testing.T) {
 	p, c, _ := newRing(t, 1024)
 	_, ok := c.Peek()

@@ -1,7 +1,10 @@
 // Package loop is amgo's in-process transport: the ranks of a job are
 // goroutines of one process. Each directed pair of ranks (a rank to itself
-// included) has a ring of package internal/ring on the heap; Send copies a
-// packet into it once, Poll hands it to the receiver in place. Put is a plain
+// included) that communicates has a ring of package internal/ring on the
+// heap, made by the first Send on it, so that a job's memory grows with the
+// pairs that talk rather than with the square of its size; Send copies a
+// packet into it once, Poll hands it to the receiver in place, visiting only
+// the rings that exist. Put is a plain
 // copy, since every rank shares the address space. It is ordered and reliable.
 //
 // NewJob opens all n ranks at once. The factory registered as "loop" serves only

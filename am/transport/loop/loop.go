@@ -40,10 +40,15 @@ const (
 // transport.Transport and transport.Putter.
 type Transport struct {
 	// Read by this rank's senders and its peers' senders; written rarely.
-	rank   int
-	job    *job
-	in     []*ring.Consumer // from each rank
-	out    []*ring.Producer // to each rank
+	rank int
+	job  *job
+	out  []*ring.Producer // to each rank; nil until the first Send to it
+	// The inbound rings, in the order their producers made them (connect):
+	// act has a slot per rank, act[:nAct] are immutable once published, and
+	// actMu orders the producers that add one.
+	act    []inbound
+	nAct   atomic.Int32
+	actMu  sync.Mutex
 	spin   time.Duration
 	ready  func() bool
 	woken  atomic.Bool // Wake was called: the next look of Wait returns
@@ -61,8 +66,15 @@ type Transport struct {
 }
 
 type job struct {
-	ranks []*Transport
-	caps  transport.Caps
+	ranks     []*Transport
+	caps      transport.Caps
+	ringBytes int
+}
+
+// inbound is a ring into a rank: its source and consumer.
+type inbound struct {
+	src int
+	c   *ring.Consumer
 }
 
 // NewJob opens the n ranks of a job in this process; element i is rank i.
@@ -80,30 +92,22 @@ func NewJob(n int, opts map[string]string) ([]transport.Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loop: %w", err)
 	}
-	j := &job{ranks: make([]*Transport, n)}
+	// Rings are made by their first Send (connect): a job of n ranks in
+	// which each talks to a few peers costs a few rings per rank, not n.
+	c := ring.MinCapacity // ring_bytes rounded up to a power of two, as ring.Alloc does
+	for c < ringBytes {
+		c *= 2
+	}
+	j := &job{ranks: make([]*Transport, n), ringBytes: c}
 	for r := range j.ranks {
 		t := cacheline.New[Transport]() // ranks are goroutines of one process: no shared lines
-		*t = Transport{rank: r, job: j, in: cacheline.Slice[*ring.Consumer](n), out: cacheline.Slice[*ring.Producer](n), streak: cacheline.Slice[bool](n),
-			spin: spin, bell: bell{ch: make(chan struct{}, 1)}, fence: !membarrier.Enabled()}
+		*t = Transport{rank: r, job: j, out: cacheline.Slice[*ring.Producer](n), act: cacheline.Slice[inbound](n),
+			streak: cacheline.Slice[bool](n), spin: spin, bell: bell{ch: make(chan struct{}, 1)}, fence: !membarrier.Enabled()}
 		t.ready = t.arrived
 		j.ranks[r] = t
 	}
-	for src := 0; src < n; src++ {
-		for dst := 0; dst < n; dst++ {
-			mem, err := ring.Alloc(ringBytes)
-			if err != nil {
-				return nil, fmt.Errorf("loop: ring %d -> %d: %w", src, dst, err)
-			}
-			if j.ranks[src].out[dst], err = ring.NewProducer(mem); err != nil {
-				return nil, err
-			}
-			if j.ranks[dst].in[src], err = ring.NewConsumer(mem); err != nil {
-				return nil, err
-			}
-		}
-	}
 	j.caps = transport.Caps{Name: "loop", Ordered: true, Reliable: true,
-		MaxPacket: j.ranks[0].out[0].MaxRecord(), Put: true, Get: true, Wakeup: true}
+		MaxPacket: ring.MaxRecord(c), Put: true, Get: true, Wakeup: true}
 	ts := make([]transport.Transport, n)
 	for i, t := range j.ranks {
 		ts[i] = t
@@ -140,6 +144,12 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 		return transport.PeerErrorf(dst, "loop: send from rank %d to rank %d, which has closed", t.rank, dst)
 	}
 	out := t.out[dst]
+	if out == nil {
+		var err error
+		if out, err = t.connect(d); err != nil {
+			return err
+		}
+	}
 	if !out.Push(hdr, payload) {
 		return transport.ErrWouldBlock
 	}
@@ -150,28 +160,54 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	return nil
 }
 
+// connect makes the ring from this rank to d and adds it to d's inbound
+// rings; called by the first Send to d (Sends to one destination run one at
+// a time). Errors: ring allocation failures.
+func (t *Transport) connect(d *Transport) (*ring.Producer, error) {
+	mem, err := ring.Alloc(t.job.ringBytes)
+	if err != nil {
+		return nil, fmt.Errorf("loop: ring %d -> %d: %w", t.rank, d.rank, err)
+	}
+	out, err := ring.NewProducer(mem)
+	if err != nil {
+		return nil, err
+	}
+	in, err := ring.NewConsumer(mem)
+	if err != nil {
+		return nil, err
+	}
+	d.actMu.Lock()
+	k := d.nAct.Load()
+	d.act[k] = inbound{src: t.rank, c: in}
+	d.nAct.Store(k + 1)
+	d.actMu.Unlock()
+	t.out[d.rank] = out
+	return out, nil
+}
+
 // Poll hands up to max arrived packets to r, in place, visiting the inbound
 // rings round-robin: one packet from a ring whose last look found nothing, up
-// to ring.BurstMax from one that is streaming (ring.Consumer.Take). It does
+// to ring.BurstMax from one that is streaming (ring.Consumer.Take). Only the
+// rings that exist are visited (a peer's first Send makes its ring). It does
 // not allocate. Errors: transport.ErrClosed.
 func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 	if t.closed.Load() {
 		return 0, transport.ErrClosed
 	}
-	n, size := 0, len(t.in)
-	for k := 0; k < size && n < max; k++ {
-		src := t.next
-		if t.next++; t.next == size {
+	n, nact := 0, int(t.nAct.Load())
+	for k := 0; k < nact && n < max; k++ {
+		in := t.act[t.next]
+		if t.next++; t.next >= nact {
 			t.next = 0
 		}
-		n += t.in[src].Take(r, src, &t.streak[src], max-n)
+		n += in.c.Take(r, in.src, &t.streak[in.src], max-n)
 	}
 	return n, nil
 }
 
 func (t *Transport) arrived() bool {
-	for _, c := range t.in {
-		if c.Pending() {
+	for _, in := range t.act[:t.nAct.Load()] {
+		if in.c.Pending() {
 			return true
 		}
 	}

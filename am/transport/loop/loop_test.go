@@ -1,6 +1,7 @@
 package loop
 
 import (
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -49,4 +50,42 @@ func TestWakeRace(t *testing.T) {
 	ts, err := NewJob(2, map[string]string{"spin": "0s"})
 	require.NoError(t, err)
 	transporttest.WakeRace(t, ts, rounds, 1)
+}
+
+// Rings are made on first contact: a job of 1000 ranks costs no ring until
+// a rank sends, and a rank polls only the rings into it. Many ranks making
+// their rings into one rank at once (each rank's first Send) lose nothing.
+func TestRingsOnFirstContact(t *testing.T) {
+	const n = 1000
+	ts, err := NewJob(n, nil)
+	require.NoError(t, err)
+	for _, tr := range ts {
+		require.Zero(t, tr.(*Transport).nAct.Load())
+	}
+	var wg sync.WaitGroup
+	for src := 1; src < 64; src++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			require.NoError(t, ts[src].Send(0, []byte{byte(src)}, nil))
+			require.NoError(t, ts[src].Send(0, []byte{byte(src)}, nil))
+		}()
+	}
+	got := map[int]int{}
+	var last transporttest.Last
+	for total := 0; total < 2*63; {
+		k, err := ts[0].Poll(&last, 1)
+		require.NoError(t, err)
+		if k > 0 {
+			require.Equal(t, byte(last.Src), last.Buf[0])
+			got[last.Src]++
+			total++
+		}
+	}
+	wg.Wait()
+	for src := 1; src < 64; src++ {
+		require.Equal(t, 2, got[src], "packets from rank %d", src)
+	}
+	require.Equal(t, int32(63), ts[0].(*Transport).nAct.Load())
+	require.Zero(t, ts[1].(*Transport).nAct.Load())
 }

@@ -11,15 +11,31 @@
 // that is unset, /dev/shm/amgo-<job id>-<uid>, created with mode 0700. The file
 // has mode 0600 and holds
 //
-//	offset 0     header: magic "amgoSHM1", version, rank, size, pid, state
+//	offset 0     header: magic "amgoSHM1", version (2), rank, size, pid,
+//	             ring stride, state
 //	offset 128   this rank's doorbell (futex word and sleeper count)
-//	offset 4096  one ring per peer (including itself), in rank order, each
-//	             ring.RegionSize(ring_bytes) rounded up to 4 KiB
+//	offset 4096  announcements: a 32-bit count, then from offset 4160 one
+//	             32-bit slot per rank
+//	then, from the next 4 KiB boundary, one ring region per peer (including
+//	             itself), in rank order, each ring.RegionSize(ring_bytes)
+//	             rounded up to 4 KiB (the stride)
 //
 // The rank publishes the file's path under "amgo.shm.<rank>", fences, maps
 // every peer's file, fences again and then unlinks its own file: from then on
 // only the mappings keep it, so nothing is left behind even after a crash.
 // Peers' files must be owned by the same user.
+//
+// Rings are made on first contact. The file is created empty (zero bytes,
+// no page allocated); the first Send from rank s to rank d formats the ring
+// region s of d's file (its control block only: ring.InitZeroed), takes a
+// slot with an atomic add on d's count and stores s+1 in it. d's Poll, seeing
+// the count move, attaches to the rings named in the new slots (a slot still
+// zero is its producer between the add and the store: taken on a later
+// look) and from then on visits them, and only them, round-robin; Wait
+// counts a new announcement as an arrival. A rank that talks to k peers
+// therefore touches k rings' pages in its file and polls k rings, whatever
+// the job's size: the mappings of all peers' files (address space and the
+// kernel's page tables for what is touched) are what grows with the job.
 //
 // # Packets
 //

@@ -43,20 +43,29 @@ const (
 // File layout.
 const (
 	fileMagic   = 0x314d48536f676d61 // "amgoSHM1" little-endian
-	fileVersion = 1
-	hdrMagic    = 0   // uint64, stored last
-	hdrVersion  = 8   // uint32
-	hdrRank     = 12  // uint32
-	hdrSize     = 16  // uint32
-	hdrPid      = 20  // uint32
-	hdrStride   = 24  // uint64: bytes per ring region
-	hdrState    = 32  // uint32: stateOpen, stateClosed
-	hdrBell     = 128 // futex.DoorbellLen bytes
-	ringsOff    = 4096
+	fileVersion = 2
+	hdrMagic    = 0    // uint64, stored last
+	hdrVersion  = 8    // uint32
+	hdrRank     = 12   // uint32
+	hdrSize     = 16   // uint32
+	hdrPid      = 20   // uint32
+	hdrStride   = 24   // uint64: bytes per ring region
+	hdrState    = 32   // uint32: stateOpen, stateClosed
+	hdrBell     = 128  // futex.DoorbellLen bytes
+	annOff      = 4096 // uint32: rings announced so far; slots follow
+	annSlots    = annOff + 64
+	hdrLen      = 4096
 	stateOpen   = 1
 	stateClosed = 2
 	pageSize    = 4096
 )
+
+// ringsOff is where the rings start in the file of a job of size ranks: after
+// the header page and the announcement area (a count and a slot per rank),
+// rounded up to a page.
+func ringsOff(size int) int {
+	return annOff + (annSlots-annOff+4*size+pageSize-1)&^(pageSize-1)
+}
 
 // How often idle loops look for dead peers.
 const (
@@ -71,11 +80,19 @@ type Transport struct {
 	caps       transport.Caps
 	spin       time.Duration
 	own        []byte // this rank's file, mapped
+	stride     int    // bytes per ring region in own
 	bell       futex.Doorbell
-	in         []*ring.Consumer // inbound ring from each rank
-	peers      []peer
-	pending    func() bool
-	woken      atomic.Bool // Wake was called: the next look of Wait returns
+	// The inbound rings that producers have announced (see connect), in
+	// the order Poll found them: act has a slot per rank and act[:nAct] are
+	// immutable once published, so Wait reads them while Poll adds more.
+	act     []inbound
+	nAct    atomic.Int32
+	seen    atomic.Uint32    // announcement slots Poll has taken in
+	ann     *atomic.Uint32   // own file's announcement count
+	in      []*ring.Consumer // by source rank, nil until announced; Poll's
+	peers   []peer
+	pending func() bool
+	woken   atomic.Bool // Wake was called: the next look of Wait returns
 	// fence: Send puts a full barrier between publishing a record and
 	// checking whether the receiver sleeps; false where the receiver's
 	// sleep path runs membarrier.Heavy instead (internal/membarrier).
@@ -99,12 +116,19 @@ type Transport struct {
 	_      [112]byte
 }
 
+// inbound is an announced ring: its source rank and consumer.
+type inbound struct {
+	src int
+	c   *ring.Consumer
+}
+
 // peer is what Send to one rank uses; padded so that Sends to different ranks
 // on different goroutines do not share cache lines.
 type peer struct {
 	_     [64]byte
-	mem   []byte // its file, mapped (this rank's own mapping for itself)
-	out   *ring.Producer
+	mem   []byte         // its file, mapped (this rank's own mapping for itself)
+	out   *ring.Producer // nil until the first Send (connect)
+	cap   int            // data bytes of the ring to it
 	bell  futex.Doorbell
 	pid   int
 	state *atomic.Uint32 // in its file header
@@ -153,7 +177,7 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 		return nil, err
 	}
 	stride := (ring.RegionSize(ringBytes) + pageSize - 1) &^ (pageSize - 1)
-	fileLen := ringsOff + size*stride
+	fileLen := ringsOff(size) + size*stride
 	prefix := settings.Get(opts, "prefix", "")
 	if strings.ContainsRune(prefix, '/') {
 		return nil, fmt.Errorf("shm: file name prefix %q has a slash", prefix)
@@ -163,22 +187,16 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Transport{rank: rank, size: size, spin: spin, own: own, fence: !membarrier.Enabled(),
+	// The rings are formatted by their producers on first use (connect):
+	// the file is fresh and zero, and a ring nobody sends on costs no page.
+	t := &Transport{rank: rank, size: size, spin: spin, own: own, stride: stride, fence: !membarrier.Enabled(),
+		act: make([]inbound, size), ann: u32(own, annOff),
 		in: make([]*ring.Consumer, size), peers: make([]peer, size), streak: make([]bool, size)}
 	t.pending = t.arrived
 	fail := func(err error) (*Transport, error) {
 		os.Remove(path)
 		t.unmap()
 		return nil, err
-	}
-	for src := 0; src < size; src++ {
-		region := own[ringsOff+src*stride : ringsOff+src*stride+ring.RegionSize(ringBytes)]
-		if err := ring.Init(region); err != nil {
-			return fail(fmt.Errorf("shm: rank %d: ring from %d: %w", rank, src, err))
-		}
-		if t.in[src], err = ring.NewConsumer(region); err != nil {
-			return fail(fmt.Errorf("shm: rank %d: ring from %d: %w", rank, src, err))
-		}
 	}
 	if t.bell, err = futex.NewDoorbell(own[hdrBell:]); err != nil {
 		return fail(err)
@@ -214,20 +232,16 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 			}
 		}
 		pstride := int(u64(p.mem, hdrStride).Load())
-		if pstride < ring.RegionSize(ring.MinCapacity) || ringsOff+size*pstride > len(p.mem) {
+		if pstride < ring.RegionSize(ring.MinCapacity) || pstride%8 != 0 || ringsOff(size)+size*pstride > len(p.mem) {
 			return fail(fmt.Errorf("shm: rank %d: rank %d's file has ring stride %d in %d bytes", rank, dst, pstride, len(p.mem)))
 		}
-		out, err := ring.NewProducer(p.mem[ringsOff+rank*pstride : ringsOff+(rank+1)*pstride])
-		if err != nil {
-			return fail(fmt.Errorf("shm: rank %d: ring to rank %d: %w", rank, dst, err))
-		}
-		p.out = out
+		p.cap = ring.FitCapacity(pstride)
 		if p.bell, err = futex.NewDoorbell(p.mem[hdrBell:]); err != nil {
 			return fail(err)
 		}
 		p.pid = int(u32(p.mem, hdrPid).Load())
 		p.state = u32(p.mem, hdrState)
-		maxPacket = min(maxPacket, out.MaxRecord())
+		maxPacket = min(maxPacket, ring.MaxRecord(p.cap))
 	}
 	if err := b.Fence(); err != nil {
 		return fail(fmt.Errorf("shm: rank %d: fence after mapping: %w", rank, err))
@@ -325,7 +339,7 @@ func mapPeer(path string, dst, size int) ([]byte, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("stat rank %d's file %s: %w", dst, path, err)
 	}
-	if int(st.Uid) != os.Getuid() || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size < ringsOff {
+	if int(st.Uid) != os.Getuid() || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size < int64(ringsOff(size)) {
 		return nil, fmt.Errorf("rank %d's file %s: owner %d, mode %#o, %d bytes: not a job file of uid %d",
 			dst, path, st.Uid, st.Mode, st.Size, os.Getuid())
 	}
@@ -374,6 +388,11 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	if p.dead.Load() {
 		return t.deadErr(dst)
 	}
+	if p.out == nil {
+		if err := t.connect(dst, p); err != nil {
+			return err
+		}
+	}
 	if p.out.Push(hdr, payload) {
 		p.full = 0
 		if t.fence {
@@ -397,6 +416,59 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	return transport.ErrWouldBlock
 }
 
+// connect formats the ring from this rank in dst's file, attaches to it and
+// announces it to dst: a slot taken with an atomic add on dst's count, then
+// this rank's number (plus one) stored in it, which publishes the formatted
+// ring (Poll in dst attaches when it sees the slot). Called by the first Send
+// to dst. Errors: transport.ErrPeer when dst's file has no room for the
+// announcement.
+func (t *Transport) connect(dst int, p *peer) error {
+	pstride := int(u64(p.mem, hdrStride).Load())
+	off := ringsOff(t.size) + t.rank*pstride
+	region := p.mem[off : off+pstride]
+	if err := ring.InitZeroed(region); err != nil {
+		return transport.PeerErrorf(dst, "shm: ring from rank %d in rank %d's file: %v", t.rank, dst, err)
+	}
+	out, err := ring.NewProducer(region)
+	if err != nil {
+		return transport.PeerErrorf(dst, "shm: ring from rank %d in rank %d's file: %v", t.rank, dst, err)
+	}
+	slot := u32(p.mem, annOff).Add(1) - 1
+	if slot >= uint32(t.size) {
+		return transport.PeerErrorf(dst, "shm: rank %d's file has %d ring announcements for %d ranks", dst, slot+1, t.size)
+	}
+	u32(p.mem, annSlots+4*int(slot)).Store(uint32(t.rank) + 1)
+	p.out = out
+	return nil
+}
+
+// discover attaches to the rings announced since the last look (Poll's
+// goroutine). A slot counted but not yet written is taken on a later look.
+func (t *Transport) discover() error {
+	n := t.ann.Load()
+	for seen := t.seen.Load(); seen < n && seen < uint32(t.size); seen++ {
+		v := u32(t.own, annSlots+4*int(seen)).Load()
+		if v == 0 {
+			return nil // its producer is between the add and the store
+		}
+		src := int(v - 1)
+		if src >= t.size || t.in[src] != nil {
+			return transport.PeerErrorf(min(src, t.size-1), "shm: rank %d's announcement slot %d names rank %d twice or out of range", t.rank, seen, src)
+		}
+		off := ringsOff(t.size) + src*t.stride
+		c, err := ring.NewConsumer(t.own[off : off+t.stride])
+		if err != nil {
+			return transport.PeerErrorf(src, "shm: rank %d's ring from rank %d: %v", t.rank, src, err)
+		}
+		t.in[src] = c
+		k := t.nAct.Load()
+		t.act[k] = inbound{src: src, c: c}
+		t.nAct.Store(k + 1)
+		t.seen.Store(seen + 1)
+	}
+	return nil
+}
+
 func (t *Transport) deadErr(r int) error {
 	return transport.PeerErrorf(r, "shm: rank %d (pid %d) exited without closing", r, t.peers[r].pid)
 }
@@ -411,13 +483,18 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 	if t.closed.Load() {
 		return 0, transport.ErrClosed
 	}
-	n := 0
-	for k := 0; k < t.size && n < max; k++ {
-		src := t.next
-		if t.next++; t.next == t.size {
+	if t.ann.Load() != t.seen.Load() {
+		if err := t.discover(); err != nil {
+			return 0, err
+		}
+	}
+	n, nact := 0, int(t.nAct.Load())
+	for k := 0; k < nact && n < max; k++ {
+		in := t.act[t.next]
+		if t.next++; t.next == nact {
 			t.next = 0
 		}
-		c := t.in[src]
+		src, c := in.src, in.c
 		got := c.Take(r, src, &t.streak[src], max-n)
 		if got == 0 {
 			if err := c.Err(); err != nil {
@@ -436,7 +513,7 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 	if t.anyDead.Load() {
 		for src := range t.peers {
 			if t.peers[src].dead.Load() {
-				if _, ok := t.in[src].Peek(); !ok {
+				if c := t.in[src]; c == nil || !func() bool { _, ok := c.Peek(); return ok }() {
 					t.reported.Store(t.deaths.Load())
 					return 0, t.deadErr(src)
 				}
@@ -451,12 +528,12 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 // already reported does not keep Wait from sleeping, so ranks that wait on
 // after a failure do not spin a core.
 func (t *Transport) arrived() bool {
-	for _, c := range t.in {
-		if c.Pending() {
+	for _, in := range t.act[:t.nAct.Load()] {
+		if in.c.Pending() {
 			return true
 		}
 	}
-	return t.deaths.Load() != t.reported.Load() || t.woken.Load()
+	return t.ann.Load() != t.seen.Load() || t.deaths.Load() != t.reported.Load() || t.woken.Load()
 }
 
 // Wake makes a Wait in progress return, or else the next one return at once

@@ -123,12 +123,69 @@ func TestCorruptRing(t *testing.T) {
 	require.NoError(t, t0.Send(1, []byte("hello"), nil))
 	// Overwrite the record header in rank 1's file with an absurd length.
 	stride := int(u64(t0.peers[1].mem, hdrStride).Load())
-	u64(t0.peers[1].mem, ringsOff+0*stride+ring.ControlLen).Store(1<<32 | 1<<30)
+	u64(t0.peers[1].mem, ringsOff(2)+0*stride+ring.ControlLen).Store(1<<32 | 1<<30)
 	_, err := ts[1].Poll(&transporttest.Last{}, 10)
 	require.ErrorIs(t, err, transport.ErrPeer)
 	require.ErrorContains(t, err, "rank 0")
 	for _, tr := range ts {
 		tr.Close()
+	}
+}
+
+// A ring exists only once its producer has sent on it: in a job of 8 ranks
+// where only rank 0 sends, to ranks 1 and 3, rank 1's file holds one
+// formatted ring and Poll visits one; every other ring region is still zero
+// (its pages never touched). Sending to oneself works the same way.
+func TestRingsOnFirstContact(t *testing.T) {
+	ts := openJob(t, 8, map[string]string{"ring_bytes": "4k"})
+	defer func() {
+		for _, tr := range ts {
+			tr.Close()
+		}
+	}()
+	t0 := ts[0].(*Transport)
+	require.NoError(t, t0.Send(1, []byte("to one"), nil))
+	require.NoError(t, t0.Send(3, []byte("to three"), nil))
+	require.NoError(t, t0.Send(0, []byte("to self"), nil))
+	for _, c := range []struct {
+		rank int
+		want string
+	}{{1, "to one"}, {3, "to three"}, {0, "to self"}} {
+		var last transporttest.Last
+		n, err := ts[c.rank].Poll(&last, 10)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, c.want, string(last.Buf))
+		require.Equal(t, int32(1), ts[c.rank].(*Transport).nAct.Load(), "rank %d polls one ring", c.rank)
+	}
+	t1 := ts[1].(*Transport)
+	for src := 1; src < 8; src++ {
+		off := ringsOff(8) + src*t1.stride
+		for i := off; i < off+t1.stride; i += 8 {
+			require.Zero(t, u64(t1.own, i).Load(), "rank 1's ring from rank %d was touched at byte %d", src, i-off)
+		}
+	}
+	n, err := ts[2].Poll(&transporttest.Last{}, 10)
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
+// A corrupt announcement (a slot naming a rank out of range, or one
+// already announced) makes Poll fail with ErrPeer, not panic.
+func TestCorruptAnnouncement(t *testing.T) {
+	for _, bad := range []uint32{100, 1} {
+		ts := openJob(t, 2, map[string]string{"ring_bytes": "4k"})
+		t1 := ts[1].(*Transport)
+		require.NoError(t, ts[0].Send(1, []byte("x"), nil))
+		_, err := ts[1].Poll(&transporttest.Last{}, 10)
+		require.NoError(t, err)
+		slot := t1.ann.Add(1) - 1
+		u32(t1.own, annSlots+4*int(slot)).Store(bad)
+		_, err = ts[1].Poll(&transporttest.Last{}, 10)
+		require.ErrorIs(t, err, transport.ErrPeer, "slot value %d", bad)
+		for _, tr := range ts {
+			tr.Close()
+		}
 	}
 }
 

@@ -547,13 +547,16 @@ func testWait(t *testing.T, ts []transport.Transport) {
 
 	// Traffic arrives while rank 1 waits.
 	j := newDriver(t, ts)
+	sent := make(chan struct{})
 	go func() {
+		defer close(sent)
 		time.Sleep(20 * time.Millisecond)
 		hdr, payload := build(0, 1, 0, 0, 10)
 		if err := ts[0].Send(1, hdr, payload); err != nil {
 			t.Errorf("send: %v", err)
 		}
 	}()
+	defer func() { <-sent }() // Send returned before the transports close
 	start = time.Now()
 	j.waitArrival(1, 5*time.Second, 10*time.Second)
 	if ts[1].Caps().Wakeup {
