@@ -9,7 +9,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 RACE_PKGS   := ./am/... ./handlers/... ./flowctl/... ./internal/... ./mpiam/... ./trace/...
 FUZZTIME    ?= 20s
 
-.PHONY: all build test race demo bench lint fuzz clean soak cluster
+.PHONY: all build test race demo bench bench-scale bench-cluster lint fuzz clean soak cluster
 
 all: build
 
@@ -37,6 +37,11 @@ demo: build
 # (installed if missing), 3 interleaved repetitions: docs/performance.md.
 bench: build
 	GO=$(GO) BIN=$(BIN) bench/run.sh $(BENCHFLAGS)
+
+# Memory per rank and run time of the README's program at 16, 64 and 128
+# ranks on one node beside Open MPI and MPICH, and in-process at 64 and 256.
+bench-scale: build
+	GO=$(GO) BIN=$(BIN) bench/scale.sh $(SCALE_SIZES)
 
 lint:
 	$(GO) vet ./...
