@@ -38,6 +38,11 @@ demo: build
 bench: build
 	GO=$(GO) BIN=$(BIN) bench/run.sh $(BENCHFLAGS)
 
+# 2-node jobs on an emulated cluster (root): amgo beside MPICH and Open MPI
+# across nodes, same node in a 2-node job, two-level collectives.
+bench-cluster: build
+	GO=$(GO) BIN=$(BIN) bench/run.sh -cluster $(BENCHFLAGS)
+
 # Memory per rank and run time of the README's program at 16, 64 and 128
 # ranks on one node beside Open MPI and MPICH, and in-process at 64 and 256.
 bench-scale: build

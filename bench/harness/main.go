@@ -6,7 +6,13 @@
 // bench/results/latest pointing to it). bench/run.sh (`make bench`) builds
 // everything and calls it; bench/plot draws the figures from the CSV.
 //
-//	harness [-reps 3] [-quick] [-only regexp] [-bin bin] [-ref dir] [-out bench/results]
+//	harness [-reps 3] [-quick] [-only regexp] [-bin bin] [-ref dir] [-out bench/results] [-cluster]
+//
+// With -cluster (root; `make bench-cluster`) it builds an emulated cluster
+// of two nodes (internal/cluster: network namespaces on a bridge, each with
+// its own host name and /dev/shm) and runs jobs across it instead: amgo
+// under amrun --hosts, MPICH under Hydra and Open MPI under mpirun, each
+// reaching the nodes through the cluster's ssh stand-in (see planCluster).
 //
 // Before the session it waits until the 1-minute load average is below
 // -maxload; before every run it samples /proc/stat for half a second and waits
@@ -25,14 +31,17 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/amgo-hpc/amgo/bench/internal/osu"
+	"github.com/amgo-hpc/amgo/internal/cluster"
 )
 
 // config is one implementation over one network: how to launch a program of
@@ -50,6 +59,9 @@ type job struct {
 	Bench string // row family name, e.g. "latency", "am-short"
 	Cfg   config
 	Args  []string // the benchmark program's arguments
+	// Prep, if set, runs before every run of the job (the cluster's CPU
+	// split).
+	Prep func() error
 }
 
 func (j job) name() string { return j.Bench + "/" + j.Cfg.Name }
@@ -77,9 +89,36 @@ func main() {
 	maxBusy := flag.Float64("maxbusy", 0.3, "wait before each run while other processes keep more than this many CPUs busy")
 	loadWait := flag.Duration("loadwait", 2*time.Minute, "longest wait for a quiet machine before running anyway")
 	timeout := flag.Duration("timeout", 5*time.Minute, "limit of one run")
+	onCluster := flag.Bool("cluster", false, "run 2-node jobs on an emulated cluster (root): amgo, MPICH and Open MPI across nodes")
 	flag.Parse()
 
-	jobs := plan(*bin, *ref, *quick)
+	var jobs []job
+	if *onCluster {
+		dir, err := os.MkdirTemp("", "amgo-bench-cluster-")
+		if err != nil {
+			fatal(err)
+		}
+		c, err := cluster.Build(2, "node", dir)
+		if err != nil {
+			fatal(err)
+		}
+		atExit = func() { c.Close(); os.RemoveAll(dir) }
+		defer atExit()
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+		go func() { s := <-sigs; atExit(); fmt.Fprintln(os.Stderr, "harness:", s); os.Exit(130) }()
+		jobs = planCluster(*bin, *ref, c, *quick)
+		afterRun = func() {
+			if err := c.Reset(); err != nil {
+				fmt.Fprintln(os.Stderr, "harness:", err)
+			}
+		}
+		if *timeout == 5*time.Minute { // the default: a launcher that hangs across nodes should cost less
+			*timeout = 2 * time.Minute
+		}
+	} else {
+		jobs = plan(*bin, *ref, *quick)
+	}
 	if *only != "" {
 		re, err := regexp.Compile(*only)
 		if err != nil {
@@ -113,9 +152,15 @@ func main() {
 			if skipped[j.Cfg.Name] {
 				continue
 			}
+			if j.Prep != nil {
+				if err := j.Prep(); err != nil {
+					fatal(fmt.Errorf("%s: %w", j.name(), err))
+				}
+			}
 			busy := waitQuiet(*maxBusy, *loadWait)
 			fmt.Fprintf(os.Stderr, "harness: rep %d/%d %-28s (busy %.2f CPUs)\n", rep, *reps, j.name(), busy)
 			stdout, stderr, err := run(j, *timeout)
+			afterRun()
 			fmt.Fprintf(logf, "=== rep %d %s busy=%.2f: %s\n%s%s", rep, j.name(), busy, strings.Join(j.command(), " "), stdout, stderr)
 			cols, rows, perr := osu.Parse(bytes.NewReader(stdout))
 			if err == nil && perr == nil && len(rows) == 0 {
@@ -155,8 +200,13 @@ func main() {
 	fmt.Println(dir)
 }
 
+// atExit undoes what must not outlive the harness (the emulated cluster);
+// afterRun clears what a run may leave behind (processes in its nodes).
+var atExit, afterRun = func() {}, func() {}
+
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "harness:", err)
+	atExit()
 	os.Exit(1)
 }
 
@@ -209,30 +259,111 @@ func plan(bin, ref string, quick bool) []job {
 	}
 	for _, b := range []string{"allreduce", "bcast", "alltoall", "barrier"} {
 		for _, c := range all {
-			jobs = append(jobs, job{b, c, append([]string{b}, collSizes...)})
+			jobs = append(jobs, job{Bench: b, Cfg: c, Args: append([]string{b}, collSizes...)})
 		}
 	}
 	for _, b := range []string{"latency", "bw", "bibw"} {
 		for _, c := range all {
-			jobs = append(jobs, job{b, c, append([]string{b}, sizes...)})
+			jobs = append(jobs, job{Bench: b, Cfg: c, Args: append([]string{b}, sizes...)})
 		}
 	}
 	for _, net := range amgoNets {
 		c := amgo(net, 2)
 		jobs = append(jobs,
-			job{"mbw_mr", c, append([]string{"mbw_mr"}, sizes...)},
-			job{"latency_mt", c, append([]string{"latency_mt", "-t", "2"}, mt...)},
-			job{"match", c, append([]string{"match"}, match...)},
+			job{Bench: "mbw_mr", Cfg: c, Args: append([]string{"mbw_mr"}, sizes...)},
+			job{Bench: "latency_mt", Cfg: c, Args: append([]string{"latency_mt", "-t", "2"}, mt...)},
+			job{Bench: "match", Cfg: c, Args: append([]string{"match"}, match...)},
 		)
 		for _, k := range []string{"short", "medium", "store"} {
-			jobs = append(jobs, job{"am-" + k, c, append([]string{"am", "-k", k}, sizes...)})
+			jobs = append(jobs, job{Bench: "am-" + k, Cfg: c, Args: append([]string{"am", "-k", k}, sizes...)})
 		}
 		for _, k := range []string{"medium", "store"} {
-			jobs = append(jobs, job{"am-" + k + "-bw", c, append([]string{"am", "-bw", "-k", k}, sizes...)})
+			jobs = append(jobs, job{Bench: "am-" + k + "-bw", Cfg: c, Args: append([]string{"am", "-bw", "-k", k}, sizes...)})
 		}
 	}
 	// Two pairs only where it does not oversubscribe busy-polling processes.
-	jobs = append(jobs, job{"mbw_mr-2pairs", amgo("loop", 4), append([]string{"mbw_mr"}, sizes...)})
+	jobs = append(jobs, job{Bench: "mbw_mr-2pairs", Cfg: amgo("loop", 4), Args: append([]string{"mbw_mr"}, sizes...)})
+	return jobs
+}
+
+// planCluster lists the jobs of one repetition on the emulated cluster c
+// (two nodes, node1 and node2), in the order they are interleaved:
+//
+//   - latency between two ranks of one node inside a 2-node job (ranks 2 and
+//     3, on the other node, wait in a barrier), against a job of those two
+//     ranks alone (shared memory only);
+//   - latency and bandwidth between ranks on different nodes: amgo's
+//     routed job (shm to itself, AMGO_NET=tcp across), amgo with
+//     --transport tcp, MPICH and Open MPI, one rank per node;
+//   - Allreduce and Bcast with 4 ranks, 2 per node: amgo's two-level
+//     algorithms and its flat ones (AMGO_COLL_NODE_AWARE=0), MPICH, Open
+//     MPI. Four busy ranks on a 2-core machine are oversubscribed for
+//     every implementation alike.
+func planCluster(bin, ref string, c *cluster.Cluster, quick bool) []job {
+	amrun := filepath.Join(bin, "amrun")
+	osuProg := filepath.Join(bin, "osu")
+	amgo := func(name, hosts string, n int, extra ...string) config {
+		l := []string{amrun, "--hosts", hosts, "--launcher-exec", c.StandIn, "--launch-iface", c.Bridge,
+			"--timeout", "4m", "-n", strconv.Itoa(n)}
+		return config{Name: name, Impl: "amgo", Prog: osuProg, Launch: append(l, extra...)}
+	}
+	mpich := func(name string, n, ppn int) config {
+		return config{Name: name, Impl: "mpich", Prog: filepath.Join(ref, "osu_ref_mpich"),
+			Launch: []string{"mpiexec.hydra", "-f", c.Hostfile, "-launcher", "ssh", "-launcher-exec", c.StandIn,
+				"-iface", c.Bridge, "-n", strconv.Itoa(n), "-ppn", strconv.Itoa(ppn)}}
+	}
+	ompi := func(name, hosts string, n int) config {
+		return config{Name: name, Impl: "ompi", Prog: filepath.Join(ref, "osu_ref_ompi"),
+			Launch: []string{"mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "--host", hosts, "-np", strconv.Itoa(n),
+				"--mca", "plm_rsh_agent", c.StandIn, "--mca", "btl", "self,vader,tcp",
+				"--mca", "btl_tcp_if_include", c.Subnet(), "--mca", "oob_tcp_if_include", c.Subnet()}}
+	}
+	p2p := []string{"-m", "1:1048576"}
+	coll := []string{"-m", "8:1048576"}
+	if quick {
+		p2p = []string{"-m", "1:65536", "-i", "200", "-x", "10"}
+		coll = []string{"-m", "8:65536", "-i", "100", "-x", "10"}
+	}
+	// Nodes share the host's CPUs, except for the pairs across nodes: a
+	// launcher binds each node's first rank to the first CPU it may use, so
+	// on shared CPUs both ranks of a pair would share one core; each node
+	// then has a core of its own, as real nodes do.
+	cpus := func(c1, c2 string) func() error {
+		return func() error {
+			if err := c.SetCPUs(0, c1); err != nil {
+				return err
+			}
+			return c.SetCPUs(1, c2)
+		}
+	}
+	shared, split := cpus("", ""), cpus("0", "1")
+	if numCPU() < 2 {
+		split = shared
+	}
+	var jobs []job
+	prep := shared
+	add := func(bench string, args []string, cfgs ...config) {
+		for _, cfg := range cfgs {
+			jobs = append(jobs, job{Bench: bench, Cfg: cfg, Args: args, Prep: prep})
+		}
+	}
+	add("latency-same-node", append([]string{"latency"}, p2p...),
+		amgo("amgo-2x2", "node1:2,node2:2", 4), amgo("amgo-shm-only", "node1", 2))
+	across := []config{amgo("amgo-1x1", "node1:1,node2:1", 2), amgo("amgo-tcp-only", "node1:1,node2:1", 2, "--transport", "tcp"),
+		mpich("mpich-1x1", 2, 1), ompi("ompi-1x1", "node1,node2", 2)}
+	prep = split
+	add("latency-other-node", append([]string{"latency"}, p2p...), across...)
+	add("bw-other-node", append([]string{"bw"}, p2p...), across...)
+	prep = shared
+	four := []config{amgo("amgo-2x2-two-level", "node1:2,node2:2", 4),
+		func() config {
+			f := amgo("amgo-2x2-flat", "node1:2,node2:2", 4)
+			f.Env = []string{"AMGO_COLL_NODE_AWARE=0"}
+			return f
+		}(),
+		mpich("mpich-2x2", 4, 2), ompi("ompi-2x2", "node1:2,node2:2", 4)}
+	add("allreduce-2x2", append([]string{"allreduce"}, coll...), four...)
+	add("bcast-2x2", append([]string{"bcast"}, coll...), four...)
 	return jobs
 }
 

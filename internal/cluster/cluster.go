@@ -101,6 +101,39 @@ func New(t testing.TB, n int, prefix string) *Cluster {
 	return c
 }
 
+// Build builds a cluster of n nodes, as New does, outside a test (the
+// benchmark harness): dir holds its files and must outlive it. The caller
+// must Close it. Errors: the reason Skip gives when clusters cannot be
+// built here (without the AMGO_CLUSTER check), or the failing step.
+func Build(n int, prefix, dir string) (*Cluster, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("cluster: an emulated cluster needs root (network namespaces, bridges, mounts)")
+	}
+	for _, tool := range []string{"ip", "nsenter", "unshare"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("cluster: an emulated cluster needs %s: %w", tool, err)
+		}
+	}
+	if prefix == "" {
+		prefix = "node"
+	}
+	c, err := build(n, prefix, dir)
+	if err != nil {
+		if c != nil {
+			c.Close()
+		}
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	return c, nil
+}
+
+// Subnet is the cluster's IPv4 network in CIDR form (the bridge and every
+// node's eth0 are in it), for launchers that select interfaces by network
+// (Open MPI's btl_tcp_if_include and oob_tcp_if_include).
+func (c *Cluster) Subnet() string {
+	return c.BridgeAddr[:strings.LastIndexByte(c.BridgeAddr, '.')] + ".0/24"
+}
+
 func run(name string, args ...string) error {
 	out, err := exec.Command(name, args...).CombinedOutput()
 	if err != nil {
@@ -158,6 +191,10 @@ while [ $# -gt 0 ]; do
 done
 host=$1; shift
 pid=$(cat "` + dir + `/$host.pid" 2>/dev/null) || { echo "ssh stand-in: no node $host" >&2; exit 255; }
+cpus=$(cat "` + dir + `/$host.cpus" 2>/dev/null)
+if [ -n "$cpus" ]; then
+  exec taskset -c "$cpus" nsenter -t "$pid" -a -w"$PWD" sh -c "$*"
+fi
 exec nsenter -t "$pid" -a -w"$PWD" sh -c "$*"
 `
 	if err := os.WriteFile(c.StandIn, []byte(script), 0o755); err != nil {
@@ -245,6 +282,22 @@ func holderOf(pid int) (int, error) {
 	return 0, fmt.Errorf("process %d has no child", pid)
 }
 
+// SetCPUs confines what the stand-in starts in node k from now on to the
+// given CPUs (a taskset(1) list such as "0" or "2-3"), as if the node had
+// only those cores; "" lifts it. Nodes share the host's CPUs by default,
+// which makes a launcher that binds its ranks by their rank on the node
+// put the ranks of every node on the same cores.
+func (c *Cluster) SetCPUs(k int, cpus string) error {
+	p := filepath.Join(c.Dir, c.Nodes[k].Name+".cpus")
+	if cpus == "" {
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+		return nil
+	}
+	return os.WriteFile(p, []byte(cpus+"\n"), 0o644)
+}
+
 // Command returns a command that runs name with args in node k's
 // namespaces, in the current directory.
 func (c *Cluster) Command(k int, name string, args ...string) *exec.Cmd {
@@ -258,6 +311,22 @@ func (c *Cluster) Kill(k int) {
 	if pid := c.Nodes[k].pid; pid > 0 {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+}
+
+// Reset ends every process of every node except its holder (what a job
+// that hung or a launcher killed in the middle left behind), and waits until
+// they are gone.
+func (c *Cluster) Reset() error {
+	for k := range c.Nodes {
+		// kill -1 inside the node's PID namespace reaches all of its
+		// processes but the namespace's first one (the holder) and the
+		// shell itself.
+		out, err := c.Command(k, "sh", "-c", "kill -KILL -1 2>/dev/null; true").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("cluster: reset %s: %v: %s", c.Nodes[k].Name, err, out)
+		}
+	}
+	return nil
 }
 
 // Close kills every node's processes and removes the namespaces, links and

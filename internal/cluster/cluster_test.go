@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -38,4 +39,33 @@ func TestNodesAreSeparate(t *testing.T) {
 	require.NoError(t, sleeper.Start())
 	c.Kill(1)
 	require.Error(t, sleeper.Wait())
+}
+
+// SetCPUs confines what the stand-in starts in a node to the given CPUs,
+// and Reset ends everything a node runs except its holder.
+func TestNodesAreConfinedAndReset(t *testing.T) {
+	c := New(t, 2, "")
+	require.NoError(t, c.SetCPUs(1, "0"))
+	out, err := exec.Command(c.StandIn, "node2", "grep Cpus_allowed_list /proc/self/status").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Regexp(t, `Cpus_allowed_list:\s+0\n`, string(out))
+	require.NoError(t, c.SetCPUs(1, ""))
+	out, err = exec.Command(c.StandIn, "node2", "grep Cpus_allowed_list /proc/self/status").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.NotRegexp(t, `Cpus_allowed_list:\s+0\n`, string(out))
+
+	// A process left behind in node 1 is gone after Reset; the node works.
+	require.NoError(t, exec.Command(c.StandIn, "node1", "sleep 300 </dev/null >/dev/null 2>&1 &").Run())
+	count := func() string {
+		// Living sleeps only: the holder does not reap, so the killed one
+		// stays a zombie.
+		out, _ := c.Command(0, "sh", "-c", `ps -eo stat=,comm= | awk '$2 == "sleep" && $1 !~ /^Z/' | wc -l`).CombinedOutput()
+		return strings.TrimSpace(string(out))
+	}
+	require.Equal(t, "2", count(), "the holder and the leftover")
+	require.NoError(t, c.Reset())
+	require.Eventually(t, func() bool { return count() == "1" }, 5*time.Second, 20*time.Millisecond, "only the holder is left")
+	out, err = exec.Command(c.StandIn, "node1", "hostname").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, "node1", strings.TrimSpace(string(out)))
 }
