@@ -318,11 +318,15 @@ func planCluster(bin, ref string, c *cluster.Cluster, quick bool) []job {
 				"--mca", "plm_rsh_agent", c.StandIn, "--mca", "btl", "self,vader,tcp",
 				"--mca", "btl_tcp_if_include", c.Subnet(), "--mca", "oob_tcp_if_include", c.Subnet()}}
 	}
+	// The sizes the targets name, and few iterations for the collectives:
+	// four ranks on two cores take milliseconds per operation.
 	p2p := []string{"-m", "1:1048576"}
-	coll := []string{"-m", "8:1048576"}
+	allreduce := []string{"-m", "8:65536", "-i", "200", "-x", "20"}
+	bcast := []string{"-m", "8:1048576", "-i", "100", "-x", "10"}
 	if quick {
 		p2p = []string{"-m", "1:65536", "-i", "200", "-x", "10"}
-		coll = []string{"-m", "8:65536", "-i", "100", "-x", "10"}
+		allreduce = []string{"-m", "8:65536", "-i", "50", "-x", "5"}
+		bcast = []string{"-m", "8:65536", "-i", "50", "-x", "5"}
 	}
 	// Nodes share the host's CPUs, except for the pairs across nodes: a
 	// launcher binds each node's first rank to the first CPU it may use, so
@@ -362,8 +366,8 @@ func planCluster(bin, ref string, c *cluster.Cluster, quick bool) []job {
 			return f
 		}(),
 		mpich("mpich-2x2", 4, 2), ompi("ompi-2x2", "node1:2,node2:2", 4)}
-	add("allreduce-2x2", append([]string{"allreduce"}, coll...), four...)
-	add("bcast-2x2", append([]string{"bcast"}, coll...), four...)
+	add("allreduce-2x2", append([]string{"allreduce"}, allreduce...), four...)
+	add("bcast-2x2", append([]string{"bcast"}, bcast...), four...)
 	return jobs
 }
 

@@ -15,6 +15,11 @@
 // command..." runs the command in that node through sh -c, as ssh runs it in
 // the remote shell.
 //
+// Nodes share the host's CPUs unless SetCPUs gives a node its own (the
+// stand-in then runs commands under taskset(1)); Reset ends what a node runs
+// except its holder. Build makes a cluster outside a test (the benchmark
+// harness).
+//
 // Creating a cluster needs root, ip(8), nsenter(1) and unshare(1); New skips
 // the test with the reason otherwise. Tests that use it run in `make
 // cluster` (AMGO_CLUSTER=1); without that variable they skip.

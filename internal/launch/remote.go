@@ -345,16 +345,17 @@ func runHosts(ctx context.Context, spec Spec) error {
 		}
 	}
 	wd, _ := os.Getwd()
-	stdout, stderr := spec.Stdout, spec.Stderr
-	if _, ok := stdout.(*os.File); !ok {
-		mu := new(sync.Mutex)
-		stdout = &lockedWriter{mu: mu, w: spec.Stdout}
-		if spec.Stderr == spec.Stdout {
-			stderr = &lockedWriter{mu: mu, w: spec.Stderr}
-		}
+	// Each host's launcher command copies output on goroutines of its own.
+	outMu, errMu := new(sync.Mutex), new(sync.Mutex)
+	if spec.Stdout == spec.Stderr {
+		errMu = outMu
 	}
-	if _, ok := stderr.(*os.File); !ok && stderr == spec.Stderr {
-		stderr = &lockedWriter{mu: new(sync.Mutex), w: spec.Stderr}
+	stdout, stderr := spec.Stdout, spec.Stderr
+	if _, isFile := stdout.(*os.File); !isFile {
+		stdout = &lockedWriter{mu: outMu, w: spec.Stdout}
+	}
+	if _, isFile := stderr.(*os.File); !isFile {
+		stderr = &lockedWriter{mu: errMu, w: spec.Stderr}
 	}
 
 	// Start every host's proxy.

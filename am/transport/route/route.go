@@ -325,9 +325,16 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 		n, err := m.t.Poll(&m.recv, max-total)
 		m.recv.up = nil
 		total += n
-		if n > 0 {
-			m.quiet.Store(0)
-		} else if q < hotPolls {
+		// The first network's quietness is never read, and a store is a
+		// locked instruction on every look of a rank that spins: count
+		// only the others', and store only a change.
+		switch {
+		case i == 0:
+		case n > 0:
+			if q != 0 {
+				m.quiet.Store(0)
+			}
+		case q < hotPolls:
 			m.quiet.Store(q + 1)
 		}
 		if err != nil && first == nil {
