@@ -296,21 +296,7 @@ func Run(ctx context.Context, spec Spec) error {
 	}
 	aborts := make(chan abortEvent, nproc)
 	pmiState := make([]atomic.Uint32, nproc) // pmiInit, then pmiFinalized
-	srv, err := pmi.NewServer(pmi.ServerConfig{
-		Size:    nproc,
-		KVSName: strings.ReplaceAll(lastElem(jobDir), "-", "_"),
-		OnAbort: func(r, code int, msg string) {
-			select {
-			case aborts <- abortEvent{r, code, msg}:
-			default:
-			}
-		},
-		OnInit:     func(r int) { pmiState[r].CompareAndSwap(0, pmiInit) },
-		OnFinalize: func(r int) { pmiState[r].Store(pmiFinalized) },
-		OnError: func(r int, err error) {
-			fmt.Fprintf(spec.Stderr, "amrun: rank %d: PMI: %v\n", r, err)
-		},
-	})
+	srv, err := pmi.NewServer(serverConfig(nproc, strings.ReplaceAll(lastElem(jobDir), "-", "_"), aborts, pmiState, spec.Stderr))
 	if err != nil {
 		return &JobError{Kind: ErrStart, Rank: -1, Code: 1, Detail: err.Error()}
 	}
@@ -354,6 +340,27 @@ func Run(ctx context.Context, spec Spec) error {
 		spec.OnStart(jobDir, pids)
 	}
 	return j.supervise(ctx, aborts)
+}
+
+// serverConfig is the PMI server's configuration for a job of size ranks:
+// aborts are queued for supervise, init and finalize recorded in pmiState,
+// protocol errors reported on stderr.
+func serverConfig(size int, kvsName string, aborts chan<- abortEvent, pmiState []atomic.Uint32, stderr io.Writer) pmi.ServerConfig {
+	return pmi.ServerConfig{
+		Size:    size,
+		KVSName: kvsName,
+		OnAbort: func(r, code int, msg string) {
+			select {
+			case aborts <- abortEvent{r, code, msg}:
+			default:
+			}
+		},
+		OnInit:     func(r int) { pmiState[r].CompareAndSwap(0, pmiInit) },
+		OnFinalize: func(r int) { pmiState[r].Store(pmiFinalized) },
+		OnError: func(r int, err error) {
+			fmt.Fprintf(stderr, "amrun: rank %d: PMI: %v\n", r, err)
+		},
+	}
 }
 
 type job struct {

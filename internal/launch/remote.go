@@ -279,26 +279,13 @@ func runHosts(ctx context.Context, spec Spec) error {
 		j.ranks = append(j.ranks, &rank{id: r, host: h, served: make(chan struct{})})
 	}
 	var servedOnce sync.Map
-	j.srv, err = pmi.NewServer(pmi.ServerConfig{
-		Size:    n,
-		KVSName: "amgo_" + token[:12],
-		OnAbort: func(r, code int, msg string) {
-			select {
-			case aborts <- abortEvent{r, code, msg}:
-			default:
-			}
-		},
-		OnInit:     func(r int) { pmiState[r].CompareAndSwap(0, pmiInit) },
-		OnFinalize: func(r int) { pmiState[r].Store(pmiFinalized) },
-		OnDisconnect: func(r int) {
-			if _, done := servedOnce.LoadOrStore(r, true); !done {
-				close(j.ranks[r].served)
-			}
-		},
-		OnError: func(r int, err error) {
-			fmt.Fprintf(spec.Stderr, "amrun: rank %d: PMI: %v\n", r, err)
-		},
-	})
+	cfg := serverConfig(n, "amgo_"+token[:12], aborts, pmiState, spec.Stderr)
+	cfg.OnDisconnect = func(r int) {
+		if _, done := servedOnce.LoadOrStore(r, true); !done {
+			close(j.ranks[r].served)
+		}
+	}
+	j.srv, err = pmi.NewServer(cfg)
 	if err != nil {
 		return startErr(1, "%v", err)
 	}
