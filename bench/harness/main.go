@@ -290,8 +290,9 @@ func plan(bin, ref string, quick bool) []job {
 // (two nodes, node1 and node2), in the order they are interleaved:
 //
 //   - latency between two ranks of one node inside a 2-node job (ranks 2 and
-//     3, on the other node, wait in a barrier), against a job of those two
-//     ranks alone (shared memory only);
+//     3, on the other node, wait in a barrier), against a 4-rank job on one
+//     node (shared memory only; ranks 2 and 3 idle there too, on the same
+//     CPUs) and a job of the two ranks alone;
 //   - latency and bandwidth between ranks on different nodes: amgo's
 //     routed job (shm to itself, AMGO_NET=tcp across), amgo with
 //     --transport tcp, MPICH and Open MPI, one rank per node;
@@ -351,8 +352,12 @@ func planCluster(bin, ref string, c *cluster.Cluster, quick bool) []job {
 			jobs = append(jobs, job{Bench: bench, Cfg: cfg, Args: args, Prep: prep})
 		}
 	}
+	// The nodes share the CPUs, so the idle ranks of the other node share
+	// them with the pair: the reference with the same idle ranks is a job
+	// of 4 ranks on one node (shared memory only); the pair alone is shown
+	// too.
 	add("latency-same-node", append([]string{"latency"}, p2p...),
-		amgo("amgo-2x2", "node1:2,node2:2", 4), amgo("amgo-shm-only", "node1", 2))
+		amgo("amgo-2x2", "node1:2,node2:2", 4), amgo("amgo-shm-only-4", "node1:4", 4), amgo("amgo-shm-only-2", "node1", 2))
 	across := []config{amgo("amgo-1x1", "node1:1,node2:1", 2), amgo("amgo-tcp-only", "node1:1,node2:1", 2, "--transport", "tcp"),
 		mpich("mpich-1x1", 2, 1), ompi("ompi-1x1", "node1,node2", 2)}
 	prep = split
