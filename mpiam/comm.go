@@ -34,6 +34,8 @@ type Comm struct {
 	barriers atomic.Uint64                 // Barrier and Ibarrier calls started on c (coll_am.go)
 	bar      atomic.Pointer[barrierCounts] // this rank's arrival counts of c's barrier messages, once looked up
 	lv       atomic.Pointer[levels]        // how c's ranks sit on nodes, once computed (coll_node.go)
+
+	cart *cartTopo // the Cartesian topology CartCreate or CartSub attached; nil: none (topo.go)
 }
 
 // Rank is the calling process's rank in c (MPI_Comm_rank), or Undefined for

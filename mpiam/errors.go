@@ -6,7 +6,9 @@ import (
 )
 
 // Class is an MPI error class (MPI-4.1 §9.4, Table 9.1); the numbers are the
-// values MPICH and Open MPI give the MPI_ERR_* constants.
+// values MPICH gives the MPI_ERR_* constants (the standard leaves them to
+// the implementation; Open MPI's differ from MPI_ERR_REQUEST on), except
+// ClassProcFail, Open MPI's value of ULFM's MPI_ERR_PROC_FAILED.
 type Class int
 
 // Error classes used by amgo.
@@ -18,10 +20,12 @@ const (
 	ClassTag       Class = 4  // MPI_ERR_TAG
 	ClassComm      Class = 5  // MPI_ERR_COMM
 	ClassRank      Class = 6  // MPI_ERR_RANK
-	ClassRequest   Class = 7  // MPI_ERR_REQUEST
-	ClassRoot      Class = 8  // MPI_ERR_ROOT
-	ClassGroup     Class = 9  // MPI_ERR_GROUP
-	ClassOp        Class = 10 // MPI_ERR_OP
+	ClassRequest   Class = 19 // MPI_ERR_REQUEST
+	ClassRoot      Class = 7  // MPI_ERR_ROOT
+	ClassGroup     Class = 8  // MPI_ERR_GROUP
+	ClassOp        Class = 9  // MPI_ERR_OP
+	ClassTopology  Class = 10 // MPI_ERR_TOPOLOGY
+	ClassDims      Class = 11 // MPI_ERR_DIMS
 	ClassArg       Class = 12 // MPI_ERR_ARG
 	ClassUnknown   Class = 13 // MPI_ERR_UNKNOWN
 	ClassTruncate  Class = 14 // MPI_ERR_TRUNCATE
@@ -32,13 +36,14 @@ const (
 	ClassProcFail  Class = 75 // MPI_ERR_PROC_FAILED (ULFM)
 	ClassNoMem     Class = 34 // MPI_ERR_NO_MEM
 	ClassNotSame   Class = 35 // MPI_ERR_NOT_SAME
-	ClassUnsupport Class = 52 // MPI_ERR_UNSUPPORTED_OPERATION
+	ClassUnsupport Class = 44 // MPI_ERR_UNSUPPORTED_OPERATION
 )
 
 var classNames = map[Class]string{
 	ClassSuccess: "MPI_SUCCESS", ClassBuffer: "MPI_ERR_BUFFER", ClassCount: "MPI_ERR_COUNT", ClassType: "MPI_ERR_TYPE",
 	ClassTag: "MPI_ERR_TAG", ClassComm: "MPI_ERR_COMM", ClassRank: "MPI_ERR_RANK", ClassRequest: "MPI_ERR_REQUEST",
-	ClassRoot: "MPI_ERR_ROOT", ClassGroup: "MPI_ERR_GROUP", ClassOp: "MPI_ERR_OP", ClassArg: "MPI_ERR_ARG",
+	ClassRoot: "MPI_ERR_ROOT", ClassGroup: "MPI_ERR_GROUP", ClassOp: "MPI_ERR_OP", ClassTopology: "MPI_ERR_TOPOLOGY",
+	ClassDims: "MPI_ERR_DIMS", ClassArg: "MPI_ERR_ARG",
 	ClassUnknown: "MPI_ERR_UNKNOWN", ClassTruncate: "MPI_ERR_TRUNCATE", ClassOther: "MPI_ERR_OTHER",
 	ClassIntern: "MPI_ERR_INTERN", ClassInStatus: "MPI_ERR_IN_STATUS", ClassPending: "MPI_ERR_PENDING",
 	ClassProcFail: "MPI_ERR_PROC_FAILED", ClassNoMem: "MPI_ERR_NO_MEM", ClassNotSame: "MPI_ERR_NOT_SAME",
@@ -75,6 +80,8 @@ var (
 	ErrRoot        error = &classError{ClassRoot, "invalid root"}
 	ErrGroup       error = &classError{ClassGroup, "invalid group"}
 	ErrArg         error = &classError{ClassArg, "invalid argument"}
+	ErrTopology    error = &classError{ClassTopology, "invalid topology"}
+	ErrDims        error = &classError{ClassDims, "invalid dimension argument"}
 	ErrTruncate    error = &classError{ClassTruncate, "message truncated: receive buffer too small"}
 	ErrOther       error = &classError{ClassOther, "error"}
 	ErrIntern      error = &classError{ClassIntern, "internal error"}

@@ -72,10 +72,12 @@ const (
 	CallCommSplit
 	CallCommCreate
 	CallCommFree
+	CallCartCreate
+	CallCartSub
 	callEnd
 )
 
-var callNames = [...]string{"", "Send", "Bsend", "Ssend", "Rsend", "Isend", "Ibsend", "Issend", "Irsend", "Recv", "Irecv", "Sendrecv", "SendrecvReplace", "Probe", "Iprobe", "Mprobe", "Improbe", "Mrecv", "Imrecv", "Start", "Startall", "Wait", "Test", "Waitall", "Waitany", "Waitsome", "Testall", "Testany", "Testsome", "Cancel", "Barrier", "Bcast", "Reduce", "Allreduce", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv", "Alltoall", "Alltoallv", "ReduceScatterBlock", "Scan", "Exscan", "Ibarrier", "Ibcast", "Ireduce", "Iallreduce", "Iallgather", "Ialltoall", "Comm_dup", "Comm_split", "Comm_create", "Comm_free"}
+var callNames = [...]string{"", "Send", "Bsend", "Ssend", "Rsend", "Isend", "Ibsend", "Issend", "Irsend", "Recv", "Irecv", "Sendrecv", "SendrecvReplace", "Probe", "Iprobe", "Mprobe", "Improbe", "Mrecv", "Imrecv", "Start", "Startall", "Wait", "Test", "Waitall", "Waitany", "Waitsome", "Testall", "Testany", "Testsome", "Cancel", "Barrier", "Bcast", "Reduce", "Allreduce", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv", "Alltoall", "Alltoallv", "ReduceScatterBlock", "Scan", "Exscan", "Ibarrier", "Ibcast", "Ireduce", "Iallreduce", "Iallgather", "Ialltoall", "Comm_dup", "Comm_split", "Comm_create", "Comm_free", "Cart_create", "Cart_sub"}
 
 // String is the call's MPI name without the MPI_ prefix ("Isend", "Comm_split").
 func (c Call) String() string {
