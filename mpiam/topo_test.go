@@ -2,6 +2,7 @@ package mpiam
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -178,4 +179,20 @@ func TestCartCreateErrors(t *testing.T) {
 		r.Equal((w.Rank()+3)%4, dst)
 		r.NoError(g.Free())
 	})
+}
+
+// Wtime advances with the wall clock and never goes back; Wtick is its
+// resolution (MPI-4.1 §9.6.1).
+func TestWtime_MPI41_9_6_1(t *testing.T) {
+	a := Wtime()
+	time.Sleep(20 * time.Millisecond)
+	b := Wtime()
+	require.GreaterOrEqual(t, b-a, 0.019)
+	require.Less(t, b-a, 10.0)
+	for range 1000 {
+		c := Wtime()
+		require.GreaterOrEqual(t, c, b)
+		b = c
+	}
+	require.Equal(t, 1e-9, Wtick())
 }
