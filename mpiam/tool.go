@@ -74,10 +74,13 @@ const (
 	CallCommFree
 	CallCartCreate
 	CallCartSub
+	CallDistGraphCreateAdjacent
+	CallNeighborAllgather
+	CallNeighborAlltoall
 	callEnd
 )
 
-var callNames = [...]string{"", "Send", "Bsend", "Ssend", "Rsend", "Isend", "Ibsend", "Issend", "Irsend", "Recv", "Irecv", "Sendrecv", "SendrecvReplace", "Probe", "Iprobe", "Mprobe", "Improbe", "Mrecv", "Imrecv", "Start", "Startall", "Wait", "Test", "Waitall", "Waitany", "Waitsome", "Testall", "Testany", "Testsome", "Cancel", "Barrier", "Bcast", "Reduce", "Allreduce", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv", "Alltoall", "Alltoallv", "ReduceScatterBlock", "Scan", "Exscan", "Ibarrier", "Ibcast", "Ireduce", "Iallreduce", "Iallgather", "Ialltoall", "Comm_dup", "Comm_split", "Comm_create", "Comm_free", "Cart_create", "Cart_sub"}
+var callNames = [...]string{"", "Send", "Bsend", "Ssend", "Rsend", "Isend", "Ibsend", "Issend", "Irsend", "Recv", "Irecv", "Sendrecv", "SendrecvReplace", "Probe", "Iprobe", "Mprobe", "Improbe", "Mrecv", "Imrecv", "Start", "Startall", "Wait", "Test", "Waitall", "Waitany", "Waitsome", "Testall", "Testany", "Testsome", "Cancel", "Barrier", "Bcast", "Reduce", "Allreduce", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv", "Alltoall", "Alltoallv", "ReduceScatterBlock", "Scan", "Exscan", "Ibarrier", "Ibcast", "Ireduce", "Iallreduce", "Iallgather", "Ialltoall", "Comm_dup", "Comm_split", "Comm_create", "Comm_free", "Cart_create", "Cart_sub", "Dist_graph_create_adjacent", "Neighbor_allgather", "Neighbor_alltoall"}
 
 // String is the call's MPI name without the MPI_ prefix ("Isend", "Comm_split").
 func (c Call) String() string {
@@ -88,7 +91,9 @@ func (c Call) String() string {
 }
 
 // IsCollective reports whether the call is a collective operation.
-func (c Call) IsCollective() bool { return c >= CallBarrier && c <= CallIalltoall }
+func (c Call) IsCollective() bool {
+	return c >= CallBarrier && c <= CallIalltoall || c == CallNeighborAllgather || c == CallNeighborAlltoall
+}
 
 // Event describes one MPI call to tools. Before sees the arguments; After sees
 // the outcome too. Tools must not keep the Event after the hook returns, and

@@ -15,6 +15,9 @@ const (
 	TopoNone Topology = iota
 	// TopoCart: a Cartesian grid (MPI_CART), made by CartCreate or CartSub.
 	TopoCart
+	// TopoDistGraph: a distributed graph (MPI_DIST_GRAPH), made by
+	// DistGraphCreateAdjacent.
+	TopoDistGraph
 )
 
 // cartTopo is a Cartesian topology: the grid's extent and periodicity per
@@ -29,13 +32,16 @@ type cartTopo struct {
 
 // TopoTest returns the kind of topology c carries (MPI_Topo_test, MPI-4.1
 // §8.5.5): TopoCart for a communicator from CartCreate or CartSub,
-// TopoNone otherwise. Errors: ErrComm for a nil or freed communicator.
+// TopoDistGraph for one from DistGraphCreateAdjacent, TopoNone otherwise. Errors: ErrComm for a nil or freed communicator.
 func (c *Comm) TopoTest() (Topology, error) {
 	if err := c.valid(); err != nil {
 		return TopoNone, err
 	}
-	if c.cart != nil {
+	switch {
+	case c.cart != nil:
 		return TopoCart, nil
+	case c.graph != nil:
+		return TopoDistGraph, nil
 	}
 	return TopoNone, nil
 }

@@ -1,0 +1,309 @@
+package mpiam
+
+import (
+	"fmt"
+	"slices"
+)
+
+// graphTopo is a distributed graph topology: this rank's in-neighbors
+// (sources) and out-neighbors (destinations), with their weights (nil:
+// unweighted).
+type graphTopo struct {
+	sources, sourceWeights []int
+	dests, destWeights     []int
+}
+
+// DistGraphCreateAdjacent makes a communicator with a distributed graph
+// topology in which each rank names its own neighbors (MPI_Dist_graph_
+// create_adjacent, MPI-4.1 §8.5.4): sources are the ranks of c it receives
+// from, destinations the ranks it sends to, in the order neighborhood
+// collectives use them; a rank may appear more than once (a multigraph).
+// sourceWeights and destWeights give each edge a weight, or are nil
+// (MPI_UNWEIGHTED); weights are hints that amgo keeps and returns but does
+// not use. reorder is accepted and not used: ranks keep their places.
+// Collective over c. The graph must be consistent (r lists q among its
+// destinations as often as q lists r among its sources): it is checked,
+// with an all-to-all of edge counts, and every rank gets ErrTopology when it
+// is not. Errors: ErrRank for a neighbor outside c, ErrArg for weights of
+// the wrong length, ErrTopology for an inconsistent graph.
+func (c *Comm) DistGraphCreateAdjacent(sources, sourceWeights, destinations, destWeights []int, reorder bool) (*Comm, error) {
+	if c.hooked() {
+		var d *Comm
+		err := c.p.hookErr(&Event{Call: CallDistGraphCreateAdjacent, Comm: c}, func() (err error) {
+			d, err = c.distGraphCreateAdjacent(sources, sourceWeights, destinations, destWeights)
+			return err
+		})
+		return d, err
+	}
+	return c.distGraphCreateAdjacent(sources, sourceWeights, destinations, destWeights)
+}
+
+func (c *Comm) distGraphCreateAdjacent(sources, sourceWeights, destinations, destWeights []int) (*Comm, error) {
+	if err := c.valid(); err != nil {
+		return nil, err
+	}
+	// Bad arguments are reported after the collective steps below, so that
+	// every rank takes them whatever another rank passed.
+	var bad error
+	for _, l := range []struct {
+		what   string
+		ranks  []int
+		weight []int
+	}{{"source", sources, sourceWeights}, {"destination", destinations, destWeights}} {
+		for _, r := range l.ranks {
+			if r < 0 || r >= c.size {
+				bad = fmt.Errorf("%w: %s %d of DistGraphCreateAdjacent (communicator has %d ranks)", ErrRank, l.what, r, c.size)
+			}
+		}
+		if l.weight != nil && len(l.weight) != len(l.ranks) {
+			bad = fmt.Errorf("%w: %d %s weights for %d %ss", ErrArg, len(l.weight), l.what, len(l.ranks), l.what)
+		}
+	}
+	// out[q] - in[q] per peer, exchanged: rank q receives what this rank
+	// sends it and compares with the sources it listed.
+	diff := make([]int64, c.size)
+	if bad == nil {
+		for _, q := range destinations {
+			diff[q]++
+		}
+	}
+	got := make([]int64, c.size)
+	x, err := c.startColl(CallAlltoall, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := alltoall(x, diff, got); err != nil {
+		return nil, err
+	}
+	ok := int64(1)
+	if bad != nil {
+		ok = 0
+	} else {
+		for _, q := range sources {
+			got[q]--
+		}
+		for _, v := range got {
+			if v != 0 {
+				ok = 0
+			}
+		}
+	}
+	all := make([]int64, 1)
+	if x, err = c.startColl(CallAllreduce, false); err != nil {
+		return nil, err
+	}
+	if err := allreduce(x, []int64{ok}, all, Min[int64]()); err != nil {
+		return nil, err
+	}
+	d, err := c.dup()
+	if err != nil {
+		return nil, err
+	}
+	if bad != nil || all[0] == 0 {
+		_ = d.free()
+		if bad != nil {
+			return nil, bad
+		}
+		return nil, fmt.Errorf("%w: DistGraphCreateAdjacent: the ranks' sources and destinations do not match (an edge named by one end only)", ErrTopology)
+	}
+	d.graph = &graphTopo{sources: slices.Clone(sources), sourceWeights: slices.Clone(sourceWeights),
+		dests: slices.Clone(destinations), destWeights: slices.Clone(destWeights)}
+	return d, nil
+}
+
+// DistGraphNeighborsCount returns the number of in-neighbors (sources) and
+// out-neighbors (destinations) of the calling rank, and whether the graph
+// has weights (MPI_Dist_graph_neighbors_count, MPI-4.1 §8.5.5). Errors:
+// ErrComm, ErrTopology when c has no distributed graph topology.
+func (c *Comm) DistGraphNeighborsCount() (indegree, outdegree int, weighted bool, err error) {
+	g, err := c.graphOf("DistGraphNeighborsCount")
+	if err != nil {
+		return 0, 0, false, err
+	}
+	return len(g.sources), len(g.dests), g.sourceWeights != nil || g.destWeights != nil, nil
+}
+
+// DistGraphNeighbors returns the calling rank's in-neighbors and
+// out-neighbors, as it gave them, with their weights (nil when unweighted)
+// (MPI_Dist_graph_neighbors, MPI-4.1 §8.5.5), as fresh slices. Errors:
+// ErrComm, ErrTopology when c has no distributed graph topology.
+func (c *Comm) DistGraphNeighbors() (sources, sourceWeights, destinations, destWeights []int, err error) {
+	g, err := c.graphOf("DistGraphNeighbors")
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	return slices.Clone(g.sources), slices.Clone(g.sourceWeights), slices.Clone(g.dests), slices.Clone(g.destWeights), nil
+}
+
+func (c *Comm) graphOf(call string) (*graphTopo, error) {
+	if err := c.valid(); err != nil {
+		return nil, err
+	}
+	if c.graph == nil {
+		return nil, fmt.Errorf("%w: %s on a communicator without a distributed graph topology", ErrTopology, call)
+	}
+	return c.graph, nil
+}
+
+// neighbors returns the ranks a neighborhood collective on c receives from
+// and sends to, in order (MPI-4.1 §8.6): a distributed graph's sources and
+// destinations; on a Cartesian grid, for each dimension the rank below and
+// the rank above (CartShift(d, 1)), ProcNull past a non-periodic edge, for
+// both lists. Errors: ErrTopology when c has no topology.
+func (c *Comm) neighbors() (in, out []int, err error) {
+	switch {
+	case c.graph != nil:
+		return c.graph.sources, c.graph.dests, nil
+	case c.cart != nil:
+		for d := range c.cart.dims {
+			src, dst, err := c.CartShift(d, 1)
+			if err != nil {
+				return nil, nil, err
+			}
+			in = append(in, src, dst)
+		}
+		return in, in, nil
+	}
+	return nil, nil, fmt.Errorf("%w: a neighborhood collective on a communicator without a topology", ErrTopology)
+}
+
+// NeighborAllgather sends send to every out-neighbor of the calling rank and
+// receives the i-th in-neighbor's send into block i of recv
+// (MPI_Neighbor_allgather, MPI-4.1 §8.6.1): len(recv) = indegree ×
+// len(send), every rank sending the same count. The neighbors are those of
+// c's distributed graph, or on a Cartesian grid the two neighbors along each
+// dimension, below then above (a ProcNull neighbor's block is left as it
+// is). Collective over c. Errors: ErrComm, ErrTopology when c has no
+// topology, ErrCount for a recv of the wrong length, ErrTruncate when a
+// neighbor sent another count, ErrType for element types that hold
+// pointers.
+func NeighborAllgather[T any](c *Comm, send, recv []T) error {
+	if err := plain[T](); err != nil {
+		return err
+	}
+	return c.runColl(CallNeighborAllgather, AnySource, len(raw(send)), func(x coll) error {
+		in, out, err := c.neighbors()
+		if err != nil {
+			return err
+		}
+		k := len(send)
+		if len(recv) != len(in)*k {
+			return fmt.Errorf("%w: NeighborAllgather of %d elements from %d in-neighbors into %d", ErrCount, k, len(in), len(recv))
+		}
+		rblocks := make([][]byte, len(in))
+		for i := range in {
+			rblocks[i] = raw(recv[i*k : (i+1)*k])
+		}
+		sblocks := make([][]byte, len(out))
+		for i := range out {
+			sblocks[i] = raw(send)
+		}
+		return x.neighborExchange(in, rblocks, out, sblocks)
+	})
+}
+
+// NeighborAlltoall sends block i of send to the i-th out-neighbor and
+// receives the i-th in-neighbor's block into block i of recv
+// (MPI_Neighbor_alltoall, MPI-4.1 §8.6.2): len(send) = outdegree × k and
+// len(recv) = indegree × k for one block size k on every rank. Neighbors as
+// for NeighborAllgather. Collective over c. Errors: ErrComm, ErrTopology
+// when c has no topology, ErrCount for lengths that do not fit the
+// neighbors, ErrTruncate when a neighbor sent another count, ErrType for
+// element types that hold pointers.
+func NeighborAlltoall[T any](c *Comm, send, recv []T) error {
+	if err := plain[T](); err != nil {
+		return err
+	}
+	return c.runColl(CallNeighborAlltoall, AnySource, len(raw(send)), func(x coll) error {
+		in, out, err := c.neighbors()
+		if err != nil {
+			return err
+		}
+		var k int
+		switch {
+		case len(out) > 0:
+			k = len(send) / len(out)
+		case len(in) > 0:
+			k = len(recv) / len(in)
+		}
+		if len(send) != len(out)*k || len(recv) != len(in)*k {
+			return fmt.Errorf("%w: NeighborAlltoall of %d elements to %d out-neighbors and %d from %d in-neighbors (one block size for all)",
+				ErrCount, len(send), len(out), len(recv), len(in))
+		}
+		rblocks := make([][]byte, len(in))
+		for i := range in {
+			rblocks[i] = raw(recv[i*k : (i+1)*k])
+		}
+		sblocks := make([][]byte, len(out))
+		for i := range out {
+			sblocks[i] = raw(send[i*k : (i+1)*k])
+		}
+		return x.neighborExchange(in, rblocks, out, sblocks)
+	})
+}
+
+// neighborExchange posts a receive of rblocks[i] from in[i] for every i,
+// sends sblocks[i] to out[i] for every i, and waits for the receives;
+// ProcNull neighbors are skipped. Messages between one pair of ranks match
+// in the order of the lists (MPI's non-overtaking order), which is what a
+// multigraph's repeated edges need.
+func (x coll) neighborExchange(in []int, rblocks [][]byte, out []int, sblocks [][]byte) error {
+	cc := x.cc
+	reqs := make([]*reqState, 0, len(in))
+	defer func() {
+		for _, rr := range reqs {
+			cc.p.states.put(rr)
+		}
+	}()
+	var first error
+	for i, src := range in {
+		if src == ProcNull {
+			continue
+		}
+		src = x.peer(src)
+		if err := cc.checkRecv(src, x.tag); err != nil {
+			first = err
+			break
+		}
+		rr, _ := cc.newRecv(rblocks[i], src, x.tag, false)
+		if err := cc.p.startRecv(rr); err != nil {
+			cc.p.states.put(rr)
+			first = err
+			break
+		}
+		reqs = append(reqs, rr)
+	}
+	for i, dst := range out {
+		if first != nil {
+			break
+		}
+		if dst == ProcNull {
+			continue
+		}
+		first = x.send(sblocks[i], dst, 0)
+	}
+	k := 0
+	for i, src := range in {
+		if src == ProcNull {
+			continue
+		}
+		if k >= len(reqs) {
+			break
+		}
+		rr := reqs[k]
+		k++
+		if first != nil {
+			_ = rr.cancel()
+		}
+		st, err := rr.wait()
+		x.observe(st)
+		if err == nil && first == nil && st.Bytes != len(rblocks[i]) {
+			err = fmt.Errorf("%w: neighborhood collective expected %d bytes from rank %d, got %d (arguments differ across ranks?)",
+				ErrTruncate, len(rblocks[i]), src, st.Bytes)
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return first
+}

@@ -1,0 +1,156 @@
+package mpiam
+
+import (
+	"testing"
+)
+
+// A distributed graph on 5 ranks, asymmetric and with a repeated edge
+// (rank r sends to r+1 and r+2, and twice to r+1 when r is 0): neighbor
+// queries return what each rank gave, NeighborAllgather and
+// NeighborAlltoall deliver each in-neighbor's block in the order of the
+// sources, repeated edges matched in order (MPI-4.1 §8.5.4, §8.6).
+func TestDistGraphNeighborhood_MPI41_8_6(t *testing.T) {
+	eachNetwork(t, 5, func(r *rk, w *Comm) {
+		n, me := w.Size(), w.Rank()
+		dests := []int{(me + 1) % n, (me + 2) % n}
+		if me == 0 {
+			dests = append(dests, 1)
+		}
+		sources := []int{(me + n - 1) % n, (me + n - 2) % n}
+		if me == 1 {
+			sources = append(sources, 0)
+		}
+		weights := make([]int, len(dests))
+		for i := range weights {
+			weights[i] = 10 + i
+		}
+		g, err := w.DistGraphCreateAdjacent(sources, nil, dests, nil, false)
+		r.NoError(err)
+		topo, err := g.TopoTest()
+		r.NoError(err)
+		r.Equal(TopoDistGraph, topo)
+		in, out, weighted, err := g.DistGraphNeighborsCount()
+		r.NoError(err)
+		r.Equal(len(sources), in)
+		r.Equal(len(dests), out)
+		r.False(weighted)
+		s2, sw, d2, dw, err := g.DistGraphNeighbors()
+		r.NoError(err)
+		r.Equal(sources, s2)
+		r.Equal(dests, d2)
+		r.Nil(sw)
+		r.Nil(dw)
+
+		// Allgather: every in-neighbor's rank, twice (two elements each).
+		got := make([]int64, 2*len(sources))
+		r.NoError(NeighborAllgather(g, []int64{int64(me), int64(100 + me)}, got))
+		for i, s := range sources {
+			r.Equal([]int64{int64(s), int64(100 + s)}, got[2*i:2*i+2], "block %d from rank %d", i, s)
+		}
+		// Alltoall: block i to destination i says (sender, i).
+		send := make([]int64, 2*len(dests))
+		for i := range dests {
+			send[2*i], send[2*i+1] = int64(me), int64(i)
+		}
+		recv := make([]int64, 2*len(sources))
+		r.NoError(NeighborAlltoall(g, send, recv))
+		seen := map[int]int{} // per source, how many blocks from it so far
+		for i, s := range sources {
+			r.Equal(int64(s), recv[2*i])
+			// The k-th block from s is the one s addressed to its k-th
+			// edge to this rank.
+			var idx []int
+			sd := []int{(s + 1) % n, (s + 2) % n}
+			if s == 0 {
+				sd = append(sd, 1)
+			}
+			for j, d := range sd {
+				if d == me {
+					idx = append(idx, j)
+				}
+			}
+			r.Equal(int64(idx[seen[s]]), recv[2*i+1], "block %d from rank %d", i, s)
+			seen[s]++
+		}
+		_, err = g.CartDim()
+		r.ErrorIs(err, ErrTopology)
+		r.ErrorIs(NeighborAllgather(g, []int64{1}, make([]int64, 1)), ErrCount)
+		r.NoError(g.Free())
+
+		// Weighted, and checked: weights come back.
+		g, err = w.DistGraphCreateAdjacent(sources, make([]int, len(sources)), dests, weights, true)
+		r.NoError(err)
+		_, _, weighted, err = g.DistGraphNeighborsCount()
+		r.NoError(err)
+		r.True(weighted)
+		_, _, _, dw, err = g.DistGraphNeighbors()
+		r.NoError(err)
+		r.Equal(weights, dw)
+		r.NoError(g.Free())
+	})
+}
+
+// An inconsistent graph (an edge that only its sender names) and a
+// neighbor outside the communicator are refused on every rank; a
+// neighborhood collective needs a topology.
+func TestDistGraphErrors(t *testing.T) {
+	runJob(t, "loop", 3, Config{}, func(r *rk, w *Comm) {
+		me := w.Rank()
+		dests := []int{(me + 1) % 3}
+		if me == 0 {
+			dests = append(dests, 2) // rank 2 does not list 0 twice
+		}
+		_, err := w.DistGraphCreateAdjacent([]int{(me + 2) % 3}, nil, dests, nil, false)
+		r.ErrorIs(err, ErrTopology)
+		r.Equal(ClassTopology, ErrorClass(err))
+		srcs := []int{(me + 2) % 3}
+		if me == 1 {
+			srcs = []int{7}
+		}
+		_, err = w.DistGraphCreateAdjacent(srcs, nil, []int{(me + 1) % 3}, nil, false)
+		if me == 1 {
+			r.ErrorIs(err, ErrRank)
+		} else {
+			r.ErrorIs(err, ErrTopology, "the others see the graph fail")
+		}
+		_, err = w.DistGraphCreateAdjacent(nil, nil, nil, []int{1}, false)
+		r.ErrorIs(err, ErrArg)
+		r.ErrorIs(NeighborAllgather(w, []int64{1}, make([]int64, 2)), ErrTopology)
+		// Still usable: an empty graph.
+		g, err := w.DistGraphCreateAdjacent(nil, nil, nil, nil, false)
+		r.NoError(err)
+		r.NoError(NeighborAlltoall(g, []int64{}, []int64{}))
+		r.NoError(g.Free())
+	})
+}
+
+// On a Cartesian grid the neighbors are, per dimension, the rank below and
+// the rank above (MPI-4.1 §8.6): on a non-periodic 1-D grid of 4 the end
+// ranks have a ProcNull neighbor, whose block is left untouched.
+func TestCartNeighborhood_MPI41_8_6(t *testing.T) {
+	runJob(t, "loop", 4, Config{}, func(r *rk, w *Comm) {
+		g, err := w.CartCreate([]int{4}, []bool{false}, false)
+		r.NoError(err)
+		me := g.Rank()
+		got := []int64{-1, -1}
+		r.NoError(NeighborAllgather(g, []int64{int64(me)}, got))
+		want := []int64{int64(me - 1), int64(me + 1)}
+		if me == 0 {
+			want[0] = -1
+		}
+		if me == 3 {
+			want[1] = -1
+		}
+		r.Equal(want, got)
+		// Alltoall: send "down" to the lower neighbor and "up" to the upper.
+		recv := []int64{-1, -1}
+		r.NoError(NeighborAlltoall(g, []int64{int64(-me), int64(me)}, recv))
+		if me > 0 {
+			r.Equal(int64(me-1), recv[0], "the lower neighbor's up block")
+		}
+		if me < 3 {
+			r.Equal(int64(-(me + 1)), recv[1], "the upper neighbor's down block")
+		}
+		r.NoError(g.Free())
+	})
+}
