@@ -48,3 +48,41 @@ func ExampleRecv_truncation() {
 	// Output:
 	// class: true
 }
+
+// Six ranks on a 3 x 2 grid chosen by DimsCreate, periodic along the first
+// dimension: each exchanges a halo with its neighbors along it, found by
+// CartShift, in one Sendrecv.
+func ExampleComm_CartCreate() {
+	err := mpiam.RunLocal(6, mpiam.Config{}, func(world *mpiam.Comm) error {
+		dims := []int{0, 0}
+		if err := mpiam.DimsCreate(world.Size(), dims); err != nil {
+			return err
+		}
+		grid, err := world.CartCreate(dims, []bool{true, false}, false)
+		if err != nil {
+			return err
+		}
+		defer grid.Free()
+		below, above, err := grid.CartShift(0, 1)
+		if err != nil {
+			return err
+		}
+		_, _, coords, err := grid.CartGet()
+		if err != nil {
+			return err
+		}
+		halo := make([]int64, 1)
+		if _, err := mpiam.Sendrecv(grid, []int64{int64(coords[0])}, above, 0, halo, below, 0); err != nil {
+			return err
+		}
+		if grid.Rank() == 0 {
+			fmt.Printf("grid %v; rank 0 at %v got row %d's halo\n", dims, coords, halo[0])
+		}
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// grid [3 2]; rank 0 at [0 0] got row 2's halo
+}
