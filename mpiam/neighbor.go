@@ -307,3 +307,71 @@ func (x coll) neighborExchange(in []int, rblocks [][]byte, out []int, sblocks []
 	}
 	return first
 }
+
+// NeighborAllgatherv is NeighborAllgather with a count and displacement (in
+// elements of recv) per in-neighbor (MPI_Neighbor_allgatherv, MPI-4.1
+// §8.6.1): the i-th in-neighbor's send lands in recv[displs[i]:
+// displs[i]+counts[i]], and send's length may differ between ranks.
+// Collective over c. Errors: ErrComm, ErrTopology when c has no topology,
+// ErrCount when counts and displs do not have one entry per in-neighbor or
+// a block lies outside recv, ErrTruncate when a neighbor sent another
+// count, ErrType for element types that hold pointers.
+func NeighborAllgatherv[T any](c *Comm, send, recv []T, counts, displs []int) error {
+	if err := plain[T](); err != nil {
+		return err
+	}
+	return c.runColl(CallNeighborAllgatherv, AnySource, len(raw(send)), func(x coll) error {
+		in, out, err := c.neighbors()
+		if err != nil {
+			return err
+		}
+		if err := checkV(len(in), len(recv), counts, displs, "NeighborAllgatherv"); err != nil {
+			return err
+		}
+		rblocks := make([][]byte, len(in))
+		for i := range in {
+			rblocks[i] = raw(recv[displs[i] : displs[i]+counts[i]])
+		}
+		sblocks := make([][]byte, len(out))
+		for i := range out {
+			sblocks[i] = raw(send)
+		}
+		return x.neighborExchange(in, rblocks, out, sblocks)
+	})
+}
+
+// NeighborAlltoallv is NeighborAlltoall with a count and displacement (in
+// elements) per neighbor (MPI_Neighbor_alltoallv, MPI-4.1 §8.6.2): the
+// block send[sdispls[i]:sdispls[i]+scounts[i]] goes to the i-th
+// out-neighbor, and the i-th in-neighbor's block lands in
+// recv[rdispls[i]:rdispls[i]+rcounts[i]]. Collective over c. Errors:
+// ErrComm, ErrTopology when c has no topology, ErrCount when the counts and
+// displacements do not have one entry per neighbor or a block lies outside
+// its buffer, ErrTruncate when a neighbor sent another count, ErrType for
+// element types that hold pointers.
+func NeighborAlltoallv[T any](c *Comm, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) error {
+	if err := plain[T](); err != nil {
+		return err
+	}
+	return c.runColl(CallNeighborAlltoallv, AnySource, len(raw(send)), func(x coll) error {
+		in, out, err := c.neighbors()
+		if err != nil {
+			return err
+		}
+		if err := checkV(len(out), len(send), scounts, sdispls, "NeighborAlltoallv send"); err != nil {
+			return err
+		}
+		if err := checkV(len(in), len(recv), rcounts, rdispls, "NeighborAlltoallv receive"); err != nil {
+			return err
+		}
+		rblocks := make([][]byte, len(in))
+		for i := range in {
+			rblocks[i] = raw(recv[rdispls[i] : rdispls[i]+rcounts[i]])
+		}
+		sblocks := make([][]byte, len(out))
+		for i := range out {
+			sblocks[i] = raw(send[sdispls[i] : sdispls[i]+scounts[i]])
+		}
+		return x.neighborExchange(in, rblocks, out, sblocks)
+	})
+}

@@ -154,3 +154,40 @@ func TestCartNeighborhood_MPI41_8_6(t *testing.T) {
 		r.NoError(g.Free())
 	})
 }
+
+// The v variants on a ring graph (each rank sends to both neighbors):
+// rank r sends r+1 elements, placed at reversed displacements, and in
+// NeighborAlltoallv a different count to each neighbor (MPI-4.1 §8.6).
+func TestNeighborV_MPI41_8_6(t *testing.T) {
+	eachNetwork(t, 4, func(r *rk, w *Comm) {
+		n, me := w.Size(), w.Rank()
+		left, right := (me+n-1)%n, (me+1)%n
+		g, err := w.DistGraphCreateAdjacent([]int{left, right}, nil, []int{left, right}, nil, false)
+		r.NoError(err)
+		send := make([]int32, me+1)
+		for i := range send {
+			send[i] = int32(10*me + i)
+		}
+		counts := []int{left + 1, right + 1}
+		displs := []int{right + 1, 0} // the left neighbor's block after the right one's
+		recv := make([]int32, counts[0]+counts[1])
+		r.NoError(NeighborAllgatherv(g, send, recv, counts, displs))
+		for i := 0; i <= left; i++ {
+			r.Equal(int32(10*left+i), recv[displs[0]+i])
+		}
+		for i := 0; i <= right; i++ {
+			r.Equal(int32(10*right+i), recv[i])
+		}
+		r.ErrorIs(NeighborAllgatherv(g, send, recv, counts[:1], displs[:1]), ErrCount)
+
+		// Alltoallv: 1 element to the left neighbor, 2 to the right.
+		out := []int32{int32(me), int32(100 + me), int32(200 + me)}
+		in := make([]int32, 3)
+		// From the left neighbor (which sends 2 to its right), from the
+		// right neighbor (which sends 1 to its left).
+		r.NoError(NeighborAlltoallv(g, out, []int{1, 2}, []int{0, 1}, in, []int{2, 1}, []int{0, 2}))
+		r.Equal([]int32{int32(100 + left), int32(200 + left), int32(right)}, in)
+		r.ErrorIs(NeighborAlltoallv(g, out, []int{1, 9}, []int{0, 1}, in, []int{2, 1}, []int{0, 2}), ErrCount)
+		r.NoError(g.Free())
+	})
+}

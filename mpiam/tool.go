@@ -77,10 +77,12 @@ const (
 	CallDistGraphCreateAdjacent
 	CallNeighborAllgather
 	CallNeighborAlltoall
+	CallNeighborAllgatherv
+	CallNeighborAlltoallv
 	callEnd
 )
 
-var callNames = [...]string{"", "Send", "Bsend", "Ssend", "Rsend", "Isend", "Ibsend", "Issend", "Irsend", "Recv", "Irecv", "Sendrecv", "SendrecvReplace", "Probe", "Iprobe", "Mprobe", "Improbe", "Mrecv", "Imrecv", "Start", "Startall", "Wait", "Test", "Waitall", "Waitany", "Waitsome", "Testall", "Testany", "Testsome", "Cancel", "Barrier", "Bcast", "Reduce", "Allreduce", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv", "Alltoall", "Alltoallv", "ReduceScatterBlock", "Scan", "Exscan", "Ibarrier", "Ibcast", "Ireduce", "Iallreduce", "Iallgather", "Ialltoall", "Comm_dup", "Comm_split", "Comm_create", "Comm_free", "Cart_create", "Cart_sub", "Dist_graph_create_adjacent", "Neighbor_allgather", "Neighbor_alltoall"}
+var callNames = [...]string{"", "Send", "Bsend", "Ssend", "Rsend", "Isend", "Ibsend", "Issend", "Irsend", "Recv", "Irecv", "Sendrecv", "SendrecvReplace", "Probe", "Iprobe", "Mprobe", "Improbe", "Mrecv", "Imrecv", "Start", "Startall", "Wait", "Test", "Waitall", "Waitany", "Waitsome", "Testall", "Testany", "Testsome", "Cancel", "Barrier", "Bcast", "Reduce", "Allreduce", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv", "Alltoall", "Alltoallv", "ReduceScatterBlock", "Scan", "Exscan", "Ibarrier", "Ibcast", "Ireduce", "Iallreduce", "Iallgather", "Ialltoall", "Comm_dup", "Comm_split", "Comm_create", "Comm_free", "Cart_create", "Cart_sub", "Dist_graph_create_adjacent", "Neighbor_allgather", "Neighbor_alltoall", "Neighbor_allgatherv", "Neighbor_alltoallv"}
 
 // String is the call's MPI name without the MPI_ prefix ("Isend", "Comm_split").
 func (c Call) String() string {
@@ -92,7 +94,7 @@ func (c Call) String() string {
 
 // IsCollective reports whether the call is a collective operation.
 func (c Call) IsCollective() bool {
-	return c >= CallBarrier && c <= CallIalltoall || c == CallNeighborAllgather || c == CallNeighborAlltoall
+	return c >= CallBarrier && c <= CallIalltoall || c >= CallNeighborAllgather && c <= CallNeighborAlltoallv && c != CallDistGraphCreateAdjacent
 }
 
 // Event describes one MPI call to tools. Before sees the arguments; After sees
