@@ -151,6 +151,9 @@ func (c *Comm) graphOf(call string) (*graphTopo, error) {
 // the rank above (CartShift(d, 1)), ProcNull past a non-periodic edge, for
 // both lists. Errors: ErrTopology when c has no topology.
 func (c *Comm) neighbors() (in, out []int, err error) {
+	if err := c.valid(); err != nil {
+		return nil, nil, err
+	}
 	switch {
 	case c.graph != nil:
 		return c.graph.sources, c.graph.dests, nil
@@ -181,25 +184,27 @@ func NeighborAllgather[T any](c *Comm, send, recv []T) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
-	return c.runColl(CallNeighborAllgather, AnySource, len(raw(send)), func(x coll) error {
-		in, out, err := c.neighbors()
-		if err != nil {
-			return err
-		}
-		k := len(send)
-		if len(recv) != len(in)*k {
-			return fmt.Errorf("%w: NeighborAllgather of %d elements from %d in-neighbors into %d", ErrCount, k, len(in), len(recv))
-		}
-		rblocks := make([][]byte, len(in))
-		for i := range in {
-			rblocks[i] = raw(recv[i*k : (i+1)*k])
-		}
-		sblocks := make([][]byte, len(out))
-		for i := range out {
-			sblocks[i] = raw(send)
-		}
-		return x.neighborExchange(in, rblocks, out, sblocks)
-	})
+	return c.runColl(CallNeighborAllgather, AnySource, len(raw(send)), func(x coll) error { return neighborAllgather(c, x, send, recv) })
+}
+
+func neighborAllgather[T any](c *Comm, x coll, send, recv []T) error {
+	in, out, err := c.neighbors()
+	if err != nil {
+		return err
+	}
+	k := len(send)
+	if len(recv) != len(in)*k {
+		return fmt.Errorf("%w: NeighborAllgather of %d elements from %d in-neighbors into %d", ErrCount, k, len(in), len(recv))
+	}
+	rblocks := make([][]byte, len(in))
+	for i := range in {
+		rblocks[i] = raw(recv[i*k : (i+1)*k])
+	}
+	sblocks := make([][]byte, len(out))
+	for i := range out {
+		sblocks[i] = raw(send)
+	}
+	return x.neighborExchange(in, rblocks, out, sblocks)
 }
 
 // NeighborAlltoall sends block i of send to the i-th out-neighbor and
@@ -214,32 +219,34 @@ func NeighborAlltoall[T any](c *Comm, send, recv []T) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
-	return c.runColl(CallNeighborAlltoall, AnySource, len(raw(send)), func(x coll) error {
-		in, out, err := c.neighbors()
-		if err != nil {
-			return err
-		}
-		var k int
-		switch {
-		case len(out) > 0:
-			k = len(send) / len(out)
-		case len(in) > 0:
-			k = len(recv) / len(in)
-		}
-		if len(send) != len(out)*k || len(recv) != len(in)*k {
-			return fmt.Errorf("%w: NeighborAlltoall of %d elements to %d out-neighbors and %d from %d in-neighbors (one block size for all)",
-				ErrCount, len(send), len(out), len(recv), len(in))
-		}
-		rblocks := make([][]byte, len(in))
-		for i := range in {
-			rblocks[i] = raw(recv[i*k : (i+1)*k])
-		}
-		sblocks := make([][]byte, len(out))
-		for i := range out {
-			sblocks[i] = raw(send[i*k : (i+1)*k])
-		}
-		return x.neighborExchange(in, rblocks, out, sblocks)
-	})
+	return c.runColl(CallNeighborAlltoall, AnySource, len(raw(send)), func(x coll) error { return neighborAlltoall(c, x, send, recv) })
+}
+
+func neighborAlltoall[T any](c *Comm, x coll, send, recv []T) error {
+	in, out, err := c.neighbors()
+	if err != nil {
+		return err
+	}
+	var k int
+	switch {
+	case len(out) > 0:
+		k = len(send) / len(out)
+	case len(in) > 0:
+		k = len(recv) / len(in)
+	}
+	if len(send) != len(out)*k || len(recv) != len(in)*k {
+		return fmt.Errorf("%w: NeighborAlltoall of %d elements to %d out-neighbors and %d from %d in-neighbors (one block size for all)",
+			ErrCount, len(send), len(out), len(recv), len(in))
+	}
+	rblocks := make([][]byte, len(in))
+	for i := range in {
+		rblocks[i] = raw(recv[i*k : (i+1)*k])
+	}
+	sblocks := make([][]byte, len(out))
+	for i := range out {
+		sblocks[i] = raw(send[i*k : (i+1)*k])
+	}
+	return x.neighborExchange(in, rblocks, out, sblocks)
 }
 
 // neighborExchange posts a receive of rblocks[i] from in[i] for every i,
@@ -320,24 +327,26 @@ func NeighborAllgatherv[T any](c *Comm, send, recv []T, counts, displs []int) er
 	if err := plain[T](); err != nil {
 		return err
 	}
-	return c.runColl(CallNeighborAllgatherv, AnySource, len(raw(send)), func(x coll) error {
-		in, out, err := c.neighbors()
-		if err != nil {
-			return err
-		}
-		if err := checkV(len(in), len(recv), counts, displs, "NeighborAllgatherv"); err != nil {
-			return err
-		}
-		rblocks := make([][]byte, len(in))
-		for i := range in {
-			rblocks[i] = raw(recv[displs[i] : displs[i]+counts[i]])
-		}
-		sblocks := make([][]byte, len(out))
-		for i := range out {
-			sblocks[i] = raw(send)
-		}
-		return x.neighborExchange(in, rblocks, out, sblocks)
-	})
+	return c.runColl(CallNeighborAllgatherv, AnySource, len(raw(send)), func(x coll) error { return neighborAllgatherv(c, x, send, recv, counts, displs) })
+}
+
+func neighborAllgatherv[T any](c *Comm, x coll, send, recv []T, counts, displs []int) error {
+	in, out, err := c.neighbors()
+	if err != nil {
+		return err
+	}
+	if err := checkV(len(in), len(recv), counts, displs, "NeighborAllgatherv"); err != nil {
+		return err
+	}
+	rblocks := make([][]byte, len(in))
+	for i := range in {
+		rblocks[i] = raw(recv[displs[i] : displs[i]+counts[i]])
+	}
+	sblocks := make([][]byte, len(out))
+	for i := range out {
+		sblocks[i] = raw(send)
+	}
+	return x.neighborExchange(in, rblocks, out, sblocks)
 }
 
 // NeighborAlltoallv is NeighborAlltoall with a count and displacement (in
@@ -353,25 +362,79 @@ func NeighborAlltoallv[T any](c *Comm, send []T, scounts, sdispls []int, recv []
 	if err := plain[T](); err != nil {
 		return err
 	}
-	return c.runColl(CallNeighborAlltoallv, AnySource, len(raw(send)), func(x coll) error {
-		in, out, err := c.neighbors()
-		if err != nil {
-			return err
-		}
-		if err := checkV(len(out), len(send), scounts, sdispls, "NeighborAlltoallv send"); err != nil {
-			return err
-		}
-		if err := checkV(len(in), len(recv), rcounts, rdispls, "NeighborAlltoallv receive"); err != nil {
-			return err
-		}
-		rblocks := make([][]byte, len(in))
-		for i := range in {
-			rblocks[i] = raw(recv[rdispls[i] : rdispls[i]+rcounts[i]])
-		}
-		sblocks := make([][]byte, len(out))
-		for i := range out {
-			sblocks[i] = raw(send[sdispls[i] : sdispls[i]+scounts[i]])
-		}
-		return x.neighborExchange(in, rblocks, out, sblocks)
+	return c.runColl(CallNeighborAlltoallv, AnySource, len(raw(send)), func(x coll) error { return neighborAlltoallv(c, x, send, scounts, sdispls, recv, rcounts, rdispls) })
+}
+
+func neighborAlltoallv[T any](c *Comm, x coll, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) error {
+	in, out, err := c.neighbors()
+	if err != nil {
+		return err
+	}
+	if err := checkV(len(out), len(send), scounts, sdispls, "NeighborAlltoallv send"); err != nil {
+		return err
+	}
+	if err := checkV(len(in), len(recv), rcounts, rdispls, "NeighborAlltoallv receive"); err != nil {
+		return err
+	}
+	rblocks := make([][]byte, len(in))
+	for i := range in {
+		rblocks[i] = raw(recv[rdispls[i] : rdispls[i]+rcounts[i]])
+	}
+	sblocks := make([][]byte, len(out))
+	for i := range out {
+		sblocks[i] = raw(send[sdispls[i] : sdispls[i]+scounts[i]])
+	}
+	return x.neighborExchange(in, rblocks, out, sblocks)
+}
+
+// startNeighbor starts a nonblocking neighborhood collective: a missing
+// topology is reported at once; the exchange runs as the other nonblocking
+// collectives do (coll_nb.go).
+func (c *Comm) startNeighbor(call Call, bytes int, run func(x coll) error) (*Request, error) {
+	if _, _, err := c.neighbors(); err != nil {
+		return nil, err
+	}
+	return c.startNB(call, AnySource, bytes, run)
+}
+
+// IneighborAllgather starts a NeighborAllgather (MPI_Ineighbor_allgather,
+// MPI-4.1 §8.7): the request completes when it has. Buffers must not be
+// touched until then. Errors at the call: ErrComm, ErrTopology, ErrType; the
+// others of NeighborAllgather come with the request's completion.
+func IneighborAllgather[T any](c *Comm, send, recv []T) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.startNeighbor(CallIneighborAllgather, len(raw(send)), func(x coll) error { return neighborAllgather(c, x, send, recv) })
+}
+
+// IneighborAlltoall starts a NeighborAlltoall (MPI_Ineighbor_alltoall,
+// MPI-4.1 §8.7); errors as IneighborAllgather's.
+func IneighborAlltoall[T any](c *Comm, send, recv []T) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.startNeighbor(CallIneighborAlltoall, len(raw(send)), func(x coll) error { return neighborAlltoall(c, x, send, recv) })
+}
+
+// IneighborAllgatherv starts a NeighborAllgatherv
+// (MPI_Ineighbor_allgatherv, MPI-4.1 §8.7); errors as IneighborAllgather's.
+func IneighborAllgatherv[T any](c *Comm, send, recv []T, counts, displs []int) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.startNeighbor(CallIneighborAllgatherv, len(raw(send)), func(x coll) error {
+		return neighborAllgatherv(c, x, send, recv, counts, displs)
+	})
+}
+
+// IneighborAlltoallv starts a NeighborAlltoallv (MPI_Ineighbor_alltoallv,
+// MPI-4.1 §8.7); errors as IneighborAllgather's.
+func IneighborAlltoallv[T any](c *Comm, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.startNeighbor(CallIneighborAlltoallv, len(raw(send)), func(x coll) error {
+		return neighborAlltoallv(c, x, send, scounts, sdispls, recv, rcounts, rdispls)
 	})
 }

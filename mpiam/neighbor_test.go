@@ -191,3 +191,41 @@ func TestNeighborV_MPI41_8_6(t *testing.T) {
 		r.NoError(g.Free())
 	})
 }
+
+// The nonblocking forms give what the blocking ones give, several in
+// flight at once and completed in any order with point-to-point traffic
+// between them; without a topology they fail at the call (MPI-4.1 §8.7).
+func TestIneighbor_MPI41_8_7(t *testing.T) {
+	eachNetwork(t, 4, func(r *rk, w *Comm) {
+		n, me := w.Size(), w.Rank()
+		left, right := (me+n-1)%n, (me+1)%n
+		g, err := w.DistGraphCreateAdjacent([]int{left, right}, nil, []int{left, right}, nil, false)
+		r.NoError(err)
+		ag := make([]int64, 2)
+		r1, err := IneighborAllgather(g, []int64{int64(me)}, ag)
+		r.NoError(err)
+		aa := make([]int64, 2)
+		r2, err := IneighborAlltoall(g, []int64{int64(10 * me), int64(10*me + 1)}, aa)
+		r.NoError(err)
+		agv := make([]int64, 2)
+		r3, err := IneighborAllgatherv(g, []int64{int64(me)}, agv, []int{1, 1}, []int{1, 0})
+		r.NoError(err)
+		aav := make([]int64, 2)
+		r4, err := IneighborAlltoallv(g, []int64{int64(-me), int64(me)}, []int{1, 1}, []int{0, 1}, aav, []int{1, 1}, []int{0, 1})
+		r.NoError(err)
+		// Point-to-point on the parent communicator while they run.
+		in := make([]int64, 1)
+		_, err = Sendrecv(w, []int64{int64(me)}, right, 3, in, left, 3)
+		r.NoError(err)
+		r.Equal(int64(left), in[0])
+		err = Waitall([]*Request{r4, r2, r3, r1}, nil)
+		r.NoError(err)
+		r.Equal([]int64{int64(left), int64(right)}, ag)
+		r.Equal([]int64{int64(10*left + 1), int64(10 * right)}, aa, "the left neighbor's block for its right, the right's for its left")
+		r.Equal([]int64{int64(right), int64(left)}, agv)
+		r.Equal([]int64{int64(left), int64(-right)}, aav)
+		_, err = IneighborAllgather(w, []int64{1}, make([]int64, 2))
+		r.ErrorIs(err, ErrTopology)
+		r.NoError(g.Free())
+	})
+}
