@@ -229,3 +229,73 @@ func TestIneighbor_MPI41_8_7(t *testing.T) {
 		r.NoError(g.Free())
 	})
 }
+
+// DistGraphCreate with edges named by ranks other than their ends: rank 0
+// names a ring for everyone; ranks 1 and 2 each name an edge 0 -> 2 with
+// its own weight, so 0 and 2 share a repeated edge whose two copies must be
+// paired alike at both ends (ordered by who named them). Bad arguments on
+// one rank fail the call on all (MPI-4.1 §8.5.4).
+func TestDistGraphCreate_MPI41_8_5_4(t *testing.T) {
+	eachNetwork(t, 4, func(r *rk, w *Comm) {
+		n, me := w.Size(), w.Rank()
+		var sources, degrees, dests, weights []int
+		if me == 0 {
+			for q := range n {
+				sources = append(sources, q)
+				degrees = append(degrees, 1)
+				dests = append(dests, (q+1)%n)
+				weights = append(weights, 1)
+			}
+		}
+		if me == 1 || me == 2 {
+			sources, degrees, dests, weights = []int{0}, []int{1}, []int{2}, []int{10 * me}
+		}
+		g, err := w.DistGraphCreate(sources, degrees, dests, weights, false)
+		r.NoError(err)
+		src, sw, dst, dw, err := g.DistGraphNeighbors()
+		r.NoError(err)
+		left, right := (me+n-1)%n, (me+1)%n
+		switch me {
+		case 0:
+			r.Equal([]int{left}, src)
+			r.Equal([]int{right, 2, 2}, dst, "the ring's edge first (named by rank 0), then rank 1's, then rank 2's")
+			r.Equal([]int{1, 10, 20}, dw)
+		case 2:
+			r.Equal([]int{left, 0, 0}, src)
+			r.Equal([]int{1, 10, 20}, sw)
+			r.Equal([]int{right}, dst)
+		default:
+			r.Equal([]int{left}, src)
+			r.Equal([]int{right}, dst)
+		}
+		// A block per edge, saying which edge: the repeated edges pair up.
+		send := make([]int64, len(dst))
+		for i := range dst {
+			send[i] = int64(100*me + i)
+		}
+		recv := make([]int64, len(src))
+		r.NoError(NeighborAlltoall(g, send, recv))
+		if me == 2 {
+			r.Equal([]int64{100 * 1, 100*0 + 1, 100*0 + 2}, recv)
+		}
+		r.NoError(g.Free())
+
+		// One rank's degrees do not add up: everyone fails.
+		if me == 3 {
+			_, err = w.DistGraphCreate([]int{3}, []int{2}, []int{0}, nil, false)
+		} else {
+			_, err = w.DistGraphCreate(nil, nil, nil, nil, false)
+		}
+		r.ErrorIs(err, ErrArg)
+		_, err = w.DistGraphCreate([]int{0}, []int{1}, []int{9}, nil, false)
+		r.Error(err)
+		// Unweighted, empty on every rank: a graph without edges.
+		g, err = w.DistGraphCreate(nil, nil, nil, nil, false)
+		r.NoError(err)
+		in, out, weighted, err := g.DistGraphNeighborsCount()
+		r.NoError(err)
+		r.Zero(in + out)
+		r.False(weighted)
+		r.NoError(g.Free())
+	})
+}
