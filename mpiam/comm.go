@@ -35,8 +35,9 @@ type Comm struct {
 	bar      atomic.Pointer[barrierCounts] // this rank's arrival counts of c's barrier messages, once looked up
 	lv       atomic.Pointer[levels]        // how c's ranks sit on nodes, once computed (coll_node.go)
 
-	cart  *cartTopo  // the Cartesian topology CartCreate or CartSub attached; nil: none (topo.go)
-	graph *graphTopo // the distributed graph DistGraphCreateAdjacent attached; nil: none (neighbor.go)
+	cart   *cartTopo     // the Cartesian topology CartCreate or CartSub attached; nil: none (topo.go)
+	graph  *graphTopo    // the distributed graph DistGraphCreate(Adjacent) attached; nil: none (neighbor.go)
+	ggraph *generalGraph // the graph GraphCreate attached; nil: none (graph.go)
 }
 
 // Rank is the calling process's rank in c (MPI_Comm_rank), or Undefined for

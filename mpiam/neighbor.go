@@ -147,7 +147,8 @@ func (c *Comm) graphOf(call string) (*graphTopo, error) {
 
 // neighbors returns the ranks a neighborhood collective on c receives from
 // and sends to, in order (MPI-4.1 §8.6): a distributed graph's sources and
-// destinations; on a Cartesian grid, for each dimension the rank below and
+// destinations; a GraphCreate graph's neighbors of this rank, both ways
+// (the graph must be symmetric); on a Cartesian grid, for each dimension the rank below and
 // the rank above (CartShift(d, 1)), ProcNull past a non-periodic edge, for
 // both lists. Errors: ErrTopology when c has no topology.
 func (c *Comm) neighbors() (in, out []int, err error) {
@@ -157,6 +158,12 @@ func (c *Comm) neighbors() (in, out []int, err error) {
 	switch {
 	case c.graph != nil:
 		return c.graph.sources, c.graph.dests, nil
+	case c.ggraph != nil:
+		if !c.ggraph.symmetric {
+			return nil, nil, fmt.Errorf("%w: a neighborhood collective on a GraphCreate graph that is not symmetric (an edge a-b without b-a)", ErrTopology)
+		}
+		nb := c.ggraph.neighbors(c.rank)
+		return nb, nb, nil
 	case c.cart != nil:
 		for d := range c.cart.dims {
 			src, dst, err := c.CartShift(d, 1)

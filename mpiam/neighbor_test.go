@@ -299,3 +299,67 @@ func TestDistGraphCreate_MPI41_8_5_4(t *testing.T) {
 		r.NoError(g.Free())
 	})
 }
+
+// GraphCreate: every rank passes the whole graph; queries return it; a
+// symmetric graph carries neighborhood collectives (each neighbor both
+// ways), a directed one refuses them; rank 4 of 5 is outside a 4-node graph
+// (MPI-4.1 §8.5.3, §8.6).
+func TestGraphCreate_MPI41_8_5_3(t *testing.T) {
+	eachNetwork(t, 5, func(r *rk, w *Comm) {
+		// A star: node 0 joined to 1, 2, 3 both ways.
+		index := []int{3, 4, 5, 6}
+		edges := []int{1, 2, 3, 0, 0, 0}
+		g, err := w.GraphCreate(index, edges, false)
+		r.NoError(err)
+		if w.Rank() == 4 {
+			r.Nil(g)
+		} else {
+			topo, err := g.TopoTest()
+			r.NoError(err)
+			r.Equal(TopoGraph, topo)
+			nn, ne, err := g.GraphdimsGet()
+			r.NoError(err)
+			r.Equal(4, nn)
+			r.Equal(6, ne)
+			gi, ge, err := g.GraphGet()
+			r.NoError(err)
+			r.Equal(index, gi)
+			r.Equal(edges, ge)
+			nb, err := g.GraphNeighbors(0)
+			r.NoError(err)
+			r.Equal([]int{1, 2, 3}, nb)
+			k, err := g.GraphNeighborsCount(2)
+			r.NoError(err)
+			r.Equal(1, k)
+			_, err = g.GraphNeighbors(4)
+			r.ErrorIs(err, ErrRank)
+			mine, _ := g.GraphNeighbors(g.Rank())
+			got := make([]int64, len(mine))
+			r.NoError(NeighborAllgather(g, []int64{int64(g.Rank())}, got))
+			for i, q := range mine {
+				r.Equal(int64(q), got[i])
+			}
+			r.NoError(g.Free())
+		}
+		// Directed (0 -> 1 only): created, but no neighborhood collective.
+		d, err := w.GraphCreate([]int{1, 1}, []int{1}, false)
+		r.NoError(err)
+		if w.Rank() < 2 {
+			r.ErrorIs(NeighborAllgather(d, []int64{1}, make([]int64, 1)), ErrTopology)
+			r.NoError(d.Free())
+		}
+		// Bad on one rank: it says why, the others see a mismatch.
+		idx := []int{1, 2}
+		if w.Rank() == 1 {
+			idx = []int{2, 1}
+		}
+		_, err = w.GraphCreate(idx, []int{1, 0}, false)
+		if w.Rank() == 1 {
+			r.ErrorIs(err, ErrArg)
+		} else {
+			r.ErrorIs(err, ErrNotSame)
+		}
+		_, err = w.GraphCreate(make([]int, 6), nil, false)
+		r.ErrorIs(err, ErrDims)
+	})
+}

@@ -84,10 +84,11 @@ const (
 	CallIneighborAllgatherv
 	CallIneighborAlltoallv
 	CallDistGraphCreate
+	CallGraphCreate
 	callEnd
 )
 
-var callNames = [...]string{"", "Send", "Bsend", "Ssend", "Rsend", "Isend", "Ibsend", "Issend", "Irsend", "Recv", "Irecv", "Sendrecv", "SendrecvReplace", "Probe", "Iprobe", "Mprobe", "Improbe", "Mrecv", "Imrecv", "Start", "Startall", "Wait", "Test", "Waitall", "Waitany", "Waitsome", "Testall", "Testany", "Testsome", "Cancel", "Barrier", "Bcast", "Reduce", "Allreduce", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv", "Alltoall", "Alltoallv", "ReduceScatterBlock", "Scan", "Exscan", "Ibarrier", "Ibcast", "Ireduce", "Iallreduce", "Iallgather", "Ialltoall", "Comm_dup", "Comm_split", "Comm_create", "Comm_free", "Cart_create", "Cart_sub", "Dist_graph_create_adjacent", "Neighbor_allgather", "Neighbor_alltoall", "Neighbor_allgatherv", "Neighbor_alltoallv", "Ineighbor_allgather", "Ineighbor_alltoall", "Ineighbor_allgatherv", "Ineighbor_alltoallv", "Dist_graph_create"}
+var callNames = [...]string{"", "Send", "Bsend", "Ssend", "Rsend", "Isend", "Ibsend", "Issend", "Irsend", "Recv", "Irecv", "Sendrecv", "SendrecvReplace", "Probe", "Iprobe", "Mprobe", "Improbe", "Mrecv", "Imrecv", "Start", "Startall", "Wait", "Test", "Waitall", "Waitany", "Waitsome", "Testall", "Testany", "Testsome", "Cancel", "Barrier", "Bcast", "Reduce", "Allreduce", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv", "Alltoall", "Alltoallv", "ReduceScatterBlock", "Scan", "Exscan", "Ibarrier", "Ibcast", "Ireduce", "Iallreduce", "Iallgather", "Ialltoall", "Comm_dup", "Comm_split", "Comm_create", "Comm_free", "Cart_create", "Cart_sub", "Dist_graph_create_adjacent", "Neighbor_allgather", "Neighbor_alltoall", "Neighbor_allgatherv", "Neighbor_alltoallv", "Ineighbor_allgather", "Ineighbor_alltoall", "Ineighbor_allgatherv", "Ineighbor_alltoallv", "Dist_graph_create", "Graph_create"}
 
 // String is the call's MPI name without the MPI_ prefix ("Isend", "Comm_split").
 func (c Call) String() string {

@@ -1,6 +1,7 @@
 package mpiam
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 )
@@ -16,8 +17,11 @@ const (
 	// TopoCart: a Cartesian grid (MPI_CART), made by CartCreate or CartSub.
 	TopoCart
 	// TopoDistGraph: a distributed graph (MPI_DIST_GRAPH), made by
-	// DistGraphCreateAdjacent.
+	// DistGraphCreate or DistGraphCreateAdjacent.
 	TopoDistGraph
+	// TopoGraph: a graph every rank knows whole (MPI_GRAPH), made by
+	// GraphCreate.
+	TopoGraph
 )
 
 // cartTopo is a Cartesian topology: the grid's extent and periodicity per
@@ -32,7 +36,8 @@ type cartTopo struct {
 
 // TopoTest returns the kind of topology c carries (MPI_Topo_test, MPI-4.1
 // §8.5.5): TopoCart for a communicator from CartCreate or CartSub,
-// TopoDistGraph for one from DistGraphCreateAdjacent, TopoNone otherwise. Errors: ErrComm for a nil or freed communicator.
+// TopoDistGraph for one from DistGraphCreate or DistGraphCreateAdjacent,
+// TopoGraph for one from GraphCreate, TopoNone otherwise. Errors: ErrComm for a nil or freed communicator.
 func (c *Comm) TopoTest() (Topology, error) {
 	if err := c.valid(); err != nil {
 		return TopoNone, err
@@ -42,6 +47,8 @@ func (c *Comm) TopoTest() (Topology, error) {
 		return TopoCart, nil
 	case c.graph != nil:
 		return TopoDistGraph, nil
+	case c.ggraph != nil:
+		return TopoGraph, nil
 	}
 	return TopoNone, nil
 }
@@ -164,23 +171,35 @@ func (c *Comm) cartCreate(dims []int, periods []bool) (*Comm, error) {
 	if err := c.valid(); err != nil {
 		return nil, err
 	}
-	if len(periods) != len(dims) {
-		return nil, fmt.Errorf("%w: CartCreate with %d extents and %d periods", ErrArg, len(dims), len(periods))
-	}
+	// Bad arguments are reported after the collective step, so that every
+	// rank takes it whatever another rank passed.
+	var bad error
 	n := 1
+	if len(periods) != len(dims) {
+		bad = fmt.Errorf("%w: CartCreate with %d extents and %d periods", ErrArg, len(dims), len(periods))
+	}
 	for i, d := range dims {
-		if d < 1 {
-			return nil, fmt.Errorf("%w: CartCreate extent dims[%d] = %d", ErrDims, i, d)
+		if bad != nil {
+			break
 		}
-		if n *= d; n > c.size {
-			return nil, fmt.Errorf("%w: CartCreate grid %v has more points than the communicator's %d ranks", ErrDims, dims, c.size)
+		if d < 1 {
+			bad = fmt.Errorf("%w: CartCreate extent dims[%d] = %d", ErrDims, i, d)
+		} else if n *= d; n > c.size {
+			bad = fmt.Errorf("%w: CartCreate grid %v has more points than the communicator's %d ranks", ErrDims, dims, c.size)
 		}
 	}
 	color := 0
-	if c.rank >= n {
+	sig := int64(-1)
+	if bad == nil {
+		sig = gridSig(dims, periods)
+	}
+	if c.rank >= n || bad != nil {
 		color = Undefined
 	}
-	d, err := c.splitAgreeing(color, c.rank, gridSig(dims, periods), "CartCreate grid")
+	d, err := c.splitAgreeing(color, c.rank, sig, "CartCreate grid")
+	if bad != nil {
+		return nil, bad
+	}
 	if err != nil || d == nil {
 		return nil, err
 	}
@@ -388,7 +407,12 @@ func (c *Comm) cartSub(remain []bool) (*Comm, error) {
 		return nil, err
 	}
 	if len(remain) != len(t.dims) {
-		return nil, fmt.Errorf("%w: CartSub with %d flags on a %d-dimensional grid", ErrArg, len(remain), len(t.dims))
+		// Reported after the collective step, which every rank takes.
+		bad := fmt.Errorf("%w: CartSub with %d flags on a %d-dimensional grid", ErrArg, len(remain), len(t.dims))
+		if _, err := c.splitAgreeing(Undefined, 0, -1, "CartSub's remain"); err != nil && !errors.Is(err, ErrNotSame) {
+			return nil, err
+		}
+		return nil, bad
 	}
 	// The color is the rank of this rank's coordinates along the dropped
 	// dimensions, the key its rank along the kept ones: both row-major.

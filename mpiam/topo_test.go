@@ -170,6 +170,18 @@ func TestCartCreateErrors(t *testing.T) {
 		_, err = w.CartCreate(dims, []bool{false, false}, false)
 		r.ErrorIs(err, ErrNotSame)
 		r.Equal(ClassNotSame, ErrorClass(err))
+		// One rank's bad grid fails there, and on the others as a mismatch
+		// (never a rank left waiting in the collective step).
+		dims = []int{2, 2}
+		if w.Rank() == 3 {
+			dims = []int{2, 0}
+		}
+		_, err = w.CartCreate(dims, []bool{false, false}, false)
+		if w.Rank() == 3 {
+			r.ErrorIs(err, ErrDims)
+		} else {
+			r.ErrorIs(err, ErrNotSame)
+		}
 		// The communicator is still usable afterwards.
 		g, err := w.CartCreate([]int{4}, []bool{true}, false)
 		r.NoError(err)
