@@ -63,14 +63,21 @@ func (c *Comm) split(color, key int) (*Comm, error) {
 	if color == Undefined {
 		return nil, nil
 	}
-	var members []int // ranks in c
-	for r := 0; r < c.size; r++ {
-		if all[2*r] == int64(color) {
+	return c.subComm(ctx, membersOf(all, 2, color)), nil
+}
+
+// membersOf returns the ranks whose (color, key, ...) record in all (stride
+// words per rank) has the given color, ordered by key and then by rank:
+// Split's order.
+func membersOf(all []int64, stride, color int) []int {
+	var members []int
+	for r := 0; r*stride < len(all); r++ {
+		if all[stride*r] == int64(color) {
 			members = append(members, r)
 		}
 	}
 	slices.SortStableFunc(members, func(a, b int) int {
-		if ka, kb := all[2*a+1], all[2*b+1]; ka != kb {
+		if ka, kb := all[stride*a+1], all[stride*b+1]; ka != kb {
 			if ka < kb {
 				return -1
 			}
@@ -78,7 +85,7 @@ func (c *Comm) split(color, key int) (*Comm, error) {
 		}
 		return a - b
 	})
-	return c.subComm(ctx, members), nil
+	return members
 }
 
 // subComm makes the communicator of the given ranks of c (in that order).

@@ -254,22 +254,7 @@ func (c *Comm) splitAgreeing(color, key int, sig int64, what string) (*Comm, err
 	if color == Undefined {
 		return nil, nil
 	}
-	var members []int
-	for r := 0; r < c.size; r++ {
-		if all[3*r] == int64(color) {
-			members = append(members, r)
-		}
-	}
-	slices.SortStableFunc(members, func(a, b int) int {
-		if ka, kb := all[3*a+1], all[3*b+1]; ka != kb {
-			if ka < kb {
-				return -1
-			}
-			return 1
-		}
-		return a - b
-	})
-	return c.subComm(ctx, members), nil
+	return c.subComm(ctx, membersOf(all, 3, color)), nil
 }
 
 // coordsOf returns rank r's coordinates on the grid.
