@@ -296,7 +296,14 @@ func Run(ctx context.Context, spec Spec) error {
 	}
 	aborts := make(chan abortEvent, nproc)
 	pmiState := make([]atomic.Uint32, nproc) // pmiInit, then pmiFinalized
-	srv, err := pmi.NewServer(serverConfig(nproc, strings.ReplaceAll(lastElem(jobDir), "-", "_"), aborts, pmiState, spec.Stderr))
+	outMu, errMu := new(sync.Mutex), new(sync.Mutex)
+	if spec.Stdout == spec.Stderr {
+		errMu = outMu
+	}
+	// The PMI server reports from one goroutine per rank, beside the ranks'
+	// own output: under the same lock.
+	srv, err := pmi.NewServer(serverConfig(nproc, strings.ReplaceAll(lastElem(jobDir), "-", "_"), aborts, pmiState,
+		&lockedWriter{mu: errMu, w: spec.Stderr}))
 	if err != nil {
 		return &JobError{Kind: ErrStart, Rank: -1, Code: 1, Detail: err.Error()}
 	}
@@ -311,10 +318,6 @@ func Run(ctx context.Context, spec Spec) error {
 	env = append(env, "AMGO_JOB_SECRET="+secret)
 	if spec.Iface != "" {
 		env = append(env, "AMGO_IFACE="+spec.Iface)
-	}
-	outMu, errMu := new(sync.Mutex), new(sync.Mutex)
-	if spec.Stdout == spec.Stderr {
-		errMu = outMu
 	}
 	if !spec.TagOutput {
 		// exec copies non-file writers from several goroutines: serialize.

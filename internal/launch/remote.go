@@ -278,8 +278,22 @@ func runHosts(ctx context.Context, spec Spec) error {
 		h.ranks = append(h.ranks, r)
 		j.ranks = append(j.ranks, &rank{id: r, host: h, served: make(chan struct{})})
 	}
+	// Each host's launcher command copies output on goroutines of its own,
+	// and the PMI server reports from one per rank.
+	outMu, errMu := new(sync.Mutex), new(sync.Mutex)
+	if spec.Stdout == spec.Stderr {
+		errMu = outMu
+	}
+	stdout, stderr := spec.Stdout, spec.Stderr
+	if _, isFile := stdout.(*os.File); !isFile {
+		stdout = &lockedWriter{mu: outMu, w: spec.Stdout}
+	}
+	if _, isFile := stderr.(*os.File); !isFile {
+		stderr = &lockedWriter{mu: errMu, w: spec.Stderr}
+	}
+
 	var servedOnce sync.Map
-	cfg := serverConfig(n, "amgo_"+token[:12], aborts, pmiState, spec.Stderr)
+	cfg := serverConfig(n, "amgo_"+token[:12], aborts, pmiState, stderr)
 	cfg.OnDisconnect = func(r int) {
 		if _, done := servedOnce.LoadOrStore(r, true); !done {
 			close(j.ranks[r].served)
@@ -302,9 +316,9 @@ func runHosts(ctx context.Context, spec Spec) error {
 			j.served.Add(1)
 			go func() {
 				defer j.served.Done()
-				if err := j.srv.Serve(-1, c); err != nil && !errors.Is(err, net.ErrClosed) {
-					fmt.Fprintf(spec.Stderr, "amrun: PMI connection from %v: %v\n", c.RemoteAddr(), err)
-				}
+				// A connection that breaks is a rank that died, which its
+				// proxy reports; protocol errors go to OnError.
+				_ = j.srv.Serve(-1, c)
 				c.Close()
 			}()
 		}
@@ -332,19 +346,6 @@ func runHosts(ctx context.Context, spec Spec) error {
 		}
 	}
 	wd, _ := os.Getwd()
-	// Each host's launcher command copies output on goroutines of its own.
-	outMu, errMu := new(sync.Mutex), new(sync.Mutex)
-	if spec.Stdout == spec.Stderr {
-		errMu = outMu
-	}
-	stdout, stderr := spec.Stdout, spec.Stderr
-	if _, isFile := stdout.(*os.File); !isFile {
-		stdout = &lockedWriter{mu: outMu, w: spec.Stdout}
-	}
-	if _, isFile := stderr.(*os.File); !isFile {
-		stderr = &lockedWriter{mu: errMu, w: spec.Stderr}
-	}
-
 	// Start every host's proxy.
 	var stdins []io.Closer
 	defer func() {
