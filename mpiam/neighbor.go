@@ -203,15 +203,9 @@ func neighborAllgather[T any](c *Comm, x coll, send, recv []T) error {
 	if len(recv) != len(in)*k {
 		return fmt.Errorf("%w: NeighborAllgather of %d elements from %d in-neighbors into %d", ErrCount, k, len(in), len(recv))
 	}
-	rblocks := make([][]byte, len(in))
-	for i := range in {
-		rblocks[i] = raw(recv[i*k : (i+1)*k])
-	}
-	sblocks := make([][]byte, len(out))
-	for i := range out {
-		sblocks[i] = raw(send)
-	}
-	return x.neighborExchange(in, rblocks, out, sblocks)
+	rcounts, rdispls := evenBlocks(len(in), k)
+	scounts, sdispls := sameBlock(len(out), k)
+	return neighborExchangeV(x, in, out, send, scounts, sdispls, recv, rcounts, rdispls)
 }
 
 // NeighborAlltoall sends block i of send to the i-th out-neighbor and
@@ -245,15 +239,9 @@ func neighborAlltoall[T any](c *Comm, x coll, send, recv []T) error {
 		return fmt.Errorf("%w: NeighborAlltoall of %d elements to %d out-neighbors and %d from %d in-neighbors (one block size for all)",
 			ErrCount, len(send), len(out), len(recv), len(in))
 	}
-	rblocks := make([][]byte, len(in))
-	for i := range in {
-		rblocks[i] = raw(recv[i*k : (i+1)*k])
-	}
-	sblocks := make([][]byte, len(out))
-	for i := range out {
-		sblocks[i] = raw(send[i*k : (i+1)*k])
-	}
-	return x.neighborExchange(in, rblocks, out, sblocks)
+	scounts, sdispls := evenBlocks(len(out), k)
+	rcounts, rdispls := evenBlocks(len(in), k)
+	return neighborExchangeV(x, in, out, send, scounts, sdispls, recv, rcounts, rdispls)
 }
 
 // neighborExchange posts a receive of rblocks[i] from in[i] for every i,
@@ -345,15 +333,8 @@ func neighborAllgatherv[T any](c *Comm, x coll, send, recv []T, counts, displs [
 	if err := checkV(len(in), len(recv), counts, displs, "NeighborAllgatherv"); err != nil {
 		return err
 	}
-	rblocks := make([][]byte, len(in))
-	for i := range in {
-		rblocks[i] = raw(recv[displs[i] : displs[i]+counts[i]])
-	}
-	sblocks := make([][]byte, len(out))
-	for i := range out {
-		sblocks[i] = raw(send)
-	}
-	return x.neighborExchange(in, rblocks, out, sblocks)
+	scounts, sdispls := sameBlock(len(out), len(send))
+	return neighborExchangeV(x, in, out, send, scounts, sdispls, recv, counts, displs)
 }
 
 // NeighborAlltoallv is NeighborAlltoall with a count and displacement (in
@@ -383,6 +364,30 @@ func neighborAlltoallv[T any](c *Comm, x coll, send []T, scounts, sdispls []int,
 	if err := checkV(len(in), len(recv), rcounts, rdispls, "NeighborAlltoallv receive"); err != nil {
 		return err
 	}
+	return neighborExchangeV(x, in, out, send, scounts, sdispls, recv, rcounts, rdispls)
+}
+
+// evenBlocks is n consecutive blocks of k elements; sameBlock is n times
+// the same block of k elements (an allgather's send).
+func evenBlocks(n, k int) (counts, displs []int) {
+	counts, displs = make([]int, n), make([]int, n)
+	for i := range n {
+		counts[i], displs[i] = k, i*k
+	}
+	return counts, displs
+}
+
+func sameBlock(n, k int) (counts, displs []int) {
+	counts = make([]int, n)
+	for i := range counts {
+		counts[i] = k
+	}
+	return counts, make([]int, n)
+}
+
+// neighborExchangeV is neighborExchange of the blocks of send and recv that
+// the (checked) counts and displacements name, one per neighbor.
+func neighborExchangeV[T any](x coll, in, out []int, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) error {
 	rblocks := make([][]byte, len(in))
 	for i := range in {
 		rblocks[i] = raw(recv[rdispls[i] : rdispls[i]+rcounts[i]])

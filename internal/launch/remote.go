@@ -292,13 +292,10 @@ func runHosts(ctx context.Context, spec Spec) error {
 		stderr = &lockedWriter{mu: errMu, w: spec.Stderr}
 	}
 
-	var servedOnce sync.Map
 	cfg := serverConfig(n, "amgo_"+token[:12], aborts, pmiState, stderr)
-	cfg.OnDisconnect = func(r int) {
-		if _, done := servedOnce.LoadOrStore(r, true); !done {
-			close(j.ranks[r].served)
-		}
-	}
+	// Once per rank: the server refuses a second connection for a rank
+	// before it would call this.
+	cfg.OnDisconnect = func(r int) { close(j.ranks[r].served) }
 	j.srv, err = pmi.NewServer(cfg)
 	if err != nil {
 		return startErr(1, "%v", err)
