@@ -92,17 +92,10 @@ func Alloc(capacity int) ([]byte, error) {
 // attaches with NewProducer or NewConsumer, and must not run while either is in
 // use. Errors: ErrRegion when mem is not 8-byte aligned or too small.
 func Init(mem []byte) error {
-	if err := checkBase(mem); err != nil {
-		return err
+	if checkBase(mem) == nil && FitCapacity(len(mem)) > 0 {
+		clear(mem)
 	}
-	c := FitCapacity(len(mem))
-	if c == 0 {
-		return fmt.Errorf("%w: %d bytes, need at least %d", ErrRegion, len(mem), RegionSize(MinCapacity))
-	}
-	clear(mem)
-	word(mem, offCapacity).Store(uint64(c))
-	word(mem, offMagic).Store(magic)
-	return nil
+	return InitZeroed(mem) // it reports a bad region
 }
 
 // InitZeroed formats mem as an empty ring, as Init does, when mem is known to
