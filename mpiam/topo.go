@@ -119,8 +119,8 @@ func balanced(n, k int) []int {
 		}
 		// The largest remaining factor is at least the slots-th root of
 		// rest; stop at it.
-		for d := min(rest, limit); d >= 1; d-- {
-			if rest%d != 0 {
+		for _, d := range divisorsDown(rest) {
+			if d > limit {
 				continue
 			}
 			if pow(d, slots) < rest {
@@ -133,6 +133,22 @@ func balanced(n, k int) []int {
 	}
 	search(n, k, n)
 	return best
+}
+
+// divisorsDown returns the divisors of n in decreasing order (trial division
+// up to its square root).
+func divisorsDown(n int) []int {
+	var lo, hi []int
+	for d := 1; d*d <= n; d++ {
+		if n%d == 0 {
+			lo = append(lo, d)
+			if d != n/d {
+				hi = append(hi, n/d)
+			}
+		}
+	}
+	slices.Reverse(lo)
+	return append(hi, lo...)
 }
 
 // pow is b^e, saturating at a value above any rank count.

@@ -28,6 +28,7 @@ func TestDimsCreate_MPI41_8_5_2(t *testing.T) {
 		{1, nil, nil},
 		{1 << 20, []int{0, 0, 0, 0}, []int{32, 32, 32, 32}},
 		{720720, []int{0, 0, 0}, []int{91, 90, 88}},
+		{1000000007, []int{0, 0}, []int{1000000007, 1}}, // a large prime: quick, not a scan of every integer
 	} {
 		dims := append([]int(nil), c.dims...)
 		require.NoError(t, DimsCreate(c.n, dims), "%d %v", c.n, c.dims)
