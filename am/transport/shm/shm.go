@@ -512,12 +512,16 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 	}
 	if t.anyDead.Load() {
 		for src := range t.peers {
-			if t.peers[src].dead.Load() {
-				if c := t.in[src]; c == nil || !func() bool { _, ok := c.Peek(); return ok }() {
-					t.reported.Store(t.deaths.Load())
-					return 0, t.deadErr(src)
+			if !t.peers[src].dead.Load() {
+				continue
+			}
+			if c := t.in[src]; c != nil {
+				if _, left := c.Peek(); left {
+					continue // what it left first
 				}
 			}
+			t.reported.Store(t.deaths.Load())
+			return 0, t.deadErr(src)
 		}
 	}
 	return 0, nil
