@@ -381,7 +381,13 @@ type job struct {
 	// connect to it: PMI_PORT, PMI_ID); else each rank gets a socketpair.
 	pmiPort string
 	dir     string // the ranks' working directory; "": inherited
+	remote  bool   // the ranks run on Hosts, under proxies
 }
+
+// remoteSettle is how long a job on several hosts waits for other hosts'
+// reports before it blames a rank that ended after Init without Finalize or
+// aborted (supervise's settle).
+const remoteSettle = 200 * time.Millisecond
 
 const (
 	pmiInit      = 1
@@ -702,6 +708,25 @@ func (j *job) supervise(ctx context.Context, aborts <-chan abortEvent) error {
 	ctxDone := ctx.Done()
 	var onAbort func(a abortEvent)
 	var onExit func(ev exitEvent)
+	// settle gives the other hosts' reports a moment before a rank that may
+	// have ended because of a peer is blamed: a lost host is known only when
+	// its proxy's connection is read to its end, which may come after a
+	// survivor's report of its own end (on one host, endedRanks sees the
+	// dead processes at once).
+	settle := func() {
+		if !j.remote {
+			return
+		}
+		deadline := time.After(remoteSettle)
+		for failure == nil {
+			select {
+			case ev := <-j.exits:
+				onExit(ev)
+			case <-deadline:
+				return
+			}
+		}
+	}
 	onExit = func(ev exitEvent) {
 		j.ranks[ev.rank].exited = true
 		if failure != nil {
@@ -742,6 +767,7 @@ func (j *job) supervise(ctx context.Context, aborts <-chan abortEvent) error {
 			// ended without finalizing leaves its peers waiting for it. It
 			// may have ended so because a peer died (as an abort may): a
 			// rank that ended before it is the cause.
+			settle()
 			j.awaitEnded(j.endedRanks(ev.rank), time.Second, onExit)
 			if failure == nil {
 				teardown(&JobError{Kind: ErrRankFailed, Rank: ev.rank, Code: 1,
@@ -754,6 +780,7 @@ func (j *job) supervise(ctx context.Context, aborts <-chan abortEvent) error {
 		// may reach the launcher before that peer's exit does: a peer
 		// that had already ended is the cause, and is named.
 		if failure == nil {
+			settle()
 			j.awaitEnded(j.endedRanks(a.rank), time.Second, onExit)
 		}
 		detail := fmt.Sprintf("called PMI abort with exit code %d", a.code)

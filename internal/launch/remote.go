@@ -268,7 +268,7 @@ func runHosts(ctx context.Context, spec Spec) error {
 	n := spec.N
 	aborts := make(chan abortEvent, n)
 	pmiState := make([]atomic.Uint32, n)
-	j := &job{spec: spec, exits: make(chan exitEvent, n), pmiState: pmiState}
+	j := &job{spec: spec, exits: make(chan exitEvent, n), pmiState: pmiState, remote: true}
 	hosts := make([]*remoteHost, len(spec.Hosts))
 	for k, h := range spec.Hosts {
 		hosts[k] = &remoteHost{index: k, name: h.Name, ended: make(chan struct{})}
