@@ -23,11 +23,11 @@ type bsendBlock struct{ off, end int }
 // take copies send r's data into the attached buffer and returns an internal
 // standard-mode send of the copy, which frees the space when it completes.
 func (b *bsendBuffer) take(r *reqState) (*reqState, error) {
-	need := len(r.buf) + BsendOverhead
+	need := r.size() + BsendOverhead
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.buf == nil {
-		return nil, fmt.Errorf("%w: buffered send of %d bytes with no buffer attached (BufferAttach)", ErrBuffer, len(r.buf))
+		return nil, fmt.Errorf("%w: buffered send of %d bytes with no buffer attached (BufferAttach)", ErrBuffer, r.size())
 	}
 	off := 0
 	i := 0
@@ -39,14 +39,18 @@ func (b *bsendBuffer) take(r *reqState) (*reqState, error) {
 	}
 	if len(b.buf)-off < need && i == len(b.blocks) {
 		return nil, fmt.Errorf("%w: buffered send of %d bytes (+%d overhead) does not fit the attached buffer of %d bytes (%d blocks pending)",
-			ErrBuffer, len(r.buf), BsendOverhead, len(b.buf), len(b.blocks))
+			ErrBuffer, r.size(), BsendOverhead, len(b.buf), len(b.blocks))
 	}
 	blk := bsendBlock{off, off + need}
 	b.blocks = append(b.blocks, bsendBlock{})
 	copy(b.blocks[i+1:], b.blocks[i:])
 	b.blocks[i] = blk
 	data := b.buf[off+BsendOverhead : off+need : off+need]
-	copy(data, r.buf)
+	if r.lay != nil {
+		r.lay.pack(data, r.buf, 0)
+	} else {
+		copy(data, r.buf)
+	}
 	ir, _ := r.comm.newSend(data, r.peer, r.tag, Standard, false)
 	ir.bblock = blk
 	ir.onDone = b.release

@@ -58,7 +58,7 @@ func (p *proc) startSend(r *reqState) error {
 		return nil
 	}
 	world := c.world(r.peer)
-	rndv := r.mode == Synchronous || !p.eager(world, len(r.buf))
+	rndv := r.mode == Synchronous || !p.eager(world, r.size())
 	var flags uint64
 	switch r.mode {
 	case Synchronous:
@@ -68,7 +68,9 @@ func (p *proc) startSend(r *reqState) error {
 	}
 	var addr uint64
 	if rndv {
-		addr = p.offerAddr(world, r.buf)
+		if r.lay == nil {
+			addr = p.offerAddr(world, r.buf)
+		}
 		p.mu.Lock()
 		p.nextID++
 		r.id = p.nextID
@@ -85,7 +87,14 @@ func (p *proc) startSend(r *reqState) error {
 	}
 	piggyback := handlers.Piggyback{Value: pb, Set: hasPB}
 	if rndv {
-		err = p.ep.RequestShortWith(world, hRTS, piggyback, a0, a1, a2, uint64(len(r.buf)), r.id, addr) // proto.RTS
+		err = p.ep.RequestShortWith(world, hRTS, piggyback, a0, a1, a2, uint64(r.size()), r.id, addr) // proto.RTS
+	} else if r.lay != nil {
+		// Non-contiguous data up to the eager limit: packed into scratch
+		// space, which the medium request copies.
+		s := getScratch(r.lay.n)
+		r.lay.pack(s.b, r.buf, 0)
+		err = p.ep.RequestMediumWith(world, hEager, s.b, piggyback, a0, a1, a2)
+		putScratch(s)
 	} else {
 		err = p.ep.RequestMediumWith(world, hEager, r.buf, piggyback, a0, a1, a2)
 	}
@@ -532,11 +541,17 @@ func (c *Comm) mprobe(src, tag int) (*Message, Status, error) {
 
 // imrecv is Imrecv without tool hooks.
 func imrecv[T Elem](m *Message, buf []T) (*Request, error) {
+	return imrecvLay(m, bytesOf(buf), nil)
+}
+
+// imrecvLay is imrecv of mem, laid out by lay (nil: contiguous).
+func imrecvLay(m *Message, mem []byte, lay *layout) (*Request, error) {
 	if m == nil || (m.msg == nil && !m.null) {
 		return nil, fmt.Errorf("%w: message already received or nil", ErrRequest)
 	}
 	c := m.comm
-	r, h := c.newRecv(bytesOf(buf), int(m.env.Source), int(m.env.Tag), true)
+	r, h := c.newRecv(mem, int(m.env.Source), int(m.env.Tag), true)
+	r.lay = lay
 	if m.null {
 		r.complete(Status{Source: ProcNull, Tag: AnyTag})
 		return h, nil

@@ -30,7 +30,7 @@ func (r *Request) Start() error {
 	if s == nil || s.p == nil || s.p.tools == nil {
 		return r.start()
 	}
-	return s.p.hookErr(&Event{Call: CallStart, Comm: s.comm, Request: r, Peer: s.peer, Tag: s.tag, Bytes: len(s.buf), Mode: s.mode}, r.start)
+	return s.p.hookErr(&Event{Call: CallStart, Comm: s.comm, Request: r, Peer: s.peer, Tag: s.tag, Bytes: s.size(), Mode: s.mode}, r.start)
 }
 
 // Startall starts every request (MPI_Startall).

@@ -49,6 +49,7 @@ const (
 	hPulled                               // short request: the receiver has read its part of the send buffer
 	hBarrier                              // short request: a dissemination barrier's message (coll_am.go)
 	hThrottle                             // short reply or request: stop or resume eager sends to the sender (unexpected.go)
+	hStorePart                            // store handler: a chunk of packed rendezvous data has landed, more follow (rndv_typed.go)
 )
 
 // Message flags, in the envelope's third argument (proto.FlagSync, FlagReady).
@@ -213,6 +214,7 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		{Index: hPulled, Name: "mpi.pulled", NArgs: 1, Fn: p.onPulled},
 		{Index: hBarrier, Name: "mpi.barrier", NArgs: 2, Fn: p.onBarrier},
 		{Index: hThrottle, Name: "mpi.throttle", NArgs: 2, Fn: p.onThrottle},
+		{Index: hStorePart, Name: "mpi.data.part", NArgs: 0, Fn: p.onStorePart},
 	}
 	for _, e := range entries {
 		if _, err := ep.Register(e); err != nil {
@@ -406,10 +408,15 @@ func (p *proc) finishEagerLocked(r *reqState, m *inMsg, env match.Envelope) {
 // completeEagerLocked copies an eager message's payload into receive r and
 // completes it.
 func (p *proc) completeEagerLocked(r *reqState, payload []byte, env match.Envelope, pb uint64, hasPB, notReady bool) {
-	n := copy(r.buf, payload)
+	var n int
+	if r.lay != nil {
+		n = r.lay.unpack(r.buf, payload[:min(len(payload), r.lay.n)], 0)
+	} else {
+		n = copy(r.buf, payload)
+	}
 	st := Status{Source: int(env.Source), Tag: int(env.Tag), Bytes: n, Piggyback: pb, HasPiggyback: hasPB}
-	if len(payload) > len(r.buf) {
-		st.Err = fmt.Errorf("%w: message of %d bytes from rank %d, tag %d, into a buffer of %d", ErrTruncate, len(payload), env.Source, env.Tag, len(r.buf))
+	if len(payload) > r.size() {
+		st.Err = fmt.Errorf("%w: message of %d bytes from rank %d, tag %d, into a buffer of %d", ErrTruncate, len(payload), env.Source, env.Tag, r.size())
 	} else if notReady {
 		st.Err = fmt.Errorf("%w (from rank %d, tag %d)", ErrReadyNotPosted, env.Source, env.Tag)
 	}

@@ -194,6 +194,25 @@ type reqState struct {
 	persistent bool
 	active     bool // persistent: started and not yet completed
 	onDone     func(*reqState)
+
+	// Typed buffers (datatype.go): lay is the layout of non-contiguous
+	// data within buf (nil: buf is the data). A rendezvous receive of such
+	// data stages it in bounce: the store path asks the sender for one
+	// chunk at a time, at being the packed bytes asked for so far and ask
+	// the last chunk's size.
+	lay        *layout
+	bounce     []byte
+	at, ask    int
+	end        int    // the packed bytes the receive takes
+	peerSendID uint64 // the sender's request id, for further clear-to-sends
+}
+
+// size is the request's data in bytes (packed bytes for a typed layout).
+func (r *reqState) size() int {
+	if r.lay != nil {
+		return r.lay.n
+	}
+	return len(r.buf)
 }
 
 // complete records the final status and publishes completion.
@@ -202,7 +221,7 @@ func (r *reqState) complete(st Status) {
 		st.Source, st.Tag = r.peer, r.tag
 	}
 	if r.kind == kindSend {
-		st.Bytes = len(r.buf)
+		st.Bytes = r.size()
 	}
 	r.status = st
 	if r.onDone != nil {

@@ -145,12 +145,15 @@ func (p *proc) onRTS(tok *handlers.Token, a []uint64, _ []byte) {
 // receive buffer when the sender will store into it, and returns what to send
 // and read. p.mu is held.
 func (p *proc) planRndvLocked(r *reqState, m *inMsg, env match.Envelope) rndvPlan {
-	n := min(m.size, len(r.buf))
+	n := min(m.size, r.size())
 	r.status = Status{Source: int(env.Source), Tag: int(env.Tag), Bytes: n, Piggyback: m.pb, HasPiggyback: m.hasPB}
-	if m.size > len(r.buf) {
-		r.status.Err = fmt.Errorf("%w: message of %d bytes from rank %d, tag %d, into a buffer of %d", ErrTruncate, m.size, env.Source, env.Tag, len(r.buf))
+	if m.size > r.size() {
+		r.status.Err = fmt.Errorf("%w: message of %d bytes from rank %d, tag %d, into a buffer of %d", ErrTruncate, m.size, env.Source, env.Tag, r.size())
 	} else if m.notReady {
 		r.status.Err = fmt.Errorf("%w (from rank %d, tag %d)", ErrReadyNotPosted, env.Source, env.Tag)
+	}
+	if r.lay != nil && n > 0 {
+		return p.planTypedLocked(r, m, n)
 	}
 	t := planTransfer(n, m.addr != 0, m.addr != 0 && p.ep.CanGet(m.src, n), p.rndvSplit)
 	r.parts, r.xferErr, r.xferPB, r.xferHasPB = t.recvParts, nil, 0, false
@@ -246,7 +249,7 @@ func (p *proc) onCTS(tok *handlers.Token, a []uint64, _ []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r, ok := p.reqs[args.SendID]
-	if !ok || r.kind != kindSend || args.Off > uint64(len(r.buf)) || args.N > uint64(len(r.buf))-args.Off {
+	if !ok || r.kind != kindSend || args.Off > uint64(r.size()) || args.N > uint64(r.size())-args.Off {
 		p.dropped(fmt.Errorf("clear-to-send from rank %d for unknown send %d or outside it ([%d,+%d))",
 			tok.Source(), args.SendID, args.Off, args.N))
 		return
@@ -298,6 +301,9 @@ func (p *proc) onData(tok *handlers.Token, a []uint64, _ []byte) {
 		p.dropped(fmt.Errorf("rendezvous data from rank %d for unknown receive %d", tok.Source(), id))
 		return
 	}
+	if r.lay != nil && r.bounce != nil && r.ask > 0 && p.typedChunkLanded(r, tok.Source()) {
+		return // the next chunk is asked for
+	}
 	p.partDone(r, nil, 0, false)
 }
 
@@ -326,11 +332,14 @@ func (p *proc) partDone(r *reqState, err error, pb uint64, hasPB bool) {
 	if r.id != 0 && p.reqs[r.id] == r {
 		delete(p.reqs, r.id)
 	}
-	seg := r.seg
-	r.seg = am.Segment{}
+	seg, bounce := r.seg, r.bounce
+	r.seg, r.bounce = am.Segment{}, nil
 	p.mu.Unlock()
 	if seg.Len > 0 {
 		_ = p.ep.UnregisterSegment(seg)
+	}
+	if bounce != nil {
+		putChunk(bounce)
 	}
 	if r.kind == kindRecv {
 		st := r.status
@@ -359,7 +368,7 @@ const inlinePullMax = 64 << 10
 // before (the store that replaces it needs a request).
 func (p *proc) pullInHandler(tok *handlers.Token, d deferred) {
 	r, j := d.req, d.pull
-	err := p.ep.Get(d.dst, j.addr, r.buf[j.off:j.n])
+	err := p.getInto(r, d.dst, j)
 	if errors.Is(err, transport.ErrGetUnsupported) {
 		p.mu.Lock()
 		p.queueLocked(d)
@@ -403,6 +412,15 @@ func (p *proc) runDeferred() {
 func (p *proc) storeInstead(d *deferred) error {
 	r, j := d.req, d.pull
 	p.mu.Lock()
+	if r.lay != nil {
+		cts := deferred{dst: d.dst, cts: ctsArgs{SendID: j.sendID}}
+		err := p.typedStoreLocked(r, j.off, j.n, &cts.cts)
+		p.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		return p.sendCTS(&cts)
+	}
 	if r.seg.Len == 0 {
 		seg, err := p.ep.RegisterSegment(r.buf[:j.n])
 		if err != nil {
@@ -436,7 +454,9 @@ func (p *proc) runWork(d deferred) {
 	case workStore:
 		// Store the send's data straight into the receive buffer.
 		var err error
-		if d.cts.N > 0 {
+		if d.cts.N > 0 && r.lay != nil {
+			err = p.storeTyped(&d)
+		} else if d.cts.N > 0 {
 			err = p.ep.Store(d.dst, hData, d.cts.Addr, r.buf[d.cts.Off:d.cts.Off+d.cts.N], d.cts.RecvID)
 		} else {
 			err = p.ep.RequestShort(d.dst, hFin, d.cts.RecvID)
@@ -452,7 +472,7 @@ func (p *proc) runWork(d deferred) {
 			}
 		}
 		j := d.pull
-		err := p.ep.Get(d.dst, j.addr, r.buf[j.off:j.n])
+		err := p.getInto(r, d.dst, j)
 		if errors.Is(err, transport.ErrGetUnsupported) {
 			// The peer refuses single-copy reads (remembered: later
 			// matches plan stores): ask it to store this part instead.

@@ -211,7 +211,7 @@ func (p *proc) writePending(w io.Writer) {
 				what = "rendezvous receive from"
 			}
 			lines = append(lines, fmt.Sprintf("%s rank %d, tag %d, communicator %d, %d bytes (transfer under way)",
-				what, r.peer, r.tag, r.comm.ctx, len(r.buf)))
+				what, r.peer, r.tag, r.comm.ctx, r.size()))
 		}
 		st := p.eng.Stats()
 		if st.Unexpected > 0 || st.Held > 0 {
@@ -243,7 +243,7 @@ func describeRecv(s match.Spec, r *reqState) string {
 	}
 	size := 0
 	if r != nil {
-		size = len(r.buf)
+		size = r.size()
 	}
 	return fmt.Sprintf("from %s, %s, %s, %d bytes", src, tag, comm, size)
 }

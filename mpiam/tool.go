@@ -334,7 +334,7 @@ func (r *Request) Info() RequestInfo {
 		return RequestInfo{}
 	}
 	return RequestInfo{Send: s.kind == kindSend, Collective: s.kind == kindColl, Mode: s.mode, Comm: s.comm,
-		Peer: s.peer, Tag: s.tag, Bytes: len(s.buf), Persistent: s.persistent}
+		Peer: s.peer, Tag: s.tag, Bytes: s.size(), Persistent: s.persistent}
 }
 
 // Wait blocks until the request completes (MPI_Wait) and returns its status;

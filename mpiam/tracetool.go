@@ -161,7 +161,7 @@ func (t *tracer) started(r *Request, at uint64) {
 	}
 	id := t.id(r)
 	if s.kind == kindSend {
-		_ = t.w.Isend(at, u32(s.peer), s.comm.ctx, u32(s.tag), uint64(len(s.buf)), id)
+		_ = t.w.Isend(at, u32(s.peer), s.comm.ctx, u32(s.tag), uint64(s.size()), id)
 	} else if s.kind == kindRecv {
 		_ = t.w.IrecvRequest(at, id)
 	}

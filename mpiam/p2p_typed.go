@@ -1,0 +1,322 @@
+package mpiam
+
+import "fmt"
+
+// The (buffer, count, datatype) forms of the point-to-point calls. buf is
+// the memory the datatype's displacements count from (its first element is
+// MPI's buf address); count instances of d must lie within it. Contiguous
+// data (a predefined datatype, TypeContiguous of one, DatatypeOf a struct)
+// takes the same zero-copy paths as the slice forms; other layouts are
+// packed on the way (rndv_typed.go).
+
+// typed checks count instances of d in buf and returns the memory and the
+// layout (nil when the data is the contiguous bytes returned).
+func typed[T any](buf []T, count int, d *Datatype) ([]byte, *layout, error) {
+	mem, err := memOf(buf)
+	if err != nil {
+		return nil, nil, err
+	}
+	return layoutOf(mem, count, d)
+}
+
+// sendLay is a blocking send of non-contiguous data in mode.
+func (c *Comm) sendLay(mem []byte, lay *layout, dest, tag int, mode Mode) error {
+	if err := c.checkSend(dest, tag); err != nil {
+		return err
+	}
+	r, _ := c.newSend(mem, dest, tag, mode, false)
+	r.lay = lay
+	err := c.p.startSend(r)
+	if err == nil {
+		_, err = r.wait()
+	}
+	c.p.states.put(r)
+	return err
+}
+
+// isendLay starts a send of non-contiguous data in mode.
+func (c *Comm) isendLay(mem []byte, lay *layout, dest, tag int, mode Mode) (*Request, error) {
+	if err := c.checkSend(dest, tag); err != nil {
+		return nil, err
+	}
+	r, h := c.newSend(mem, dest, tag, mode, true)
+	r.lay = lay
+	if err := c.p.startSend(r); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// irecvLay posts a receive of non-contiguous data.
+func (c *Comm) irecvLay(mem []byte, lay *layout, src, tag int) (*Request, error) {
+	if err := c.checkRecv(src, tag); err != nil {
+		return nil, err
+	}
+	r, h := c.newRecv(mem, src, tag, true)
+	r.lay = lay
+	if err := c.p.startRecv(r); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// recvLay is a blocking receive of non-contiguous data.
+func (c *Comm) recvLay(mem []byte, lay *layout, src, tag int) (Status, error) {
+	if err := c.checkRecv(src, tag); err != nil {
+		return Status{}, err
+	}
+	r, _ := c.newRecv(mem, src, tag, false)
+	r.lay = lay
+	if err := c.p.startRecv(r); err != nil {
+		return Status{}, err
+	}
+	st, err := r.wait()
+	c.p.states.put(r)
+	return st, err
+}
+
+// sendTyped is the blocking typed send in mode, under the tools' hooks.
+func sendTyped[T any](call Call, c *Comm, buf []T, count int, d *Datatype, dest, tag int, mode Mode) error {
+	if err := c.valid(); err != nil {
+		return err
+	}
+	mem, lay, err := typed(buf, count, d)
+	if err != nil {
+		return err
+	}
+	if lay == nil {
+		return c.sendCall(call, mem, dest, tag, mode)
+	}
+	if c.hooked() {
+		return c.p.hookErr(&Event{Call: call, Comm: c, Peer: dest, Tag: tag, Bytes: lay.n, Mode: mode},
+			func() error { return c.sendLay(mem, lay, dest, tag, mode) })
+	}
+	return c.sendLay(mem, lay, dest, tag, mode)
+}
+
+// isendTyped starts the typed send in mode, under the tools' hooks.
+func isendTyped[T any](call Call, c *Comm, buf []T, count int, d *Datatype, dest, tag int, mode Mode) (*Request, error) {
+	if err := c.valid(); err != nil {
+		return nil, err
+	}
+	mem, lay, err := typed(buf, count, d)
+	if err != nil {
+		return nil, err
+	}
+	if lay == nil {
+		return c.isendCall(call, mem, dest, tag, mode)
+	}
+	if c.hooked() {
+		return c.p.hookReq(&Event{Call: call, Comm: c, Peer: dest, Tag: tag, Bytes: lay.n, Mode: mode},
+			func() (*Request, error) { return c.isendLay(mem, lay, dest, tag, mode) })
+	}
+	return c.isendLay(mem, lay, dest, tag, mode)
+}
+
+// SendTyped is MPI_Send with a datatype (MPI-4.1 §3.2.1): count instances
+// of d from buf to rank dest of c with tag. Non-contiguous data is packed
+// on the way, never staged whole (docs/mpi.md "Datatypes"). Errors as Send,
+// plus ErrType (d nil, freed or not committed), ErrCount (count < 0),
+// ErrBuffer (the data lies outside buf, or T holds pointers).
+func SendTyped[T any](c *Comm, buf []T, count int, d *Datatype, dest, tag int) error {
+	return sendTyped(CallSend, c, buf, count, d, dest, tag, Standard)
+}
+
+// BsendTyped is MPI_Bsend with a datatype; see Bsend and SendTyped.
+func BsendTyped[T any](c *Comm, buf []T, count int, d *Datatype, dest, tag int) error {
+	return sendTyped(CallBsend, c, buf, count, d, dest, tag, Buffered)
+}
+
+// SsendTyped is MPI_Ssend with a datatype; see Ssend and SendTyped.
+func SsendTyped[T any](c *Comm, buf []T, count int, d *Datatype, dest, tag int) error {
+	return sendTyped(CallSsend, c, buf, count, d, dest, tag, Synchronous)
+}
+
+// RsendTyped is MPI_Rsend with a datatype; see Rsend and SendTyped.
+func RsendTyped[T any](c *Comm, buf []T, count int, d *Datatype, dest, tag int) error {
+	return sendTyped(CallRsend, c, buf, count, d, dest, tag, Ready)
+}
+
+// IsendTyped is MPI_Isend with a datatype; see Isend and SendTyped. buf
+// must not change until the request completes.
+func IsendTyped[T any](c *Comm, buf []T, count int, d *Datatype, dest, tag int) (*Request, error) {
+	return isendTyped(CallIsend, c, buf, count, d, dest, tag, Standard)
+}
+
+// IbsendTyped is MPI_Ibsend with a datatype; see Ibsend and SendTyped.
+func IbsendTyped[T any](c *Comm, buf []T, count int, d *Datatype, dest, tag int) (*Request, error) {
+	return isendTyped(CallIbsend, c, buf, count, d, dest, tag, Buffered)
+}
+
+// IssendTyped is MPI_Issend with a datatype; see Issend and SendTyped.
+func IssendTyped[T any](c *Comm, buf []T, count int, d *Datatype, dest, tag int) (*Request, error) {
+	return isendTyped(CallIssend, c, buf, count, d, dest, tag, Synchronous)
+}
+
+// IrsendTyped is MPI_Irsend with a datatype; see Irsend and SendTyped.
+func IrsendTyped[T any](c *Comm, buf []T, count int, d *Datatype, dest, tag int) (*Request, error) {
+	return isendTyped(CallIrsend, c, buf, count, d, dest, tag, Ready)
+}
+
+// RecvTyped is MPI_Recv with a datatype (MPI-4.1 §3.2.4): it receives up
+// to count instances of d into buf. Status.Bytes counts packed bytes;
+// Status.GetCount(d) and GetElements(d) convert. A longer message fills the
+// count instances and reports ErrTruncate. Errors as Recv, plus those of
+// SendTyped.
+func RecvTyped[T any](c *Comm, buf []T, count int, d *Datatype, src, tag int) (Status, error) {
+	if err := c.valid(); err != nil {
+		return Status{}, err
+	}
+	mem, lay, err := typed(buf, count, d)
+	if err != nil {
+		return Status{}, err
+	}
+	n := len(mem)
+	if lay != nil {
+		n = lay.n
+	}
+	f := func() (Status, error) {
+		if lay == nil {
+			return c.recv(mem, src, tag)
+		}
+		return c.recvLay(mem, lay, src, tag)
+	}
+	if c.hooked() {
+		return c.p.hookStatus(&Event{Call: CallRecv, Comm: c, Peer: src, Tag: tag, Bytes: n}, f)
+	}
+	return f()
+}
+
+// IrecvTyped is MPI_Irecv with a datatype; see RecvTyped. buf must not be
+// read or changed until the request completes.
+func IrecvTyped[T any](c *Comm, buf []T, count int, d *Datatype, src, tag int) (*Request, error) {
+	if err := c.valid(); err != nil {
+		return nil, err
+	}
+	mem, lay, err := typed(buf, count, d)
+	if err != nil {
+		return nil, err
+	}
+	n := len(mem)
+	if lay != nil {
+		n = lay.n
+	}
+	f := func() (*Request, error) {
+		if lay == nil {
+			return c.irecv(mem, src, tag)
+		}
+		return c.irecvLay(mem, lay, src, tag)
+	}
+	if c.hooked() {
+		return c.p.hookReq(&Event{Call: CallIrecv, Comm: c, Peer: src, Tag: tag, Bytes: n}, f)
+	}
+	return f()
+}
+
+// SendrecvTyped is MPI_Sendrecv with datatypes: it sends sendcount
+// instances of sendtype from sendbuf to dest and receives up to recvcount
+// instances of recvtype into recvbuf from src, and returns the receive's
+// status. Errors as SendTyped and RecvTyped.
+func SendrecvTyped[S, R any](c *Comm, sendbuf []S, sendcount int, sendtype *Datatype, dest, sendtag int,
+	recvbuf []R, recvcount int, recvtype *Datatype, src, recvtag int) (Status, error) {
+	if err := c.valid(); err != nil {
+		return Status{}, err
+	}
+	smem, slay, err := typed(sendbuf, sendcount, sendtype)
+	if err != nil {
+		return Status{}, err
+	}
+	rmem, rlay, err := typed(recvbuf, recvcount, recvtype)
+	if err != nil {
+		return Status{}, err
+	}
+	f := func() (Status, error) {
+		rr, err := c.irecvLay(rmem, rlay, src, recvtag)
+		if err != nil {
+			return Status{}, err
+		}
+		sr, err := c.isendLay(smem, slay, dest, sendtag, Standard)
+		if err != nil {
+			_ = rr.cancel()
+			_, _ = rr.wait()
+			return Status{}, err
+		}
+		st, rerr := rr.wait()
+		if _, serr := sr.wait(); serr != nil && rerr == nil {
+			return st, serr
+		}
+		return st, rerr
+	}
+	if c.hooked() {
+		n := len(smem)
+		if slay != nil {
+			n = slay.n
+		}
+		return c.p.hookStatus(&Event{Call: CallSendrecv, Comm: c, Peer: dest, Tag: sendtag, Bytes: n}, f)
+	}
+	return f()
+}
+
+// SendInitTyped is MPI_Send_init with a datatype (and the mode variants):
+// an inactive persistent send of count instances of d from buf; Start
+// begins each send. Errors as SendTyped, and ErrArg for a bad mode.
+func SendInitTyped[T any](c *Comm, buf []T, count int, d *Datatype, dest, tag int, mode Mode) (*Request, error) {
+	if err := c.checkSend(dest, tag); err != nil {
+		return nil, err
+	}
+	if mode > Ready {
+		return nil, fmt.Errorf("%w: send mode %d", ErrArg, mode)
+	}
+	mem, lay, err := typed(buf, count, d)
+	if err != nil {
+		return nil, err
+	}
+	r, _ := c.newSend(mem, dest, tag, mode, false)
+	r.lay = lay
+	r.persistent = true
+	return &Request{s: r}, nil
+}
+
+// RecvInitTyped is MPI_Recv_init with a datatype: an inactive persistent
+// receive of up to count instances of d into buf. Errors as RecvTyped.
+func RecvInitTyped[T any](c *Comm, buf []T, count int, d *Datatype, src, tag int) (*Request, error) {
+	if err := c.checkRecv(src, tag); err != nil {
+		return nil, err
+	}
+	mem, lay, err := typed(buf, count, d)
+	if err != nil {
+		return nil, err
+	}
+	r, _ := c.newRecv(mem, src, tag, false)
+	r.lay = lay
+	r.persistent = true
+	return &Request{s: r}, nil
+}
+
+// MrecvTyped is MPI_Mrecv with a datatype: it receives the message Mprobe
+// or Improbe took into up to count instances of d in buf. Errors as
+// Mrecv and RecvTyped.
+func MrecvTyped[T any](m *Message, buf []T, count int, d *Datatype) (Status, error) {
+	r, err := ImrecvTyped(m, buf, count, d)
+	if err != nil {
+		return Status{}, err
+	}
+	return r.Wait()
+}
+
+// ImrecvTyped is MPI_Imrecv with a datatype; see MrecvTyped.
+func ImrecvTyped[T any](m *Message, buf []T, count int, d *Datatype) (*Request, error) {
+	mem, lay, err := typed(buf, count, d)
+	if err != nil {
+		return nil, err
+	}
+	if m == nil || !m.comm.hooked() {
+		return imrecvLay(m, mem, lay)
+	}
+	n := len(mem)
+	if lay != nil {
+		n = lay.n
+	}
+	return m.comm.p.hookReq(&Event{Call: CallImrecv, Comm: m.comm, Peer: int(m.env.Source), Tag: int(m.env.Tag), Bytes: n},
+		func() (*Request, error) { return imrecvLay(m, mem, lay) })
+}

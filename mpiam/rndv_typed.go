@@ -1,0 +1,186 @@
+package mpiam
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/amgo-hpc/amgo/handlers"
+)
+
+// Typed data that is not contiguous (a derived datatype) moves through the
+// same protocols as a byte slice, packed on the way (docs/mpi.md
+// "Datatypes"):
+//
+//   - eager: the sender packs into scratch space that the medium request
+//     copies; the receiver unpacks from the payload;
+//   - rendezvous, non-contiguous sender: it offers no address, so the
+//     receiver asks for stores; the sender packs typedChunk bytes at a time
+//     and stores each chunk (the last with the data handler);
+//   - rendezvous, non-contiguous receiver: it reads a contiguous sender's
+//     buffer a chunk at a time into a staging buffer and unpacks it (pull),
+//     or, without a single-copy read, registers the staging buffer and asks
+//     the sender for one chunk per clear-to-send, unpacking each as its
+//     store lands.
+//
+// No message is ever staged whole: at most typedChunk bytes per transfer.
+
+// typedChunk is the largest piece, in bytes, that a rendezvous of
+// non-contiguous data packs or stages at a time.
+const typedChunk = 256 << 10
+
+// scratch is a reusable byte buffer.
+type scratch struct{ b []byte }
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// getScratch returns a buffer of n bytes; putScratch gives it back.
+func getScratch(n int) *scratch {
+	s := scratchPool.Get().(*scratch)
+	if cap(s.b) < n {
+		s.b = make([]byte, n, (n+4095)&^4095)
+	}
+	s.b = s.b[:n]
+	return s
+}
+
+func putScratch(s *scratch) { scratchPool.Put(s) }
+
+var chunkPool = sync.Pool{New: func() any { b := make([]byte, typedChunk); return &b }}
+
+// getChunk returns a staging buffer of typedChunk bytes; putChunk gives it
+// back.
+func getChunk() []byte { return *chunkPool.Get().(*[]byte) }
+
+func putChunk(b []byte) {
+	b = b[:cap(b)]
+	chunkPool.Put(&b)
+}
+
+// planTypedLocked plans the rendezvous of n > 0 packed bytes of m into
+// receive r, whose data is not contiguous: a chunked pull when the sender
+// offered a buffer this rank can read, else chunked stores into a staging
+// buffer. p.mu is held.
+func (p *proc) planTypedLocked(r *reqState, m *inMsg, n int) rndvPlan {
+	var plan rndvPlan
+	plan.args.SendID = m.sendID
+	r.parts, r.xferErr, r.xferPB, r.xferHasPB = 1, nil, 0, false
+	if m.addr != 0 && p.ep.CanGet(m.src, n) {
+		plan.pull = true
+		plan.job = pullJob{addr: m.addr, off: 0, n: n, sendID: m.sendID}
+		return plan
+	}
+	plan.cts = true
+	if err := p.typedStoreLocked(r, 0, n, &plan.args); err != nil {
+		// Ask for nothing, so that the sender completes, and fail the receive.
+		r.status.Err, r.status.Bytes = err, 0
+		plan.args = ctsArgs{SendID: m.sendID, RecvID: plan.args.RecvID}
+	}
+	return plan
+}
+
+// typedStoreLocked sets receive r up to take packed bytes [from, n) by
+// stores into its staging buffer, one chunk per clear-to-send, and fills
+// args (SendID set) with the first. p.mu is held.
+func (p *proc) typedStoreLocked(r *reqState, from, n int, args *ctsArgs) error {
+	if r.id == 0 || p.reqs[r.id] != r {
+		p.nextID++
+		r.id = p.nextID
+		p.reqs[r.id] = r
+	}
+	args.RecvID = r.id
+	if r.bounce == nil {
+		r.bounce = getChunk()
+	}
+	if r.seg.Len == 0 {
+		seg, err := p.ep.RegisterSegment(r.bounce)
+		if err != nil {
+			return fmt.Errorf("%w: staging buffer: %v", ErrBuffer, err)
+		}
+		r.seg = seg
+	}
+	r.at, r.end, r.peerSendID = from, n, args.SendID
+	p.nextTypedCTSLocked(r, args)
+	return nil
+}
+
+// nextTypedCTSLocked fills args with the clear-to-send of r's next chunk
+// and records it as asked for. p.mu is held.
+func (p *proc) nextTypedCTSLocked(r *reqState, args *ctsArgs) {
+	k := min(len(r.bounce), r.end-r.at)
+	*args = ctsArgs{SendID: r.peerSendID, Addr: r.seg.Addr, Off: uint64(r.at), N: uint64(k), RecvID: r.id}
+	if r.at+k < r.end {
+		args.Flags = ctsMore
+	}
+	r.ask = k
+	r.at += k
+	p.ep.Expect(time.Duration(k/4)*time.Nanosecond + 50*time.Microsecond)
+}
+
+// typedChunkLanded unpacks the chunk of receive r that a store just put in
+// its staging buffer and, when more is to come, queues the clear-to-send of
+// the next chunk to world rank src and reports true.
+func (p *proc) typedChunkLanded(r *reqState, src int) bool {
+	p.mu.Lock()
+	from, k := r.at-r.ask, r.ask
+	r.ask = 0
+	p.mu.Unlock()
+	r.lay.unpack(r.buf, r.bounce[:k], from)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r.at >= r.end || r.parts <= 0 {
+		return false
+	}
+	d := deferred{kind: workCTS, req: r, dst: src}
+	p.nextTypedCTSLocked(r, &d.cts)
+	p.queueLocked(d)
+	return true
+}
+
+// getInto reads pull job j of receive r from world rank src: straight into
+// the receive buffer, or, for non-contiguous data, a chunk at a time
+// through a staging buffer.
+func (p *proc) getInto(r *reqState, src int, j pullJob) error {
+	if r.lay == nil {
+		return p.ep.Get(src, j.addr, r.buf[j.off:j.n])
+	}
+	b := getChunk()
+	defer putChunk(b)
+	for off := j.off; off < j.n; {
+		k := min(len(b), j.n-off)
+		if err := p.ep.Get(src, j.addr+uint64(off-j.off), b[:k]); err != nil {
+			return err
+		}
+		r.lay.unpack(r.buf, b[:k], off)
+		off += k
+	}
+	return nil
+}
+
+// storeTyped stores the packed bytes a clear-to-send asks of send d.req,
+// whose data is not contiguous, a packed chunk at a time; the last store
+// runs the receiver's data handler.
+func (p *proc) storeTyped(d *deferred) error {
+	r, a := d.req, d.cts
+	s := getScratch(int(min(a.N, typedChunk)))
+	defer putScratch(s)
+	for off := uint64(0); off < a.N; {
+		k := min(uint64(len(s.b)), a.N-off)
+		r.lay.pack(s.b[:k], r.buf, int(a.Off+off))
+		var err error
+		if off+k == a.N {
+			err = p.ep.Store(d.dst, hData, a.Addr+off, s.b[:k], a.RecvID)
+		} else {
+			err = p.ep.Store(d.dst, hStorePart, a.Addr+off, s.b[:k])
+		}
+		if err != nil {
+			return err
+		}
+		off += k
+	}
+	return nil
+}
+
+// onStorePart is the handler of a store that is not a transfer's last: the
+// data is in place, and the last store's handler finishes the transfer.
+func (p *proc) onStorePart(*handlers.Token, []uint64, []byte) {}
