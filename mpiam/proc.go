@@ -41,15 +41,15 @@ const EnvUnexpectedLimit = "AMGO_UNEXPECTED_LIMIT"
 
 // Handler indices mpiam registers on its endpoint.
 const (
-	hEager    handlers.Index = 200 + iota // medium request: envelope + data (eager protocol)
-	hRTS                                  // short request: envelope + size (rendezvous request-to-send)
-	hCTS                                  // short reply or request: receive buffer address (clear-to-send)
-	hData                                 // store handler: rendezvous data has landed
-	hFin                                  // short request: rendezvous with nothing to store is done
-	hPulled                               // short request: the receiver has read its part of the send buffer
-	hBarrier                              // short request: a dissemination barrier's message (coll_am.go)
-	hThrottle                             // short reply or request: stop or resume eager sends to the sender (unexpected.go)
-	hStorePart                            // store handler: a chunk of packed rendezvous data has landed, more follow (rndv_typed.go)
+	hEager     handlers.Index = 200 + iota // medium request: envelope + data (eager protocol)
+	hRTS                                   // short request: envelope + size (rendezvous request-to-send)
+	hCTS                                   // short reply or request: receive buffer address (clear-to-send)
+	hData                                  // store handler: rendezvous data has landed
+	hFin                                   // short request: rendezvous with nothing to store is done
+	hPulled                                // short request: the receiver has read its part of the send buffer
+	hBarrier                               // short request: a dissemination barrier's message (coll_am.go)
+	hThrottle                              // short reply or request: stop or resume eager sends to the sender (unexpected.go)
+	hStorePart                             // store handler: a chunk of packed rendezvous data has landed, more follow (rndv_typed.go)
 )
 
 // Message flags, in the envelope's third argument (proto.FlagSync, FlagReady).
