@@ -25,7 +25,10 @@
 // (tests, embedding); Init and Finalize are the process-per-rank form.
 //
 // Buffers are typed slices of Go's fixed-size numeric types ([]byte,
-// []float64, []int32, ...), sent as their memory without a copy. Every
+// []float64, []int32, ...), sent as their memory without a copy. The Typed
+// forms (SendTyped, RecvTyped, ...) take MPI's (buffer, count, datatype)
+// triple instead, with derived datatypes (TypeVector, TypeCreateStruct,
+// TypeCreateSubarray, ...; DatatypeOf for a Go struct type). Every
 // function is safe for concurrent use (MPI_THREAD_MULTIPLE). Errors are Go
 // errors that wrap one sentinel per MPI error class: errors.Is(err,
 // ErrTruncate), ErrorClass(err). A peer that fails is reported as
@@ -54,7 +57,12 @@
 //	MPI_Sendrecv, MPI_Sendrecv_replace         Sendrecv, SendrecvReplace
 //	MPI_Send_init, MPI_Recv_init, MPI_Start    SendInit, RecvInit, (*Request).Start, Startall
 //	MPI_Buffer_attach, MPI_Buffer_detach       (*Comm).BufferAttach, BufferDetach
-//	MPI_Get_count                              GetCount[T](status)
+//	MPI_Get_count                              GetCount[T](status); status.GetCount(datatype)
+//	MPI_DOUBLE, MPI_INT32_T, ...               Float64, Int32, ... (*Datatype)
+//	MPI_Type_vector, _create_struct, ...       TypeVector, TypeCreateStruct, ...; DatatypeOf[T]
+//	MPI_Type_commit, _free, _get_extent        (*Datatype).Commit, Free, Extent
+//	MPI_Pack, MPI_Unpack, MPI_Pack_size        Pack, Unpack, PackSize
+//	MPI_Send(buf, count, datatype, ...)        SendTyped, RecvTyped, IsendTyped, ... (every p2p call)
 //	MPI_Barrier, MPI_Ibarrier                  (*Comm).Barrier, Ibarrier
 //	MPI_Bcast, MPI_Reduce, MPI_Allreduce, ...  Bcast, Reduce, Allreduce, Gather, Scan, ...
 //	MPI_Ibcast, MPI_Ireduce, ...               Ibcast, Ireduce, Iallreduce, Iallgather, Ialltoall
