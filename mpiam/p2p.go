@@ -58,7 +58,12 @@ func (p *proc) startSend(r *reqState) error {
 		return nil
 	}
 	world := c.world(r.peer)
-	rndv := r.mode == Synchronous || !p.eager(world, r.size())
+	var rndv bool
+	if r.lay != nil {
+		rndv = r.mode == Synchronous || !p.eagerPacked(world, r.size())
+	} else {
+		rndv = r.mode == Synchronous || !p.eager(world, r.size())
+	}
 	var flags uint64
 	switch r.mode {
 	case Synchronous:

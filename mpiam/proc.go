@@ -548,3 +548,10 @@ func (p *proc) eager(world, n int) bool {
 	return (n <= p.eagerLimit || (n <= p.eagerNoGet && n <= p.ep.MaxMediumTo(world) && !p.ep.CanGet(world, n))) &&
 		!p.sendThrottle[world].on.Load()
 }
+
+// eagerPacked is eager for non-contiguous data, which is packed whatever
+// the protocol and cannot be read with a single copy: eager up to the limit
+// of peers without a single-copy read.
+func (p *proc) eagerPacked(world, n int) bool {
+	return (n <= p.eagerLimit || (n <= p.eagerNoGet && n <= p.ep.MaxMediumTo(world))) && !p.sendThrottle[world].on.Load()
+}

@@ -50,8 +50,14 @@ func needRanks(world *mpiam.Comm, n int, even bool) error {
 // the barriers.
 func runLatency(args []string) error {
 	o := osu.LatencyOptions()
-	if err := parse("latency", args, &o, nil); err != nil {
+	layout := ""
+	if err := parse("latency", args, &o, func(fs *flag.FlagSet) {
+		fs.StringVar(&layout, "d", "", "datatype of the message: vector (every other float64 of a buffer twice the size: a strided column, packed on the way)")
+	}); err != nil {
 		return err
+	}
+	if layout != "" && layout != "vector" {
+		return fmt.Errorf("-d %s: the datatypes are vector", layout)
 	}
 	return mpiam.Run(mpiam.Config{}, func(world *mpiam.Comm) error {
 		if err := needRanks(world, 2, false); err != nil {
@@ -59,14 +65,38 @@ func runLatency(args []string) error {
 		}
 		me := world.Rank()
 		if me == 0 {
-			osu.Header(os.Stdout, "amgo MPI Latency Test over "+network(), "Latency (us)")
+			title := "amgo MPI Latency Test over " + network()
+			if layout != "" {
+				title += " (" + layout + " datatype)"
+			}
+			osu.Header(os.Stdout, title, "Latency (us)")
 		}
 		sbuf, rbuf := osu.Buffer(o.MaxSize), osu.Buffer(o.MaxSize)
 		for i := range sbuf {
 			sbuf[i] = 'a'
 		}
+		var sv, rv []float64
+		if layout == "vector" {
+			sv, rv = make([]float64, 2*o.MaxSize/8+2), make([]float64, 2*o.MaxSize/8+2)
+		}
 		for _, size := range o.Sizes() {
 			iters, warmup := o.Counts(size)
+			if layout == "vector" && size < 8 {
+				continue
+			}
+			send := func(dst int) error { return mpiam.Send(world, sbuf[:size], dst, tagData) }
+			recv := func(src int) error { _, err := mpiam.Recv(world, rbuf[:size], src, tagData); return err }
+			if layout == "vector" {
+				vec, err := mpiam.TypeVector(size/8, 1, 2, mpiam.Float64)
+				if err != nil {
+					return err
+				}
+				if err := vec.Commit(); err != nil {
+					return err
+				}
+				send = func(dst int) error { return mpiam.SendTyped(world, sv, 1, vec, dst, tagData) }
+				recv = func(src int) error { _, err := mpiam.RecvTyped(world, rv, 1, vec, src, tagData); return err }
+			}
 			if err := world.Barrier(); err != nil {
 				return err
 			}
@@ -76,17 +106,17 @@ func runLatency(args []string) error {
 					start = time.Now()
 				}
 				if me == 0 {
-					if err := mpiam.Send(world, sbuf[:size], 1, tagData); err != nil {
+					if err := send(1); err != nil {
 						return err
 					}
-					if _, err := mpiam.Recv(world, rbuf[:size], 1, tagData); err != nil {
+					if err := recv(1); err != nil {
 						return err
 					}
 				} else {
-					if _, err := mpiam.Recv(world, rbuf[:size], 0, tagData); err != nil {
+					if err := recv(0); err != nil {
 						return err
 					}
-					if err := mpiam.Send(world, sbuf[:size], 0, tagData); err != nil {
+					if err := send(0); err != nil {
 						return err
 					}
 				}

@@ -1,6 +1,7 @@
 package dtype
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sort"
 )
@@ -78,24 +79,135 @@ func (t *Type) Walk(count, from, to int64, fn func(off, n int64) bool) {
 // whose first origin is mem[0], into dst, and returns how many it copied
 // (fewer at the end of the data). The caller checks mem against Span.
 func (t *Type) Pack(dst, mem []byte, count, from int64) int {
-	n := 0
-	t.Walk(count, from, from+int64(len(dst)), func(off, ln int64) bool {
-		n += copy(dst[n:], mem[off:off+ln])
-		return true
-	})
-	return n
+	return t.move(dst, mem, count, from, false)
 }
 
 // Unpack copies src into count instances of t whose first origin is mem[0],
 // as packed bytes [from, from+len(src)), and returns how many it copied.
 // The caller checks mem against Span.
 func (t *Type) Unpack(mem, src []byte, count, from int64) int {
-	n := 0
-	t.Walk(count, from, from+int64(len(src)), func(off, ln int64) bool {
-		n += copy(mem[off:off+ln], src[n:])
-		return true
+	return t.move(src, mem, count, from, true)
+}
+
+// move packs (or, with in, unpacks) packed bytes [from, from+len(buf)) of
+// count instances of t between buf and mem.
+func (t *Type) move(buf, mem []byte, count, from int64, in bool) int {
+	if t.size == 0 {
+		return 0
+	}
+	to := min(from+int64(len(buf)), count*t.size)
+	if from >= to {
+		return 0
+	}
+	if t.dense {
+		return copyRun(buf, mem, 0, t.tlb+from, to-from, in)
+	}
+	ext := t.ub - t.lb
+	var pos int64
+	for i := from / t.size; i < count && i*t.size < to; i++ {
+		pos = moveOne(t, buf, mem, pos, i*ext, max(from-i*t.size, 0), min(to-i*t.size, t.size), in)
+	}
+	return int(pos)
+}
+
+// copyRun moves n bytes between buf[pos:] and mem[off:].
+func copyRun(buf, mem []byte, pos, off, n int64, in bool) int {
+	if in {
+		return copy(mem[off:off+n], buf[pos:pos+n])
+	}
+	return copy(buf[pos:pos+n], mem[off:off+n])
+}
+
+// moveOne moves packed bytes [from, to) of one instance of t whose origin
+// is at mem offset base, between mem and buf[pos:], and returns the
+// position after them: walk with the copies inlined, and whole blocks of
+// a few bytes copied as words (a column of float64s moves 8 bytes a block).
+func moveOne(t *Type, buf, mem []byte, pos, base, from, to int64, in bool) int64 {
+	if t.run {
+		return pos + int64(copyRun(buf, mem, pos, base+t.tlb+from, to-from, in))
+	}
+	i := sort.Search(len(t.parts), func(i int) bool {
+		p := &t.parts[i]
+		return p.pre+p.bytes() > from
 	})
-	return n
+	for ; i < len(t.parts); i++ {
+		p := &t.parts[i]
+		if p.pre >= to {
+			break
+		}
+		c := p.t
+		bb := p.n * c.size
+		if bb == 0 {
+			continue
+		}
+		lo, hi := max(from-p.pre, 0), min(to-p.pre, p.count*bb)
+		ext := c.ub - c.lb
+		j := lo / bb
+		if c.dense {
+			origin := base + p.disp + c.tlb
+			// A partial first block, then whole blocks, then a partial last.
+			if blo := lo - j*bb; blo > 0 {
+				n := min(bb, hi-j*bb) - blo
+				pos += int64(copyRun(buf, mem, pos, origin+j*p.stride+blo, n, in))
+				j++
+			}
+			whole := min(p.count, hi/bb)
+			if j < whole {
+				pos = moveBlocks(buf, mem, pos, origin+j*p.stride, p.stride, bb, whole-j, in)
+				j = whole
+			}
+			if j < p.count && j*bb < hi {
+				pos += int64(copyRun(buf, mem, pos, origin+j*p.stride, hi-j*bb, in))
+			}
+			continue
+		}
+		for ; j < p.count && j*bb < hi; j++ {
+			bbase := base + p.disp + j*p.stride
+			blo, bhi := max(lo-j*bb, 0), min(hi-j*bb, bb)
+			for k := blo / c.size; k < p.n && k*c.size < bhi; k++ {
+				pos = moveOne(c, buf, mem, pos, bbase+k*ext, max(blo-k*c.size, 0), min(bhi-k*c.size, c.size), in)
+			}
+		}
+	}
+	return pos
+}
+
+// moveBlocks moves n blocks of bb bytes, stride bytes apart in mem from
+// off, between mem and consecutive bytes of buf from pos.
+func moveBlocks(buf, mem []byte, pos, off, stride, bb, n int64, in bool) int64 {
+	switch {
+	case bb == 8 && !in:
+		for range n {
+			binary.LittleEndian.PutUint64(buf[pos:], binary.LittleEndian.Uint64(mem[off:]))
+			pos, off = pos+8, off+stride
+		}
+	case bb == 8:
+		for range n {
+			binary.LittleEndian.PutUint64(mem[off:], binary.LittleEndian.Uint64(buf[pos:]))
+			pos, off = pos+8, off+stride
+		}
+	case bb == 4 && !in:
+		for range n {
+			binary.LittleEndian.PutUint32(buf[pos:], binary.LittleEndian.Uint32(mem[off:]))
+			pos, off = pos+4, off+stride
+		}
+	case bb == 4:
+		for range n {
+			binary.LittleEndian.PutUint32(mem[off:], binary.LittleEndian.Uint32(buf[pos:]))
+			pos, off = pos+4, off+stride
+		}
+	case !in:
+		for range n {
+			copy(buf[pos:pos+bb], mem[off:off+bb])
+			pos, off = pos+bb, off+stride
+		}
+	default:
+		for range n {
+			copy(mem[off:off+bb], buf[pos:pos+bb])
+			pos, off = pos+bb, off+stride
+		}
+	}
+	return pos
 }
 
 // Check reports whether count instances of t fit in a buffer of memLen
