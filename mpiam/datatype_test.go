@@ -310,6 +310,19 @@ func TestTypedTruncateAndPersistent(t *testing.T) {
 			}
 		}
 		r.NoError(req.Free())
+
+		// Sendrecv: each rank sends its column and receives the other's
+		// into a plain slice.
+		for i := range buf {
+			buf[i] = float64(w.Rank()*100000 + i)
+		}
+		got := make([]float64, 3000)
+		st, err := SendrecvTyped(w, buf, 1, col, 1-w.Rank(), 2, got, 3000, Float64, 1-w.Rank(), 2)
+		r.NoError(err)
+		r.Equal(3000*8, st.Bytes)
+		for i, v := range got {
+			r.Equal(float64((1-w.Rank())*100000+2*i), v)
+		}
 	})
 }
 

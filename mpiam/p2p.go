@@ -349,11 +349,17 @@ func Irecv[T Elem](c *Comm, buf []T, src, tag int) (*Request, error) {
 
 // sendrecv is Sendrecv without tool hooks.
 func sendrecv[S, R Elem](c *Comm, sendbuf []S, dest, sendtag int, recvbuf []R, src, recvtag int) (Status, error) {
-	rr, err := c.irecv(bytesOf(recvbuf), src, recvtag)
+	return c.sendrecvLay(bytesOf(sendbuf), nil, dest, sendtag, bytesOf(recvbuf), nil, src, recvtag)
+}
+
+// sendrecvLay is a send and a receive at once, each of memory laid out by
+// its layout (nil: contiguous).
+func (c *Comm) sendrecvLay(smem []byte, slay *layout, dest, sendtag int, rmem []byte, rlay *layout, src, recvtag int) (Status, error) {
+	rr, err := c.irecvLay(rmem, rlay, src, recvtag)
 	if err != nil {
 		return Status{}, err
 	}
-	sr, err := c.isend(bytesOf(sendbuf), dest, sendtag, Standard)
+	sr, err := c.isendLay(smem, slay, dest, sendtag, Standard)
 	if err != nil {
 		_ = rr.cancel()
 		_, _ = rr.wait()

@@ -230,23 +230,7 @@ func SendrecvTyped[S, R any](c *Comm, sendbuf []S, sendcount int, sendtype *Data
 	if err != nil {
 		return Status{}, err
 	}
-	f := func() (Status, error) {
-		rr, err := c.irecvLay(rmem, rlay, src, recvtag)
-		if err != nil {
-			return Status{}, err
-		}
-		sr, err := c.isendLay(smem, slay, dest, sendtag, Standard)
-		if err != nil {
-			_ = rr.cancel()
-			_, _ = rr.wait()
-			return Status{}, err
-		}
-		st, rerr := rr.wait()
-		if _, serr := sr.wait(); serr != nil && rerr == nil {
-			return st, serr
-		}
-		return st, rerr
-	}
+	f := func() (Status, error) { return c.sendrecvLay(smem, slay, dest, sendtag, rmem, rlay, src, recvtag) }
 	if c.hooked() {
 		n := len(smem)
 		if slay != nil {
