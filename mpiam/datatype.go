@@ -504,10 +504,12 @@ func datatypeOfType(rt reflect.Type) (*Datatype, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Datatype{t: t}
-	if k := t.Kind(); k != 0 && rt.Kind() != reflect.Struct && rt.Kind() != reflect.Array {
-		d.predefined = true
+	if k := t.Kind(); k != 0 {
+		d := basicTypes[k] // a Go numeric type or bool: its predefined datatype
+		goTypes.Store(rt, d)
+		return d, nil
 	}
+	d := &Datatype{t: t}
 	name := rt.String()
 	d.name.Store(&name)
 	d.committed.Store(true)
@@ -515,15 +517,27 @@ func datatypeOfType(rt reflect.Type) (*Datatype, error) {
 	return v.(*Datatype), nil
 }
 
-func goLayout(rt reflect.Type) (*dtype.Type, error) {
-	kinds := map[reflect.Kind]dtype.Kind{
-		reflect.Bool: dtype.Bool, reflect.Int8: dtype.Int8, reflect.Int16: dtype.Int16, reflect.Int32: dtype.Int32,
-		reflect.Int64: dtype.Int64, reflect.Int: dtype.Int64, reflect.Uint8: dtype.Uint8, reflect.Uint16: dtype.Uint16,
-		reflect.Uint32: dtype.Uint32, reflect.Uint64: dtype.Uint64, reflect.Uint: dtype.Uint64, reflect.Uintptr: dtype.Uint64,
-		reflect.Float32: dtype.Float32, reflect.Float64: dtype.Float64, reflect.Complex64: dtype.Complex64,
-		reflect.Complex128: dtype.Complex128,
+// basicTypes is the predefined datatype of each basic kind.
+var basicTypes = func() map[dtype.Kind]*Datatype {
+	m := map[dtype.Kind]*Datatype{}
+	for _, d := range []*Datatype{Byte, Bool, Int8, Int16, Int32, Int64, Uint8, Uint16, Uint32, Uint64,
+		Float32, Float64, Complex64, Complex128} {
+		m[d.t.Kind()] = d
 	}
-	if k, ok := kinds[rt.Kind()]; ok {
+	return m
+}()
+
+// goKinds maps Go's numeric kinds and bool to basic kinds.
+var goKinds = map[reflect.Kind]dtype.Kind{
+	reflect.Bool: dtype.Bool, reflect.Int8: dtype.Int8, reflect.Int16: dtype.Int16, reflect.Int32: dtype.Int32,
+	reflect.Int64: dtype.Int64, reflect.Int: dtype.Int64, reflect.Uint8: dtype.Uint8, reflect.Uint16: dtype.Uint16,
+	reflect.Uint32: dtype.Uint32, reflect.Uint64: dtype.Uint64, reflect.Uint: dtype.Uint64, reflect.Uintptr: dtype.Uint64,
+	reflect.Float32: dtype.Float32, reflect.Float64: dtype.Float64, reflect.Complex64: dtype.Complex64,
+	reflect.Complex128: dtype.Complex128,
+}
+
+func goLayout(rt reflect.Type) (*dtype.Type, error) {
+	if k, ok := goKinds[rt.Kind()]; ok {
 		if dtype.Basic(k).Size() != int64(rt.Size()) {
 			return nil, fmt.Errorf("%w: %v is %d bytes here", ErrType, rt, rt.Size())
 		}

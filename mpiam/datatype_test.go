@@ -94,7 +94,10 @@ func TestDatatypeQueriesAndErrors(t *testing.T) {
 	require.ErrorIs(t, err, ErrType)
 	f, err := DatatypeOf[float64]()
 	require.NoError(t, err)
-	require.Equal(t, 8, f.Size())
+	require.Same(t, Float64, f)
+	i, err := DatatypeOf[int]()
+	require.NoError(t, err)
+	require.Equal(t, 8, i.Size())
 
 	// Get_count and Get_elements on a status.
 	st := Status{Bytes: 18 + 8 + 4}

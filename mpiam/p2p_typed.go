@@ -19,6 +19,15 @@ func typed[T any](buf []T, count int, d *Datatype) ([]byte, *layout, error) {
 	return layoutOf(mem, count, d)
 }
 
+// packedLen is the bytes a typed buffer sends or takes: mem's length when
+// contiguous, else lay's packed size.
+func packedLen(mem []byte, lay *layout) int {
+	if lay != nil {
+		return lay.n
+	}
+	return len(mem)
+}
+
 // sendLay is a blocking send of non-contiguous data in mode.
 func (c *Comm) sendLay(mem []byte, lay *layout, dest, tag int, mode Mode) error {
 	if err := c.checkSend(dest, tag); err != nil {
@@ -171,10 +180,7 @@ func RecvTyped[T any](c *Comm, buf []T, count int, d *Datatype, src, tag int) (S
 	if err != nil {
 		return Status{}, err
 	}
-	n := len(mem)
-	if lay != nil {
-		n = lay.n
-	}
+	n := packedLen(mem, lay)
 	f := func() (Status, error) {
 		if lay == nil {
 			return c.recv(mem, src, tag)
@@ -197,10 +203,7 @@ func IrecvTyped[T any](c *Comm, buf []T, count int, d *Datatype, src, tag int) (
 	if err != nil {
 		return nil, err
 	}
-	n := len(mem)
-	if lay != nil {
-		n = lay.n
-	}
+	n := packedLen(mem, lay)
 	f := func() (*Request, error) {
 		if lay == nil {
 			return c.irecv(mem, src, tag)
@@ -232,11 +235,7 @@ func SendrecvTyped[S, R any](c *Comm, sendbuf []S, sendcount int, sendtype *Data
 	}
 	f := func() (Status, error) { return c.sendrecvLay(smem, slay, dest, sendtag, rmem, rlay, src, recvtag) }
 	if c.hooked() {
-		n := len(smem)
-		if slay != nil {
-			n = slay.n
-		}
-		return c.p.hookStatus(&Event{Call: CallSendrecv, Comm: c, Peer: dest, Tag: sendtag, Bytes: n}, f)
+		return c.p.hookStatus(&Event{Call: CallSendrecv, Comm: c, Peer: dest, Tag: sendtag, Bytes: packedLen(smem, slay)}, f)
 	}
 	return f()
 }
@@ -297,10 +296,7 @@ func ImrecvTyped[T any](m *Message, buf []T, count int, d *Datatype) (*Request, 
 	if m == nil || !m.comm.hooked() {
 		return imrecvLay(m, mem, lay)
 	}
-	n := len(mem)
-	if lay != nil {
-		n = lay.n
-	}
+	n := packedLen(mem, lay)
 	return m.comm.p.hookReq(&Event{Call: CallImrecv, Comm: m.comm, Peer: int(m.env.Source), Tag: int(m.env.Tag), Bytes: n},
 		func() (*Request, error) { return imrecvLay(m, mem, lay) })
 }
