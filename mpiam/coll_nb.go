@@ -1,82 +1,617 @@
 package mpiam
 
-// Nonblocking collectives (MPI-4.1 §6.12). Each takes its place in the
-// communicator's order of collective calls when it is called, then runs the
-// same algorithm as its blocking form on a goroutine of its own, so it
-// progresses whatever the program waits on; the returned request completes
-// when the operation has (Wait, Test and the multiple-completion functions
-// accept it). Buffers must not be touched until then. Cancel has no effect on
-// these requests.
+import (
+	"fmt"
 
-func (c *Comm) startNB(call Call, peer, bytes int, run func(x coll) error) (*Request, error) {
+	"github.com/amgo-hpc/amgo/handlers"
+	"github.com/amgo-hpc/amgo/mpiam/internal/proto"
+	"github.com/amgo-hpc/amgo/mpiam/internal/sched"
+)
+
+// Nonblocking collectives (MPI-4.1 §6.12). Each call takes its place in the
+// communicator's order of collective calls, checks its arguments (errors are
+// returned at once), builds the operation's schedule and posts its first
+// round (coll_sched.go); the returned request completes when the operation
+// has, after every earlier nonblocking collective on the communicator (Wait,
+// Test and the multiple-completion functions accept it). Buffers must not be
+// touched until then. Cancel has no effect on these requests. Buffers, counts
+// and in-place conventions are those of the blocking calls. A nonblocking
+// collective matches only the same nonblocking collective on the other
+// ranks (MPI-4.1 §6.12), except that Ibarrier and Barrier match each other.
+
+// barrierTag is the tag base of a node-level barrier of epoch n.x.epoch,
+// shared with the blocking Barrier (barrierNodes).
+func (n *nbc) barrierTag() int {
+	return barrierTags + int(n.x.epoch%(1<<20))<<8
+}
+
+// barrierSchedule is the dissemination barrier of n over active messages
+// (as Barrier: round r sends one message and waits for the round-r count to
+// pass n's epoch), or the node-level barrier over messages. The steps read
+// n's epoch when they run, so a persistent barrier's schedule serves every
+// Start.
+func (n *nbc) barrierSchedule() *sched.Schedule {
+	var b sched.Builder
+	c := n.x.c
+	p := c.p
+	if c.size == 1 {
+		return b.Schedule()
+	}
+	if l := n.x.nodeLevels(); l != nil {
+		n.x.tag = n.barrierTag()
+		node := sched.Group{Ranks: l.node.ranks, Me: l.node.me, Size: len(l.node.ranks)}
+		if l.node.me != 0 {
+			b.Send(l.node.ranks[0], 0, b.Temp(1))
+			b.Fence()
+		} else {
+			for i := 1; i < len(l.node.ranks); i++ {
+				b.Recv(l.node.ranks[i], 0, b.Temp(1))
+			}
+			b.Fence()
+			ls, me := len(l.leaders.ranks), l.leaders.me
+			for r, dist := 0, 1; dist < ls; r, dist = r+1, dist*2 {
+				b.Send(l.leaders.ranks[(me+dist)%ls], leaderSteps+r, b.Temp(1))
+				b.Recv(l.leaders.ranks[(me-dist+ls)%ls], leaderSteps+r, b.Temp(1))
+				b.Fence()
+			}
+		}
+		sched.Bcast(&b, node, b.Temp(1), 0, node2Steps)
+		return b.Schedule()
+	}
+	var bar *barrierCounts
+	b.Call(func() error {
+		if bar = c.bar.Load(); bar == nil {
+			p.mu.Lock()
+			bar = p.barrierCountsLocked(c.ctx)
+			p.mu.Unlock()
+			c.bar.Store(bar)
+		}
+		return p.collFailed(c)
+	})
+	for r, dist := 0, 1; dist < c.size; r, dist = r+1, dist*2 {
+		if r > 0 && n.x.pb != nil {
+			b.Call(func() error { n.x.observeBarrierPB(bar, r-1); return nil })
+		}
+		to := c.world((c.rank + dist) % c.size)
+		b.Call(func() error {
+			var buf [proto.BarrierArgs]uint64
+			var pb handlers.Piggyback
+			if n.x.pb != nil {
+				pb.Value, _ = n.x.outgoing()
+				pb.Set = true
+			}
+			err := p.ep.RequestShortWith(to, hBarrier, pb, (&proto.Barrier{Context: c.ctx, Round: uint32(r)}).Append(buf[:0])...)
+			if err != nil {
+				return p.netErr(c, to, fmt.Sprintf("barrier on communicator %d", c.ctx), err)
+			}
+			return nil
+		})
+		b.Until(func() bool { return bar.n[r].Load() > n.x.epoch })
+		b.Fence()
+		if dist*2 >= c.size && n.x.pb != nil {
+			b.Call(func() error { n.x.observeBarrierPB(bar, r); return nil })
+		}
+	}
+	return b.Schedule()
+}
+
+// Ibarrier starts a barrier (MPI_Ibarrier): the request completes once every
+// rank of c has called Ibarrier or Barrier. Errors: ErrComm.
+func (c *Comm) Ibarrier() (*Request, error) {
 	start := func() (*Request, error) {
-		x, err := c.startColl(call, true)
+		x, err := c.startColl(CallIbarrier, true)
 		if err != nil {
 			return nil, err
 		}
-		s := &reqState{p: c.p, kind: kindColl, comm: c, peer: AnySource, tag: AnyTag}
-		id := c.p.collBegin(call, c, peer, bytes)
-		go func() {
-			err := run(x)
-			c.p.collEnd(id)
-			s.complete(x.status(err))
-		}()
-		return &Request{s: s}, nil
+		n := newNBC(x, CallIbarrier, AnySource, 0, nil)
+		n.setSchedule(n.barrierSchedule())
+		n.begin()
+		return &Request{s: n.req}, nil
 	}
 	if c.hooked() {
-		return c.p.hookReq(&Event{Call: call, Comm: c, Peer: peer, Bytes: bytes}, start)
+		return c.p.hookReq(&Event{Call: CallIbarrier, Comm: c, Peer: AnySource}, start)
 	}
 	return start()
 }
 
-// Ibarrier starts a barrier (MPI_Ibarrier): the request completes once every
-// rank of c has called Ibarrier or Barrier.
-func (c *Comm) Ibarrier() (*Request, error) {
-	return c.startNB(CallIbarrier, AnySource, 0, func(x coll) error { return x.barrier() })
+// BarrierInit makes a persistent barrier request (MPI_Barrier_init,
+// MPI-4.1 §6.13): each Start begins a barrier, which matches Barrier,
+// Ibarrier or a started BarrierInit on the other ranks. Errors: ErrComm.
+func (c *Comm) BarrierInit() (*Request, error) {
+	x, err := c.startColl(CallBarrierInit, true)
+	if err != nil {
+		return nil, err
+	}
+	n := newNBC(x, CallBarrierInit, AnySource, 0, nil)
+	n.setSchedule(n.barrierSchedule())
+	n.persistent, n.req.persistent = true, true
+	return &Request{s: n.req}, nil
 }
 
-// Ibcast starts a broadcast (MPI_Ibcast); see Bcast.
+// bcastSched builds Bcast's schedule: a binomial tree, or a scatter and a
+// ring allgather from AMGO_BCAST_LARGE bytes on 4 or more ranks.
+func bcastSched[T any](buf []T, root int) func(x coll, b *sched.Builder) error {
+	return func(x coll, b *sched.Builder) error {
+		if err := checkRoot(x.c, root); err != nil {
+			return err
+		}
+		rb := raw(buf)
+		if len(rb) >= bcastLarge && x.size() >= 4 {
+			sched.BcastScatterAllgather(b, x.group(), rb, root, 0)
+		} else {
+			sched.Bcast(b, x.group(), rb, root, 0)
+		}
+		return nil
+	}
+}
+
+// Ibcast starts a broadcast (MPI_Ibcast); see Bcast. Errors at the call:
+// ErrComm, ErrRoot, ErrType.
 func Ibcast[T any](c *Comm, buf []T, root int) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	if err := checkRoot(c, root); err != nil {
-		return nil, err
-	}
-	return c.startNB(CallIbcast, root, len(raw(buf)), func(x coll) error { return x.bcast(raw(buf), root) })
+	return c.startSched(CallIbcast, root, len(raw(buf)), bcastSched(buf, root))
 }
 
-// Ireduce starts a reduction to root (MPI_Ireduce); see Reduce.
+// BcastInit makes a persistent broadcast request (MPI_Bcast_init, MPI-4.1
+// §6.13); errors as Ibcast's.
+func BcastInit[T any](c *Comm, buf []T, root int) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.initSched(CallBcastInit, root, len(raw(buf)), bcastSched(buf, root))
+}
+
+// reduceSched builds Reduce's schedule: a binomial tree.
+func reduceSched[T any](send, recv []T, op Op[T], root int) func(x coll, b *sched.Builder) error {
+	return func(x coll, b *sched.Builder) error {
+		if err := checkRoot(x.c, root); err != nil {
+			return err
+		}
+		send := send
+		if x.rank() == root {
+			if send == nil {
+				send = recv
+			}
+			if len(recv) != len(send) {
+				return fmt.Errorf("%w: Reduce of %d elements into a receive buffer of %d", ErrCount, len(send), len(recv))
+			}
+		}
+		sched.Reduce(b, x.group(), raw(send), raw(recv), reduction(op), root, 0)
+		return nil
+	}
+}
+
+// Ireduce starts a reduction to root (MPI_Ireduce); see Reduce. Errors at
+// the call: ErrComm, ErrRoot, ErrType, ErrCount.
 func Ireduce[T any](c *Comm, send, recv []T, op Op[T], root int) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	if err := checkRoot(c, root); err != nil {
-		return nil, err
-	}
-	return c.startNB(CallIreduce, root, len(raw(send)), func(x coll) error { return reduce(x, send, recv, op, root) })
+	return c.startSched(CallIreduce, root, len(raw(send)), reduceSched(send, recv, op, root))
 }
 
-// Iallreduce starts an allreduce (MPI_Iallreduce); see Allreduce.
+// ReduceInit makes a persistent reduction request (MPI_Reduce_init,
+// MPI-4.1 §6.13); errors as Ireduce's.
+func ReduceInit[T any](c *Comm, send, recv []T, op Op[T], root int) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.initSched(CallReduceInit, root, len(raw(send)), reduceSched(send, recv, op, root))
+}
+
+// allreduceSched builds Allreduce's schedule: recursive doubling, the ring
+// from AMGO_ALLREDUCE_RING bytes (commutative operations, at least one
+// element per rank), Reduce then Bcast for non-commutative operations.
+func allreduceSched[T any](send, recv []T, op Op[T]) func(x coll, b *sched.Builder) error {
+	return func(x coll, b *sched.Builder) error {
+		send := send
+		if send == nil {
+			send = recv
+		}
+		if len(recv) != len(send) {
+			return fmt.Errorf("%w: Allreduce of %d elements into a receive buffer of %d", ErrCount, len(send), len(recv))
+		}
+		red := reduction(op)
+		if op.Commutative && len(raw(recv)) >= allreduceRing && len(recv) >= x.size() {
+			sched.AllreduceRing(b, x.group(), raw(send), raw(recv), red, 0)
+		} else {
+			sched.Allreduce(b, x.group(), raw(send), raw(recv), red, 0)
+		}
+		return nil
+	}
+}
+
+// Iallreduce starts an allreduce (MPI_Iallreduce); see Allreduce. Errors at
+// the call: ErrComm, ErrType, ErrCount.
 func Iallreduce[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startNB(CallIallreduce, AnySource, len(raw(recv)), func(x coll) error { return allreduce(x, send, recv, op) })
+	return c.startSched(CallIallreduce, AnySource, len(raw(recv)), allreduceSched(send, recv, op))
 }
 
-// Iallgather starts an allgather (MPI_Iallgather); see Allgather.
+// AllreduceInit makes a persistent allreduce request (MPI_Allreduce_init,
+// MPI-4.1 §6.13); errors as Iallreduce's.
+func AllreduceInit[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.initSched(CallAllreduceInit, AnySource, len(raw(recv)), allreduceSched(send, recv, op))
+}
+
+// gatherSched builds Gather's (v false) or Gatherv's schedule: linear.
+func gatherSched[T any](send, recv []T, counts, displs []int, root int, v bool) func(x coll, b *sched.Builder) error {
+	return func(x coll, b *sched.Builder) error {
+		if err := checkRoot(x.c, root); err != nil {
+			return err
+		}
+		p, me := x.size(), x.rank()
+		if me != root {
+			sched.Gatherv(b, x.group(), raw(send), nil, nil, nil, root, 0)
+			return nil
+		}
+		what := "Gather"
+		counts, displs := counts, displs
+		if !v {
+			if len(recv)%p != 0 {
+				return fmt.Errorf("%w: Gather receive buffer of %d elements for %d ranks", ErrCount, len(recv), p)
+			}
+			counts, displs = evenBlocks(p, len(recv)/p)
+		} else {
+			what = "Gatherv"
+			if err := checkV(p, len(recv), counts, displs, what); err != nil {
+				return err
+			}
+		}
+		if send != nil && len(send) != counts[me] {
+			return fmt.Errorf("%w: %s of %d elements into a block of %d", ErrCount, what, len(send), counts[me])
+		}
+		bc, bd := elemCounts[T](counts, displs)
+		sched.Gatherv(b, x.group(), raw(send), raw(recv), bc, bd, root, 0)
+		return nil
+	}
+}
+
+// Igather starts a gather (MPI_Igather); see Gather. Errors at the call:
+// ErrComm, ErrRoot, ErrType, ErrCount.
+func Igather[T any](c *Comm, send, recv []T, root int) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.startSched(CallIgather, root, len(raw(send)), gatherSched(send, recv, nil, nil, root, false))
+}
+
+// GatherInit makes a persistent gather request (MPI_Gather_init, MPI-4.1
+// §6.13); errors as Igather's.
+func GatherInit[T any](c *Comm, send, recv []T, root int) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.initSched(CallGatherInit, root, len(raw(send)), gatherSched(send, recv, nil, nil, root, false))
+}
+
+// Igatherv starts a Gatherv (MPI_Igatherv); errors as Igather's.
+func Igatherv[T any](c *Comm, send, recv []T, counts, displs []int, root int) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.startSched(CallIgatherv, root, len(raw(send)), gatherSched(send, recv, counts, displs, root, true))
+}
+
+// scatterSched builds Scatter's (v false) or Scatterv's schedule: linear.
+func scatterSched[T any](send []T, counts, displs []int, recv []T, root int, v bool) func(x coll, b *sched.Builder) error {
+	return func(x coll, b *sched.Builder) error {
+		if err := checkRoot(x.c, root); err != nil {
+			return err
+		}
+		p, me := x.size(), x.rank()
+		if me != root {
+			sched.Scatterv(b, x.group(), nil, nil, nil, raw(recv), root, 0)
+			return nil
+		}
+		what := "Scatter"
+		counts, displs := counts, displs
+		if !v {
+			if len(send)%p != 0 {
+				return fmt.Errorf("%w: Scatter send buffer of %d elements for %d ranks", ErrCount, len(send), p)
+			}
+			counts, displs = evenBlocks(p, len(send)/p)
+		} else {
+			what = "Scatterv"
+			if err := checkV(p, len(send), counts, displs, what); err != nil {
+				return err
+			}
+		}
+		if recv != nil && len(recv) != counts[me] {
+			return fmt.Errorf("%w: %s of a block of %d elements into %d", ErrCount, what, counts[me], len(recv))
+		}
+		bc, bd := elemCounts[T](counts, displs)
+		sched.Scatterv(b, x.group(), raw(send), bc, bd, raw(recv), root, 0)
+		return nil
+	}
+}
+
+// Iscatter starts a scatter (MPI_Iscatter); see Scatter. Errors at the
+// call: ErrComm, ErrRoot, ErrType, ErrCount.
+func Iscatter[T any](c *Comm, send, recv []T, root int) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.startSched(CallIscatter, root, len(raw(recv)), scatterSched(send, nil, nil, recv, root, false))
+}
+
+// ScatterInit makes a persistent scatter request (MPI_Scatter_init,
+// MPI-4.1 §6.13); errors as Iscatter's.
+func ScatterInit[T any](c *Comm, send, recv []T, root int) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.initSched(CallScatterInit, root, len(raw(recv)), scatterSched(send, nil, nil, recv, root, false))
+}
+
+// Iscatterv starts a Scatterv (MPI_Iscatterv); errors as Iscatter's.
+func Iscatterv[T any](c *Comm, send []T, counts, displs []int, recv []T, root int) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.startSched(CallIscatterv, root, len(raw(recv)), scatterSched(send, counts, displs, recv, root, true))
+}
+
+// allgatherSched builds Allgather's (v false) or Allgatherv's schedule:
+// recursive doubling for power-of-two sizes up to AMGO_ALLGATHER_RD bytes
+// in total, the ring otherwise.
+func allgatherSched[T any](send, recv []T, counts, displs []int, v bool) func(x coll, b *sched.Builder) error {
+	return func(x coll, b *sched.Builder) error {
+		p, me := x.size(), x.rank()
+		what := "Allgather"
+		counts, displs := counts, displs
+		if !v {
+			if len(recv)%p != 0 {
+				return fmt.Errorf("%w: Allgather receive buffer of %d elements for %d ranks", ErrCount, len(recv), p)
+			}
+			counts, displs = evenBlocks(p, len(recv)/p)
+		} else {
+			what = "Allgatherv"
+			if err := checkV(p, len(recv), counts, displs, what); err != nil {
+				return err
+			}
+		}
+		if send != nil && len(send) != counts[me] {
+			return fmt.Errorf("%w: %s of %d elements into a block of %d", ErrCount, what, len(send), counts[me])
+		}
+		rb := raw(recv)
+		if !v && p&(p-1) == 0 && len(rb) <= allgatherRD {
+			sched.AllgatherRecursiveDoubling(b, x.group(), raw(send), rb, len(rb)/p, 0)
+			return nil
+		}
+		bc, bd := elemCounts[T](counts, displs)
+		sched.AllgatherRing(b, x.group(), raw(send), rb, bc, bd, 0)
+		return nil
+	}
+}
+
+// Iallgather starts an allgather (MPI_Iallgather); see Allgather. Errors at
+// the call: ErrComm, ErrType, ErrCount.
 func Iallgather[T any](c *Comm, send, recv []T) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startNB(CallIallgather, AnySource, len(raw(send)), func(x coll) error { return allgather(x, send, recv) })
+	return c.startSched(CallIallgather, AnySource, len(raw(send)), allgatherSched(send, recv, nil, nil, false))
+}
+
+// AllgatherInit makes a persistent allgather request (MPI_Allgather_init,
+// MPI-4.1 §6.13); errors as Iallgather's.
+func AllgatherInit[T any](c *Comm, send, recv []T) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.initSched(CallAllgatherInit, AnySource, len(raw(send)), allgatherSched(send, recv, nil, nil, false))
+}
+
+// Iallgatherv starts an Allgatherv (MPI_Iallgatherv); errors as Iallgather's.
+func Iallgatherv[T any](c *Comm, send, recv []T, counts, displs []int) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.startSched(CallIallgatherv, AnySource, len(raw(send)), allgatherSched(send, recv, counts, displs, true))
+}
+
+// alltoallSched builds Alltoall's (rcounts nil) or Alltoallv's schedule:
+// every message posted at once. In place (nil send), the send side is a copy
+// of recv taken when the operation starts.
+func alltoallSched[T any](send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) func(x coll, b *sched.Builder) error {
+	return func(x coll, b *sched.Builder) error {
+		p := x.size()
+		what := "Alltoallv"
+		scounts, sdispls, rcounts, rdispls := scounts, sdispls, rcounts, rdispls
+		if rcounts == nil {
+			what = "Alltoall"
+			if len(recv)%p != 0 || send != nil && len(send) != len(recv) {
+				return fmt.Errorf("%w: Alltoall of %d elements into %d for %d ranks", ErrCount, len(send), len(recv), p)
+			}
+			rcounts, rdispls = evenBlocks(p, len(recv)/p)
+			scounts, sdispls = rcounts, rdispls
+		} else if send == nil {
+			scounts, sdispls = rcounts, rdispls
+		}
+		if err := checkV(p, len(recv), rcounts, rdispls, what); err != nil {
+			return err
+		}
+		rb := raw(recv)
+		sb := raw(send)
+		if send == nil {
+			sb = b.Temp(len(rb))
+			b.Copy(sb, rb)
+			b.Fence()
+		} else if err := checkV(p, len(send), scounts, sdispls, what); err != nil {
+			return err
+		}
+		bsc, bsd := elemCounts[T](scounts, sdispls)
+		brc, brd := elemCounts[T](rcounts, rdispls)
+		sched.Alltoallv(b, x.group(), sb, bsc, bsd, rb, brc, brd, 0)
+		return nil
+	}
 }
 
 // Ialltoall starts an all-to-all exchange (MPI_Ialltoall); see Alltoall.
+// Errors at the call: ErrComm, ErrType, ErrCount.
 func Ialltoall[T any](c *Comm, send, recv []T) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startNB(CallIalltoall, AnySource, len(raw(send)), func(x coll) error { return alltoall(x, send, recv) })
+	return c.startSched(CallIalltoall, AnySource, len(raw(send)), alltoallSched(send, nil, nil, recv, nil, nil))
+}
+
+// AlltoallInit makes a persistent all-to-all request (MPI_Alltoall_init,
+// MPI-4.1 §6.13); errors as Ialltoall's.
+func AlltoallInit[T any](c *Comm, send, recv []T) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.initSched(CallAlltoallInit, AnySource, len(raw(send)), alltoallSched(send, nil, nil, recv, nil, nil))
+}
+
+// Ialltoallv starts an Alltoallv (MPI_Ialltoallv); errors as Ialltoall's. A
+// nil send means in place (rcounts and rdispls describe both sides).
+func Ialltoallv[T any](c *Comm, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	if rcounts == nil {
+		rcounts = []int{} // not Alltoall's form: checkV reports the missing counts
+	}
+	return c.startSched(CallIalltoallv, AnySource, len(raw(send)), alltoallSched(send, scounts, sdispls, recv, rcounts, rdispls))
+}
+
+// reduceScatterSched builds ReduceScatter's schedule (counts in elements;
+// nil counts: blocks of len(recv) elements, ReduceScatterBlock).
+func reduceScatterSched[T any](send, recv []T, counts []int, op Op[T]) func(x coll, b *sched.Builder) error {
+	return func(x coll, b *sched.Builder) error {
+		p, me := x.size(), x.rank()
+		what := "ReduceScatter"
+		counts := counts
+		if counts == nil {
+			what = "ReduceScatterBlock"
+			k := len(recv)
+			if send == nil {
+				if k%p != 0 {
+					return fmt.Errorf("%w: in-place ReduceScatterBlock of %d elements for %d ranks", ErrCount, k, p)
+				}
+				k /= p
+			}
+			counts, _ = evenBlocks(p, k)
+		}
+		if len(counts) != p {
+			return fmt.Errorf("%w: %s needs %d counts, got %d", ErrCount, what, p, len(counts))
+		}
+		total := 0
+		for i, n := range counts {
+			if n < 0 {
+				return fmt.Errorf("%w: %s count %d of rank %d", ErrCount, what, n, i)
+			}
+			total += n
+		}
+		rb := raw(recv)
+		sb := raw(send)
+		if send == nil {
+			if len(recv) < total {
+				return fmt.Errorf("%w: in-place %s of %d elements in a buffer of %d", ErrCount, what, total, len(recv))
+			}
+			sb = b.Temp(len(raw(recv[:total])))
+			b.Copy(sb, raw(recv[:total]))
+			b.Fence()
+		} else if len(send) != total {
+			return fmt.Errorf("%w: %s of %d elements where the counts sum to %d", ErrCount, what, len(send), total)
+		}
+		if len(recv) < counts[me] {
+			return fmt.Errorf("%w: %s block of %d elements into a buffer of %d", ErrCount, what, counts[me], len(recv))
+		}
+		bc, _ := elemCounts[T](counts, nil)
+		sched.ReduceScatter(b, x.group(), sb, rb[:bc[me]], bc, reduction(op), 0)
+		return nil
+	}
+}
+
+// ReduceScatter combines every rank's send (the sum of counts elements)
+// with op and leaves block i (counts[i] elements, in order) of the result in
+// rank i's recv (MPI_Reduce_scatter, MPI-4.1 §6.10.1): around a ring for
+// commutative operations ((p−1)·(α + nβ/p + nγ/p)), Reduce to rank 0 and
+// Scatterv otherwise. A nil send means in place: recv holds all blocks on
+// entry and this rank's block in its first counts[rank] elements on return.
+// It runs on the schedule engine. Errors: ErrComm, ErrType, ErrCount,
+// ErrTruncate.
+func ReduceScatter[T any](c *Comm, send, recv []T, counts []int, op Op[T]) error {
+	if err := plain[T](); err != nil {
+		return err
+	}
+	if counts == nil {
+		counts = []int{}
+	}
+	return c.runSched(CallReduceScatter, AnySource, len(raw(send)), reduceScatterSched(send, recv, counts, op))
+}
+
+// IreduceScatter starts a ReduceScatter (MPI_Ireduce_scatter); errors at the
+// call: ErrComm, ErrType, ErrCount.
+func IreduceScatter[T any](c *Comm, send, recv []T, counts []int, op Op[T]) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	if counts == nil {
+		counts = []int{}
+	}
+	return c.startSched(CallIreduceScatter, AnySource, len(raw(send)), reduceScatterSched(send, recv, counts, op))
+}
+
+// IreduceScatterBlock starts a ReduceScatterBlock
+// (MPI_Ireduce_scatter_block); errors as IreduceScatter's.
+func IreduceScatterBlock[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.startSched(CallIreduceScatterBlock, AnySource, len(raw(send)), reduceScatterSched(send, recv, nil, op))
+}
+
+// ReduceScatterBlockInit makes a persistent ReduceScatterBlock request
+// (MPI_Reduce_scatter_block_init, MPI-4.1 §6.13); errors as
+// IreduceScatter's.
+func ReduceScatterBlockInit[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.initSched(CallReduceScatterBlockInit, AnySource, len(raw(send)), reduceScatterSched(send, recv, nil, op))
+}
+
+// scanSched builds Scan's or Exscan's schedule: recursive doubling.
+func scanSched[T any](send, recv []T, op Op[T], exclusive bool) func(x coll, b *sched.Builder) error {
+	return func(x coll, b *sched.Builder) error {
+		send := send
+		if send == nil {
+			send = recv
+		}
+		if len(send) != len(recv) {
+			return fmt.Errorf("%w: scan of %d elements into a buffer of %d", ErrCount, len(send), len(recv))
+		}
+		sched.Scan(b, x.group(), raw(send), raw(recv), reduction(op), exclusive, 0)
+		return nil
+	}
+}
+
+// Iscan starts an inclusive prefix reduction (MPI_Iscan); see Scan. Errors
+// at the call: ErrComm, ErrType, ErrCount.
+func Iscan[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.startSched(CallIscan, AnySource, len(raw(recv)), scanSched(send, recv, op, false))
+}
+
+// Iexscan starts an exclusive prefix reduction (MPI_Iexscan); see Exscan;
+// errors as Iscan's.
+func Iexscan[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
+	if err := plain[T](); err != nil {
+		return nil, err
+	}
+	return c.startSched(CallIexscan, AnySource, len(raw(recv)), scanSched(send, recv, op, true))
 }

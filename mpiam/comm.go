@@ -35,6 +35,12 @@ type Comm struct {
 	bar      atomic.Pointer[barrierCounts] // this rank's arrival counts of c's barrier messages, once looked up
 	lv       atomic.Pointer[levels]        // how c's ranks sit on nodes, once computed (coll_node.go)
 
+	// nbcq is c's nonblocking and persistent collectives under way, in
+	// the order they started, from nbcHead on (proc.nbc.mu): each is
+	// reported complete only after those before it (coll_sched.go).
+	nbcq    []*nbc
+	nbcHead int
+
 	cart   *cartTopo     // the Cartesian topology CartCreate or CartSub attached; nil: none (topo.go)
 	graph  *graphTopo    // the distributed graph DistGraphCreate(Adjacent) attached; nil: none (neighbor.go)
 	ggraph *generalGraph // the graph GraphCreate attached; nil: none (graph.go)

@@ -2,6 +2,7 @@ package mpiam
 
 import (
 	"fmt"
+	"github.com/amgo-hpc/amgo/mpiam/internal/sched"
 	"slices"
 )
 
@@ -191,10 +192,10 @@ func NeighborAllgather[T any](c *Comm, send, recv []T) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
-	return c.runColl(CallNeighborAllgather, AnySource, len(raw(send)), func(x coll) error { return neighborAllgather(c, x, send, recv) })
+	return c.runColl(CallNeighborAllgather, AnySource, len(raw(send)), func(x coll) error { return neighborAllgather(c, x, nil, send, recv) })
 }
 
-func neighborAllgather[T any](c *Comm, x coll, send, recv []T) error {
+func neighborAllgather[T any](c *Comm, x coll, b *sched.Builder, send, recv []T) error {
 	in, out, err := c.neighbors()
 	if err != nil {
 		return err
@@ -205,7 +206,7 @@ func neighborAllgather[T any](c *Comm, x coll, send, recv []T) error {
 	}
 	rcounts, rdispls := evenBlocks(len(in), k)
 	scounts, sdispls := sameBlock(len(out), k)
-	return neighborExchangeV(x, in, out, send, scounts, sdispls, recv, rcounts, rdispls)
+	return neighborExchangeV(x, b, in, out, send, scounts, sdispls, recv, rcounts, rdispls)
 }
 
 // NeighborAlltoall sends block i of send to the i-th out-neighbor and
@@ -220,10 +221,10 @@ func NeighborAlltoall[T any](c *Comm, send, recv []T) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
-	return c.runColl(CallNeighborAlltoall, AnySource, len(raw(send)), func(x coll) error { return neighborAlltoall(c, x, send, recv) })
+	return c.runColl(CallNeighborAlltoall, AnySource, len(raw(send)), func(x coll) error { return neighborAlltoall(c, x, nil, send, recv) })
 }
 
-func neighborAlltoall[T any](c *Comm, x coll, send, recv []T) error {
+func neighborAlltoall[T any](c *Comm, x coll, b *sched.Builder, send, recv []T) error {
 	in, out, err := c.neighbors()
 	if err != nil {
 		return err
@@ -241,7 +242,7 @@ func neighborAlltoall[T any](c *Comm, x coll, send, recv []T) error {
 	}
 	scounts, sdispls := evenBlocks(len(out), k)
 	rcounts, rdispls := evenBlocks(len(in), k)
-	return neighborExchangeV(x, in, out, send, scounts, sdispls, recv, rcounts, rdispls)
+	return neighborExchangeV(x, b, in, out, send, scounts, sdispls, recv, rcounts, rdispls)
 }
 
 // neighborExchange posts a receive of rblocks[i] from in[i] for every i,
@@ -322,10 +323,10 @@ func NeighborAllgatherv[T any](c *Comm, send, recv []T, counts, displs []int) er
 	if err := plain[T](); err != nil {
 		return err
 	}
-	return c.runColl(CallNeighborAllgatherv, AnySource, len(raw(send)), func(x coll) error { return neighborAllgatherv(c, x, send, recv, counts, displs) })
+	return c.runColl(CallNeighborAllgatherv, AnySource, len(raw(send)), func(x coll) error { return neighborAllgatherv(c, x, nil, send, recv, counts, displs) })
 }
 
-func neighborAllgatherv[T any](c *Comm, x coll, send, recv []T, counts, displs []int) error {
+func neighborAllgatherv[T any](c *Comm, x coll, b *sched.Builder, send, recv []T, counts, displs []int) error {
 	in, out, err := c.neighbors()
 	if err != nil {
 		return err
@@ -334,7 +335,7 @@ func neighborAllgatherv[T any](c *Comm, x coll, send, recv []T, counts, displs [
 		return err
 	}
 	scounts, sdispls := sameBlock(len(out), len(send))
-	return neighborExchangeV(x, in, out, send, scounts, sdispls, recv, counts, displs)
+	return neighborExchangeV(x, b, in, out, send, scounts, sdispls, recv, counts, displs)
 }
 
 // NeighborAlltoallv is NeighborAlltoall with a count and displacement (in
@@ -350,10 +351,12 @@ func NeighborAlltoallv[T any](c *Comm, send []T, scounts, sdispls []int, recv []
 	if err := plain[T](); err != nil {
 		return err
 	}
-	return c.runColl(CallNeighborAlltoallv, AnySource, len(raw(send)), func(x coll) error { return neighborAlltoallv(c, x, send, scounts, sdispls, recv, rcounts, rdispls) })
+	return c.runColl(CallNeighborAlltoallv, AnySource, len(raw(send)), func(x coll) error {
+		return neighborAlltoallv(c, x, nil, send, scounts, sdispls, recv, rcounts, rdispls)
+	})
 }
 
-func neighborAlltoallv[T any](c *Comm, x coll, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) error {
+func neighborAlltoallv[T any](c *Comm, x coll, b *sched.Builder, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) error {
 	in, out, err := c.neighbors()
 	if err != nil {
 		return err
@@ -364,7 +367,7 @@ func neighborAlltoallv[T any](c *Comm, x coll, send []T, scounts, sdispls []int,
 	if err := checkV(len(in), len(recv), rcounts, rdispls, "NeighborAlltoallv receive"); err != nil {
 		return err
 	}
-	return neighborExchangeV(x, in, out, send, scounts, sdispls, recv, rcounts, rdispls)
+	return neighborExchangeV(x, b, in, out, send, scounts, sdispls, recv, rcounts, rdispls)
 }
 
 // evenBlocks is n consecutive blocks of k elements; sameBlock is n times
@@ -386,8 +389,9 @@ func sameBlock(n, k int) (counts, displs []int) {
 }
 
 // neighborExchangeV is neighborExchange of the blocks of send and recv that
-// the (checked) counts and displacements name, one per neighbor.
-func neighborExchangeV[T any](x coll, in, out []int, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) error {
+// the (checked) counts and displacements name, one per neighbor; with b,
+// it adds the exchange to b's schedule instead.
+func neighborExchangeV[T any](x coll, b *sched.Builder, in, out []int, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) error {
 	rblocks := make([][]byte, len(in))
 	for i := range in {
 		rblocks[i] = raw(recv[rdispls[i] : rdispls[i]+rcounts[i]])
@@ -396,17 +400,37 @@ func neighborExchangeV[T any](x coll, in, out []int, send []T, scounts, sdispls 
 	for i := range out {
 		sblocks[i] = raw(send[sdispls[i] : sdispls[i]+scounts[i]])
 	}
+	if b != nil {
+		neighborSchedule(b, in, rblocks, out, sblocks)
+		return nil
+	}
 	return x.neighborExchange(in, rblocks, out, sblocks)
 }
 
 // startNeighbor starts a nonblocking neighborhood collective: a missing
-// topology is reported at once; the exchange runs as the other nonblocking
-// collectives do (coll_nb.go).
-func (c *Comm) startNeighbor(call Call, bytes int, run func(x coll) error) (*Request, error) {
+// topology is reported at once; the exchange runs on the schedule engine
+// as the other nonblocking collectives do (coll_sched.go).
+func (c *Comm) startNeighbor(call Call, bytes int, build func(x coll, b *sched.Builder) error) (*Request, error) {
 	if _, _, err := c.neighbors(); err != nil {
 		return nil, err
 	}
-	return c.startNB(call, AnySource, bytes, run)
+	return c.startSched(call, AnySource, bytes, build)
+}
+
+// neighborSchedule is neighborExchange as one round of a schedule: every
+// receive posted, then every send, ProcNull neighbors skipped.
+func neighborSchedule(b *sched.Builder, in []int, rblocks [][]byte, out []int, sblocks [][]byte) {
+	for i, src := range in {
+		if src != ProcNull {
+			b.Recv(src, 0, rblocks[i])
+		}
+	}
+	for i, dst := range out {
+		if dst != ProcNull {
+			b.Send(dst, 0, sblocks[i])
+		}
+	}
+	b.Fence()
 }
 
 // IneighborAllgather starts a NeighborAllgather (MPI_Ineighbor_allgather,
@@ -417,7 +441,7 @@ func IneighborAllgather[T any](c *Comm, send, recv []T) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startNeighbor(CallIneighborAllgather, len(raw(send)), func(x coll) error { return neighborAllgather(c, x, send, recv) })
+	return c.startNeighbor(CallIneighborAllgather, len(raw(send)), func(x coll, b *sched.Builder) error { return neighborAllgather(c, x, b, send, recv) })
 }
 
 // IneighborAlltoall starts a NeighborAlltoall (MPI_Ineighbor_alltoall,
@@ -426,7 +450,7 @@ func IneighborAlltoall[T any](c *Comm, send, recv []T) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startNeighbor(CallIneighborAlltoall, len(raw(send)), func(x coll) error { return neighborAlltoall(c, x, send, recv) })
+	return c.startNeighbor(CallIneighborAlltoall, len(raw(send)), func(x coll, b *sched.Builder) error { return neighborAlltoall(c, x, b, send, recv) })
 }
 
 // IneighborAllgatherv starts a NeighborAllgatherv
@@ -435,8 +459,8 @@ func IneighborAllgatherv[T any](c *Comm, send, recv []T, counts, displs []int) (
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startNeighbor(CallIneighborAllgatherv, len(raw(send)), func(x coll) error {
-		return neighborAllgatherv(c, x, send, recv, counts, displs)
+	return c.startNeighbor(CallIneighborAllgatherv, len(raw(send)), func(x coll, b *sched.Builder) error {
+		return neighborAllgatherv(c, x, b, send, recv, counts, displs)
 	})
 }
 
@@ -446,7 +470,7 @@ func IneighborAlltoallv[T any](c *Comm, send []T, scounts, sdispls []int, recv [
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startNeighbor(CallIneighborAlltoallv, len(raw(send)), func(x coll) error {
-		return neighborAlltoallv(c, x, send, scounts, sdispls, recv, rcounts, rdispls)
+	return c.startNeighbor(CallIneighborAlltoallv, len(raw(send)), func(x coll, b *sched.Builder) error {
+		return neighborAlltoallv(c, x, b, send, scounts, sdispls, recv, rcounts, rdispls)
 	})
 }

@@ -428,7 +428,10 @@ func (r *reqState) start() error {
 	r.done.Store(false)
 	r.status = Status{}
 	r.handle = match.PostedHandle{}
-	if r.kind == kindSend {
+	switch r.kind {
+	case kindColl:
+		return r.coll.startPersistent()
+	case kindSend:
 		return r.p.startSend(r)
 	}
 	return r.p.startRecv(r)

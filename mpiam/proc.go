@@ -117,6 +117,8 @@ type proc struct {
 	eagerNoGet int // and up to this many (and the peer's am.MaxMediumTo) to a peer that cannot be read with one copy
 	world      *Comm
 
+	nbc nbcEngine // nonblocking and persistent collectives under way (coll_sched.go)
+
 	mu       sync.Mutex // guards eng, reqs, nextID, work, nextCtx
 	eng      *match.Engine[*reqState, *inMsg]
 	matchBuf []match.Match[*reqState, *inMsg]

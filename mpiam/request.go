@@ -194,6 +194,7 @@ type reqState struct {
 	persistent bool
 	active     bool // persistent: started and not yet completed
 	onDone     func(*reqState)
+	coll       *nbc // a nonblocking or persistent collective's operation (kind coll)
 
 	// Typed buffers (datatype.go): lay is the layout of non-contiguous
 	// data within buf (nil: buf is the data). A rendezvous receive of such

@@ -383,6 +383,14 @@ func (p *proc) pullInHandler(tok *handlers.Token, d deferred) {
 // receivers' gets, and the stores of rendezvous data whose address has
 // arrived. Any goroutine that waits in MPI runs it; each item runs once.
 func (p *proc) runDeferred() {
+	p.runWorkQueue()
+	if p.nbc.pending.Load() || p.nbc.nUntil.Load() > 0 {
+		p.progressColls() // after the queue, whose work may complete their steps
+	}
+}
+
+// runWorkQueue runs the deferred protocol work queued so far.
+func (p *proc) runWorkQueue() {
 	if p.throttleOff.Load() && p.throttleOff.Swap(false) {
 		p.sendThrottleOffs()
 	}

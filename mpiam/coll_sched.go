@@ -1,0 +1,374 @@
+package mpiam
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/amgo-hpc/amgo/internal/cacheline"
+	"github.com/amgo-hpc/amgo/mpiam/internal/sched"
+)
+
+// Nonblocking (MPI-4.1 §6.12) and persistent (§6.13) collectives run on the
+// schedule engine (internal/sched): the call builds the operation's
+// schedule, rounds of sends, receives and local reductions, and posts its
+// first round; after that whatever polls (any MPI call that waits or tests,
+// and the progress goroutine where there is one) advances it as its messages
+// complete. No goroutine runs per operation. Completion is published in the
+// order the operations were started on each communicator.
+
+// nbc is one nonblocking or persistent collective operation: its schedule,
+// the run under way, and the message posted for each step.
+type nbc struct {
+	x           coll
+	call        Call
+	peer, bytes int
+	s           *sched.Schedule
+	run         sched.Run
+	msgs        []*reqState // by step index: the message posted for it, kept for reuse
+	req         *reqState   // the user's request
+	id          uint64      // collBegin's id
+	wake        func(*reqState)
+	queued      atomic.Bool // on the engine's ready list
+	finished    bool        // the run has ended (engine.mu)
+	until       bool        // the schedule waits on conditions (barrier counts)
+	persistent  bool
+	pb          collPB // piggyback bookkeeping when a tool attaches values
+}
+
+// nbcEngine is a rank's collective schedules under way.
+type nbcEngine struct {
+	mu sync.Mutex // held while advancing schedules; guards nbc.finished, until, Comm.nbcq
+
+	readyMu sync.Mutex // a leaf lock: guards ready alone
+	ready   []*nbc     // schedules with a step that completed since they were last advanced
+	batch   []*nbc     // ready's spare array
+	pending atomic.Bool
+
+	until  []*nbc // schedules waiting on a condition: advanced at every poll
+	nUntil atomic.Int32
+}
+
+// stepDone is every posted step's completion callback: it queues n to be
+// advanced. Handlers call it with proc.mu held, so it takes only the leaf
+// lock.
+func (n *nbc) stepDone(*reqState) {
+	if n.queued.Swap(true) {
+		return
+	}
+	e := &n.x.c.p.nbc
+	e.readyMu.Lock()
+	e.ready = append(e.ready, n)
+	e.readyMu.Unlock()
+	e.pending.Store(true)
+}
+
+// Post starts step i, a send or receive, on the collective context.
+func (n *nbc) Post(i int, op *sched.Op) error {
+	r := n.msgs[i]
+	if r == nil {
+		r = cacheline.New[reqState]()
+		n.msgs[i] = r
+	} else {
+		*r = reqState{}
+	}
+	cc := n.x.cc
+	r.p, r.comm, r.peer, r.tag, r.buf, r.onDone = cc.p, cc, op.Peer, n.x.tag+op.Tag, op.Buf, n.wake
+	if op.Kind == sched.SendOp {
+		r.kind, r.mode = kindSend, Standard
+		if n.x.pb != nil {
+			r.pbOut, r.hasPBOut = n.x.outgoing()
+		}
+		return cc.p.startSend(r)
+	}
+	r.kind = kindRecv
+	return cc.p.startRecv(r)
+}
+
+// Test reports whether step i has completed.
+func (n *nbc) Test(i int, op *sched.Op) (bool, error) {
+	if op.Kind == sched.UntilOp {
+		if op.Cond() {
+			return true, nil
+		}
+		return false, n.x.c.p.collFailed(n.x.c)
+	}
+	r := n.msgs[i]
+	if !r.done.Load() {
+		return false, nil
+	}
+	st := r.status
+	if st.Err != nil {
+		return true, st.Err
+	}
+	if op.Kind == sched.RecvOp {
+		n.x.observe(st)
+		if st.Bytes != len(op.Buf) {
+			return true, fmt.Errorf("%w: collective step expected %d bytes from rank %d, got %d (arguments differ across ranks?)", ErrTruncate, len(op.Buf), op.Peer, st.Bytes)
+		}
+	}
+	return true, nil
+}
+
+// Cancel withdraws a posted receive after a failure; a send cannot be
+// withdrawn and completes on its own.
+func (n *nbc) Cancel(i int, op *sched.Op) {
+	if r := n.msgs[i]; r != nil && op.Kind == sched.RecvOp {
+		_ = r.cancel()
+	}
+}
+
+// newNBC makes the operation for schedule s (nil: set later) of
+// collective call x on c, with its user request (kind coll, not started).
+func newNBC(x coll, call Call, peer, bytes int, s *sched.Schedule) *nbc {
+	n := &nbc{x: x, call: call, peer: peer, bytes: bytes}
+	n.wake = n.stepDone
+	if x.pb != nil {
+		n.x.pb = &n.pb
+	}
+	c := x.c
+	n.req = &reqState{p: c.p, kind: kindColl, comm: c, peer: AnySource, tag: AnyTag, coll: n}
+	if s != nil {
+		n.setSchedule(s)
+	}
+	return n
+}
+
+// setSchedule gives n its schedule.
+func (n *nbc) setSchedule(s *sched.Schedule) {
+	n.s, n.msgs = s, make([]*reqState, len(s.Ops()))
+	for _, op := range s.Ops() {
+		if op.Kind == sched.UntilOp {
+			n.until = true
+			break
+		}
+	}
+}
+
+// begin starts a run of n: it joins c's queue of collectives under way and
+// takes its first steps.
+func (n *nbc) begin() {
+	c := n.x.c
+	p := c.p
+	n.req.done.Store(false)
+	n.req.status = Status{}
+	n.pb = collPB{}
+	n.finished = false
+	n.run.Reset(n.s)
+	n.id = p.collBegin(n.call, c, n.peer, n.bytes)
+	e := &p.nbc
+	e.mu.Lock()
+	c.nbcq = append(c.nbcq, n)
+	if n.until {
+		e.until = append(e.until, n)
+		e.nUntil.Add(1)
+	}
+	n.advanceLocked()
+	e.mu.Unlock()
+	p.progressColls() // what completed meanwhile, with the lock free
+}
+
+// advanceLocked advances n's run and, when it has ended, publishes the
+// completions that were waiting for it in c's order. e.mu held.
+func (n *nbc) advanceLocked() {
+	if n.finished {
+		return
+	}
+	done, _ := n.run.Progress(n)
+	if !done {
+		return
+	}
+	n.finished = true
+	c := n.x.c
+	e := &c.p.nbc
+	if n.until {
+		for i, u := range e.until {
+			if u == n {
+				e.until = append(e.until[:i], e.until[i+1:]...)
+				e.nUntil.Add(-1)
+				break
+			}
+		}
+	}
+	q := c.nbcq[c.nbcHead:]
+	k := 0
+	for k < len(q) && q[k].finished {
+		q[k].publish()
+		q[k] = nil
+		k++
+	}
+	if c.nbcHead += k; c.nbcHead == len(c.nbcq) {
+		c.nbcq, c.nbcHead = c.nbcq[:0], 0 // drained: the array is reused
+	}
+}
+
+// publish completes n's user request. The step states of a one-shot
+// operation go back to the cache once complete (a cancelled receive that
+// the network still holds is left to the garbage collector).
+func (n *nbc) publish() {
+	p := n.x.c.p
+	_, err := n.run.Finished()
+	p.collEnd(n.id)
+	if !n.persistent {
+		for i, r := range n.msgs {
+			if r != nil && r.done.Load() {
+				p.states.put(r)
+			}
+			n.msgs[i] = nil
+		}
+	}
+	n.req.complete(n.x.status(err))
+}
+
+// progressColls advances the schedules whose steps completed, and those
+// waiting on conditions. Any polling call runs it (runDeferred); one
+// goroutine at a time does the work, the others go on polling.
+func (p *proc) progressColls() {
+	e := &p.nbc
+	for e.pending.Load() || e.nUntil.Load() > 0 {
+		if !e.mu.TryLock() {
+			return
+		}
+		for _, n := range e.until {
+			n.advanceLocked()
+		}
+		for e.pending.Load() {
+			e.readyMu.Lock()
+			b := e.ready
+			e.ready, e.batch = e.batch[:0], nil
+			e.pending.Store(false)
+			e.readyMu.Unlock()
+			for i, n := range b {
+				n.queued.Store(false)
+				n.advanceLocked()
+				b[i] = nil
+			}
+			e.readyMu.Lock()
+			if e.batch == nil {
+				e.batch = b[:0]
+			}
+			e.readyMu.Unlock()
+		}
+		e.mu.Unlock()
+		if !e.pending.Load() {
+			return // waiting conditions were looked at once: the next poll looks again
+		}
+	}
+}
+
+// startSched starts collective call on c as a schedule built by build, and
+// returns its request; build's error (bad arguments) is returned at once.
+func (c *Comm) startSched(call Call, peer, bytes int, build func(x coll, b *sched.Builder) error) (*Request, error) {
+	start := func() (*Request, error) {
+		x, err := c.startColl(call, true)
+		if err != nil {
+			return nil, err
+		}
+		var b sched.Builder
+		if err := build(x, &b); err != nil {
+			return nil, err
+		}
+		n := newNBC(x, call, peer, bytes, b.Schedule())
+		n.begin()
+		return &Request{s: n.req}, nil
+	}
+	if c.hooked() {
+		return c.p.hookReq(&Event{Call: call, Comm: c, Peer: peer, Bytes: bytes}, start)
+	}
+	return start()
+}
+
+// runSched runs collective call on c as a schedule to completion: the
+// blocking calls that have no algorithm of their own (ReduceScatter).
+func (c *Comm) runSched(call Call, peer, bytes int, build func(x coll, b *sched.Builder) error) error {
+	do := func() error {
+		x, err := c.startColl(call, true)
+		if err != nil {
+			return err
+		}
+		var b sched.Builder
+		if err := build(x, &b); err != nil {
+			return err
+		}
+		n := newNBC(x, call, peer, bytes, b.Schedule())
+		n.begin()
+		_, err = n.req.wait()
+		return err
+	}
+	if c.hooked() {
+		return c.p.hookErr(&Event{Call: call, Comm: c, Peer: peer, Bytes: bytes}, do)
+	}
+	return do()
+}
+
+// initSched makes a persistent collective request (MPI-4.1 §6.13): the
+// schedule is built once, here, on a tag base of its own, and every Start
+// runs it again.
+func (c *Comm) initSched(call Call, peer, bytes int, build func(x coll, b *sched.Builder) error) (*Request, error) {
+	x, err := c.startColl(call, true)
+	if err != nil {
+		return nil, err
+	}
+	var b sched.Builder
+	if err := build(x, &b); err != nil {
+		return nil, err
+	}
+	n := newNBC(x, call, peer, bytes, b.Schedule())
+	n.persistent = true
+	n.req.persistent = true
+	return &Request{s: n.req}, nil
+}
+
+// startPersistent starts persistent collective request r again.
+func (n *nbc) startPersistent() error {
+	if n.call == CallBarrierInit {
+		n.x.epoch = n.x.c.barriers.Add(1) - 1
+		n.x.tag = n.barrierTag()
+	}
+	n.begin()
+	return nil
+}
+
+// reduction wraps op as a reduction on packed elements of T.
+func reduction[T any](op Op[T]) *sched.Reduction {
+	var z T
+	es := int(unsafe.Sizeof(z))
+	return &sched.Reduction{
+		Commutative: op.Commutative,
+		Elem:        max(es, 1),
+		Fn:          func(in, inout []byte) { op.Fn(fromRaw[T](in), fromRaw[T](inout)) },
+	}
+}
+
+// fromRaw is raw's inverse: the elements of T in b (aligned for T).
+func fromRaw[T any](b []byte) []T {
+	var z T
+	es := int(unsafe.Sizeof(z))
+	if len(b) == 0 || es == 0 {
+		return nil
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/es)
+}
+
+// group is the schedule engine's view of x's ranks.
+func (x coll) group() sched.Group {
+	if x.v == nil {
+		return sched.Flat(x.c.rank, x.c.size)
+	}
+	return sched.Group{Ranks: x.v.ranks, Me: x.v.me, Size: len(x.v.ranks)}
+}
+
+// elemCounts converts counts and displacements in elements of T to bytes.
+func elemCounts[T any](counts, displs []int) (bc, bd []int) {
+	var z T
+	es := int(unsafe.Sizeof(z))
+	bc, bd = make([]int, len(counts)), make([]int, len(displs))
+	for i := range counts {
+		bc[i] = counts[i] * es
+	}
+	for i := range displs {
+		bd[i] = displs[i] * es
+	}
+	return bc, bd
+}
