@@ -65,7 +65,11 @@
 //	MPI_Send(buf, count, datatype, ...)        SendTyped, RecvTyped, IsendTyped, ... (every p2p call)
 //	MPI_Barrier, MPI_Ibarrier                  (*Comm).Barrier, Ibarrier
 //	MPI_Bcast, MPI_Reduce, MPI_Allreduce, ...  Bcast, Reduce, Allreduce, Gather, Scan, ...
-//	MPI_Ibcast, MPI_Ireduce, ...               Ibcast, Ireduce, Iallreduce, Iallgather, Ialltoall
+//	MPI_Reduce_scatter(_block)                 ReduceScatter, ReduceScatterBlock
+//	MPI_Ibcast, MPI_Igather(v), ...            Ibcast, Ireduce, Iallreduce, Igather(v), Iscatter(v), Iallgather(v),
+//	                                           Ialltoall(v), IreduceScatter(Block), Iscan, Iexscan
+//	MPI_Barrier_init, MPI_Allreduce_init, ...  (*Comm).BarrierInit, BcastInit, ReduceInit, AllreduceInit, GatherInit,
+//	                                           ScatterInit, AllgatherInit, AlltoallInit, ReduceScatterBlockInit
 //	MPI_SUM, MPI_MAX, MPI_Op_create            Sum[T](), Max[T](), ...; an Op[T] of your own
 //	MPI_Abort                                  (*Comm).Abort
 //	MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_PROC_NULL AnySource, AnyTag, ProcNull
