@@ -24,3 +24,56 @@ func BenchmarkAllreduce8B(b *testing.B) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkIallreduce8B is BenchmarkAllreduce8B started and waited for
+// (the schedule engine's cost per call).
+func BenchmarkIallreduce8B(b *testing.B) {
+	err := RunLocal(2, Config{}, func(w *Comm) error {
+		s, r := []float64{1}, []float64{0}
+		if w.Rank() == 0 {
+			b.ReportAllocs()
+			b.ResetTimer()
+		}
+		for i := 0; i < b.N; i++ {
+			req, err := Iallreduce(w, s, r, Sum[float64]())
+			if err != nil {
+				return err
+			}
+			if _, err := req.Wait(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkAllreduceInit8B is BenchmarkIallreduce8B with a persistent
+// request started again each time.
+func BenchmarkAllreduceInit8B(b *testing.B) {
+	err := RunLocal(2, Config{}, func(w *Comm) error {
+		s, r := []float64{1}, []float64{0}
+		req, err := AllreduceInit(w, s, r, Sum[float64]())
+		if err != nil {
+			return err
+		}
+		if w.Rank() == 0 {
+			b.ReportAllocs()
+			b.ResetTimer()
+		}
+		for i := 0; i < b.N; i++ {
+			if err := req.Start(); err != nil {
+				return err
+			}
+			if _, err := req.Wait(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}

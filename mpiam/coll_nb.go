@@ -105,8 +105,9 @@ func (c *Comm) Ibarrier() (*Request, error) {
 		}
 		n := newNBC(x, CallIbarrier, AnySource, 0, nil)
 		n.setSchedule(n.barrierSchedule())
+		h := n.h
 		n.begin()
-		return &Request{s: n.req}, nil
+		return h, nil
 	}
 	if c.hooked() {
 		return c.p.hookReq(&Event{Call: CallIbarrier, Comm: c, Peer: AnySource}, start)
@@ -125,7 +126,7 @@ func (c *Comm) BarrierInit() (*Request, error) {
 	n := newNBC(x, CallBarrierInit, AnySource, 0, nil)
 	n.setSchedule(n.barrierSchedule())
 	n.persistent, n.req.persistent = true, true
-	return &Request{s: n.req}, nil
+	return n.h, nil
 }
 
 // bcastSched builds Bcast's schedule: a binomial tree, or a scatter and a
@@ -151,7 +152,7 @@ func Ibcast[T any](c *Comm, buf []T, root int) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSched(CallIbcast, root, len(raw(buf)), bcastSched(buf, root))
+	return c.startSchedKey(keyOf[T](CallIbcast, buf, nil, nil, root), CallIbcast, root, len(raw(buf)), bcastSched(buf, root))
 }
 
 // BcastInit makes a persistent broadcast request (MPI_Bcast_init, MPI-4.1
@@ -189,7 +190,7 @@ func Ireduce[T any](c *Comm, send, recv []T, op Op[T], root int) (*Request, erro
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSched(CallIreduce, root, len(raw(send)), reduceSched(send, recv, op, root))
+	return c.startSchedKey(keyOf(CallIreduce, send, recv, &op, root), CallIreduce, root, len(raw(send)), reduceSched(send, recv, op, root))
 }
 
 // ReduceInit makes a persistent reduction request (MPI_Reduce_init,
@@ -229,7 +230,7 @@ func Iallreduce[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSched(CallIallreduce, AnySource, len(raw(recv)), allreduceSched(send, recv, op))
+	return c.startSchedKey(keyOf(CallIallreduce, send, recv, &op, 0), CallIallreduce, AnySource, len(raw(recv)), allreduceSched(send, recv, op))
 }
 
 // AllreduceInit makes a persistent allreduce request (MPI_Allreduce_init,
@@ -280,7 +281,7 @@ func Igather[T any](c *Comm, send, recv []T, root int) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSched(CallIgather, root, len(raw(send)), gatherSched(send, recv, nil, nil, root, false))
+	return c.startSchedKey(keyOf(CallIgather, send, recv, nil, root), CallIgather, root, len(raw(send)), gatherSched(send, recv, nil, nil, root, false))
 }
 
 // GatherInit makes a persistent gather request (MPI_Gather_init, MPI-4.1
@@ -339,7 +340,7 @@ func Iscatter[T any](c *Comm, send, recv []T, root int) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSched(CallIscatter, root, len(raw(recv)), scatterSched(send, nil, nil, recv, root, false))
+	return c.startSchedKey(keyOf(CallIscatter, send, recv, nil, root), CallIscatter, root, len(raw(recv)), scatterSched(send, nil, nil, recv, root, false))
 }
 
 // ScatterInit makes a persistent scatter request (MPI_Scatter_init,
@@ -398,7 +399,7 @@ func Iallgather[T any](c *Comm, send, recv []T) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSched(CallIallgather, AnySource, len(raw(send)), allgatherSched(send, recv, nil, nil, false))
+	return c.startSchedKey(keyOf(CallIallgather, send, recv, nil, 0), CallIallgather, AnySource, len(raw(send)), allgatherSched(send, recv, nil, nil, false))
 }
 
 // AllgatherInit makes a persistent allgather request (MPI_Allgather_init,
@@ -461,7 +462,7 @@ func Ialltoall[T any](c *Comm, send, recv []T) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSched(CallIalltoall, AnySource, len(raw(send)), alltoallSched(send, nil, nil, recv, nil, nil))
+	return c.startSchedKey(keyOf(CallIalltoall, send, recv, nil, 0), CallIalltoall, AnySource, len(raw(send)), alltoallSched(send, nil, nil, recv, nil, nil))
 }
 
 // AlltoallInit makes a persistent all-to-all request (MPI_Alltoall_init,
@@ -570,7 +571,7 @@ func IreduceScatterBlock[T any](c *Comm, send, recv []T, op Op[T]) (*Request, er
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSched(CallIreduceScatterBlock, AnySource, len(raw(send)), reduceScatterSched(send, recv, nil, op))
+	return c.startSchedKey(keyOf(CallIreduceScatterBlock, send, recv, &op, 0), CallIreduceScatterBlock, AnySource, len(raw(send)), reduceScatterSched(send, recv, nil, op))
 }
 
 // ReduceScatterBlockInit makes a persistent ReduceScatterBlock request
@@ -604,7 +605,7 @@ func Iscan[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSched(CallIscan, AnySource, len(raw(recv)), scanSched(send, recv, op, false))
+	return c.startSchedKey(keyOf(CallIscan, send, recv, &op, 0), CallIscan, AnySource, len(raw(recv)), scanSched(send, recv, op, false))
 }
 
 // Iexscan starts an exclusive prefix reduction (MPI_Iexscan); see Exscan;
@@ -613,5 +614,5 @@ func Iexscan[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSched(CallIexscan, AnySource, len(raw(recv)), scanSched(send, recv, op, true))
+	return c.startSchedKey(keyOf(CallIexscan, send, recv, &op, 0), CallIexscan, AnySource, len(raw(recv)), scanSched(send, recv, op, true))
 }

@@ -608,3 +608,67 @@ func TestPersistentAllreduceZeroAllocs(t *testing.T) {
 		r.Zero(allocs, "allocations per Start+Wait")
 	})
 }
+
+// TestScheduleCache: a one-shot call with the same buffers, lengths, root
+// and operation as a finished one reuses its schedule; any difference
+// builds a new one, so results follow the arguments.
+func TestScheduleCache(t *testing.T) {
+	runColl(t, 3, func(w *Comm) error {
+		me := w.Rank()
+		buf := make([]int, 4)
+		out := make([]int, 4)
+		scale := func(k int) Op[int] { // same code, different captured k: different operations
+			return NewOp("scaled-sum", func(in, io []int) {
+				for i := range io {
+					io[i] = in[i] + io[i] + k
+				}
+			}, true)
+		}
+		type call struct {
+			n    int
+			op   Op[int]
+			want func(i int) int // element i of the result
+		}
+		calls := []call{
+			{4, Sum[int](), func(i int) int { return 3*i + 3 }},
+			{4, Sum[int](), func(i int) int { return 3*i + 3 }},
+			{4, Max[int](), func(i int) int { return i + 2 }},
+			{2, Sum[int](), func(i int) int { return 3*i + 3 }},
+			{4, scale(1), func(i int) int { return 3*i + 3 + 2 }},
+			{4, scale(10), func(i int) int { return 3*i + 3 + 20 }},
+			{4, Sum[int](), func(i int) int { return 3*i + 3 }},
+		}
+		for round := range 3 {
+			for k, c := range calls {
+				for i := range buf {
+					buf[i] = i + me
+				}
+				clear(out)
+				req, err := Iallreduce(w, buf[:c.n], out[:c.n], c.op)
+				if err != nil {
+					return err
+				}
+				if _, err := req.Wait(); err != nil {
+					return err
+				}
+				for i := range c.n {
+					if out[i] != c.want(i) {
+						return fmt.Errorf("round %d call %d: element %d is %d, want %d", round, k, i, out[i], c.want(i))
+					}
+				}
+			}
+		}
+		hits := 0
+		w.p.nbc.mu.Lock()
+		for _, n := range w.schedCache {
+			if n != nil {
+				hits++
+			}
+		}
+		w.p.nbc.mu.Unlock()
+		if hits == 0 {
+			return fmt.Errorf("no schedule kept")
+		}
+		return nil
+	})
+}

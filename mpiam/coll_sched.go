@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/amgo-hpc/amgo/internal/cacheline"
 	"github.com/amgo-hpc/amgo/mpiam/internal/sched"
 )
 
@@ -28,8 +27,9 @@ type nbc struct {
 	run         sched.Run
 	msgs        []*reqState // by step index: the message posted for it, kept for reuse
 	req         *reqState   // the user's request
+	h           *Request    // and its handle
 	id          uint64      // collBegin's id
-	wake        func(*reqState)
+	key         schedKey    // the arguments a one-shot schedule was built for (zero: not cached)
 	queued      atomic.Bool // on the engine's ready list
 	finished    bool        // the run has ended (engine.mu)
 	until       bool        // the schedule waits on conditions (barrier counts)
@@ -50,10 +50,11 @@ type nbcEngine struct {
 	nUntil atomic.Int32
 }
 
-// stepDone is every posted step's completion callback: it queues n to be
-// advanced. Handlers call it with proc.mu held, so it takes only the leaf
-// lock.
-func (n *nbc) stepDone(*reqState) {
+// stepDone is every posted step's completion callback: it queues the
+// step's operation to be advanced. Handlers call it with proc.mu held, so
+// it takes only the leaf lock.
+func stepDone(r *reqState) {
+	n := r.coll
 	if n.queued.Swap(true) {
 		return
 	}
@@ -68,13 +69,13 @@ func (n *nbc) stepDone(*reqState) {
 func (n *nbc) Post(i int, op *sched.Op) error {
 	r := n.msgs[i]
 	if r == nil {
-		r = cacheline.New[reqState]()
+		r, _ = n.x.c.p.states.get(false)
 		n.msgs[i] = r
 	} else {
 		*r = reqState{}
 	}
 	cc := n.x.cc
-	r.p, r.comm, r.peer, r.tag, r.buf, r.onDone = cc.p, cc, op.Peer, n.x.tag+op.Tag, op.Buf, n.wake
+	r.p, r.comm, r.peer, r.tag, r.buf, r.onDone, r.coll = cc.p, cc, op.Peer, n.x.tag+op.Tag, op.Buf, stepDone, n
 	if op.Kind == sched.SendOp {
 		r.kind, r.mode = kindSend, Standard
 		if n.x.pb != nil {
@@ -123,16 +124,23 @@ func (n *nbc) Cancel(i int, op *sched.Op) {
 // collective call x on c, with its user request (kind coll, not started).
 func newNBC(x coll, call Call, peer, bytes int, s *sched.Schedule) *nbc {
 	n := &nbc{x: x, call: call, peer: peer, bytes: bytes}
-	n.wake = n.stepDone
 	if x.pb != nil {
 		n.x.pb = &n.pb
 	}
-	c := x.c
-	n.req = &reqState{p: c.p, kind: kindColl, comm: c, peer: AnySource, tag: AnyTag, coll: n}
+	n.newReq()
 	if s != nil {
 		n.setSchedule(s)
 	}
 	return n
+}
+
+// newReq gives n a user request (kind coll, not started) and its handle,
+// from the rank's cache of operation states.
+func (n *nbc) newReq() {
+	c := n.x.c
+	n.req, n.h = c.p.states.get(true)
+	r := n.req
+	r.p, r.kind, r.comm, r.peer, r.tag, r.coll = c.p, kindColl, c, AnySource, AnyTag, n
 }
 
 // setSchedule gives n its schedule.
@@ -210,15 +218,83 @@ func (n *nbc) publish() {
 	p := n.x.c.p
 	_, err := n.run.Finished()
 	p.collEnd(n.id)
+	req := n.req
 	if !n.persistent {
-		for i, r := range n.msgs {
-			if r != nil && r.done.Load() {
-				p.states.put(r)
+		if err == nil && n.key.call != 0 {
+			n.x.c.cacheSchedLocked(n)
+		} else {
+			for i, r := range n.msgs {
+				if r != nil && r.done.Load() {
+					p.states.put(r)
+				}
+				n.msgs[i] = nil
 			}
-			n.msgs[i] = nil
+		}
+		n.req, n.h = nil, nil
+	}
+	req.complete(n.x.status(err))
+}
+
+// schedKey identifies the arguments of a one-shot collective call whose
+// schedule can serve a later call with the same ones: libNBC's schedule
+// cache (Hoefler, Lumsdaine and Rehm, SC 2007). Programs that call
+// Iallreduce on the same buffers in a loop build its schedule once.
+type schedKey struct {
+	call       Call
+	send, recv unsafe.Pointer // the buffers' first bytes
+	ns, nr     int            // their lengths in bytes
+	root       int
+	op         unsafe.Pointer // the operation's function (nil: none)
+	commute    bool
+	elem       int
+}
+
+// keyOf is the cache key of call on buffers send and recv of T with op
+// (nil: none) and root.
+func keyOf[T any](call Call, send, recv []T, op *Op[T], root int) schedKey {
+	var z T
+	k := schedKey{call: call, root: root, elem: int(unsafe.Sizeof(z)), ns: len(send), nr: len(recv)}
+	k.send, k.recv = unsafe.Pointer(unsafe.SliceData(send)), unsafe.Pointer(unsafe.SliceData(recv))
+	if send == nil {
+		k.ns = -1
+	}
+	if op != nil {
+		// A function value points to its code and captured variables: the
+		// same pointer is the same operation. A predefined operation's value
+		// is made anew by each Sum[T]() call (it captures the type's
+		// dictionary), so its code address identifies it.
+		fv := *(*unsafe.Pointer)(unsafe.Pointer(&op.Fn))
+		k.op, k.commute = fv, op.Commutative
+		if op.predefined && fv != nil {
+			k.op = *(*unsafe.Pointer)(fv)
 		}
 	}
-	n.req.complete(n.x.status(err))
+	return k
+}
+
+// schedCacheSize is how many finished one-shot schedules a communicator
+// keeps for reuse.
+const schedCacheSize = 4
+
+// cacheSchedLocked keeps finished operation n for a later call with the
+// same arguments, in place of the oldest kept one. p.nbc.mu held.
+func (c *Comm) cacheSchedLocked(n *nbc) {
+	c.schedCache[c.schedNext] = n
+	c.schedNext = (c.schedNext + 1) % schedCacheSize
+}
+
+// cachedSched takes a kept operation built for key out of c's cache.
+func (c *Comm) cachedSched(key schedKey) *nbc {
+	e := &c.p.nbc
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i, n := range c.schedCache {
+		if n != nil && n.key == key {
+			c.schedCache[i] = nil
+			return n
+		}
+	}
+	return nil
 }
 
 // progressColls advances the schedules whose steps completed, and those
@@ -260,18 +336,38 @@ func (p *proc) progressColls() {
 // startSched starts collective call on c as a schedule built by build, and
 // returns its request; build's error (bad arguments) is returned at once.
 func (c *Comm) startSched(call Call, peer, bytes int, build func(x coll, b *sched.Builder) error) (*Request, error) {
+	return c.startSchedKey(schedKey{}, call, peer, bytes, build)
+}
+
+// startSchedKey is startSched for a call whose schedule may come from c's
+// cache (key's call set): a kept operation built for the same arguments runs
+// again on the call's new tag base.
+func (c *Comm) startSchedKey(key schedKey, call Call, peer, bytes int, build func(x coll, b *sched.Builder) error) (*Request, error) {
 	start := func() (*Request, error) {
 		x, err := c.startColl(call, true)
 		if err != nil {
 			return nil, err
+		}
+		if key.call != 0 && x.pb == nil {
+			if n := c.cachedSched(key); n != nil {
+				n.x = x
+				n.newReq()
+				h := n.h
+				n.begin()
+				return h, nil
+			}
 		}
 		var b sched.Builder
 		if err := build(x, &b); err != nil {
 			return nil, err
 		}
 		n := newNBC(x, call, peer, bytes, b.Schedule())
+		if x.pb == nil {
+			n.key = key
+		}
+		h := n.h
 		n.begin()
-		return &Request{s: n.req}, nil
+		return h, nil
 	}
 	if c.hooked() {
 		return c.p.hookReq(&Event{Call: call, Comm: c, Peer: peer, Bytes: bytes}, start)
@@ -292,8 +388,9 @@ func (c *Comm) runSched(call Call, peer, bytes int, build func(x coll, b *sched.
 			return err
 		}
 		n := newNBC(x, call, peer, bytes, b.Schedule())
+		h := n.h
 		n.begin()
-		_, err = n.req.wait()
+		_, err = h.wait()
 		return err
 	}
 	if c.hooked() {
@@ -317,7 +414,7 @@ func (c *Comm) initSched(call Call, peer, bytes int, build func(x coll, b *sched
 	n := newNBC(x, call, peer, bytes, b.Schedule())
 	n.persistent = true
 	n.req.persistent = true
-	return &Request{s: n.req}, nil
+	return n.h, nil
 }
 
 // startPersistent starts persistent collective request r again.

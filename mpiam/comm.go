@@ -40,6 +40,11 @@ type Comm struct {
 	// reported complete only after those before it (coll_sched.go).
 	nbcq    []*nbc
 	nbcHead int
+	// schedCache keeps finished one-shot operations for calls with the
+	// same arguments (proc.nbc.mu; coll_sched.go), replaced in turn from
+	// schedNext.
+	schedCache [schedCacheSize]*nbc
+	schedNext  int
 
 	cart   *cartTopo     // the Cartesian topology CartCreate or CartSub attached; nil: none (topo.go)
 	graph  *graphTopo    // the distributed graph DistGraphCreate(Adjacent) attached; nil: none (neighbor.go)

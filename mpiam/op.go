@@ -17,6 +17,9 @@ type Op[T any] struct {
 	Name        string
 	Fn          func(in, inout []T)
 	Commutative bool
+	// predefined marks the operations of this package (Sum, Max, ...),
+	// whose behaviour their code alone decides (coll_sched.go's cache).
+	predefined bool
 }
 
 // NewOp makes a user-defined operation (MPI_Op_create). fn must compute
@@ -44,7 +47,7 @@ type Integer interface {
 
 // Sum is MPI_SUM.
 func Sum[T Number]() Op[T] {
-	return Op[T]{Name: "sum", Commutative: true, Fn: sumInto[T]}
+	return Op[T]{Name: "sum", Commutative: true, predefined: true, Fn: sumInto[T]}
 }
 
 // sumInto sets io[i] = in[i] + io[i], eight elements per iteration: the
@@ -71,7 +74,7 @@ func sumInto[T Number](in, io []T) {
 
 // Prod is MPI_PROD.
 func Prod[T Number]() Op[T] {
-	return Op[T]{Name: "prod", Commutative: true, Fn: func(in, io []T) {
+	return Op[T]{Name: "prod", Commutative: true, predefined: true, Fn: func(in, io []T) {
 		for i := range io {
 			io[i] = in[i] * io[i]
 		}
@@ -80,7 +83,7 @@ func Prod[T Number]() Op[T] {
 
 // Max is MPI_MAX.
 func Max[T Real]() Op[T] {
-	return Op[T]{Name: "max", Commutative: true, Fn: func(in, io []T) {
+	return Op[T]{Name: "max", Commutative: true, predefined: true, Fn: func(in, io []T) {
 		for i := range io {
 			io[i] = max(in[i], io[i])
 		}
@@ -89,7 +92,7 @@ func Max[T Real]() Op[T] {
 
 // Min is MPI_MIN.
 func Min[T Real]() Op[T] {
-	return Op[T]{Name: "min", Commutative: true, Fn: func(in, io []T) {
+	return Op[T]{Name: "min", Commutative: true, predefined: true, Fn: func(in, io []T) {
 		for i := range io {
 			io[i] = min(in[i], io[i])
 		}
@@ -105,7 +108,7 @@ func truth[T Integer](b bool) T {
 
 // LAnd is MPI_LAND: 1 if both are non-zero, else 0.
 func LAnd[T Integer]() Op[T] {
-	return Op[T]{Name: "land", Commutative: true, Fn: func(in, io []T) {
+	return Op[T]{Name: "land", Commutative: true, predefined: true, Fn: func(in, io []T) {
 		for i := range io {
 			io[i] = truth[T](in[i] != 0 && io[i] != 0)
 		}
@@ -114,7 +117,7 @@ func LAnd[T Integer]() Op[T] {
 
 // LOr is MPI_LOR.
 func LOr[T Integer]() Op[T] {
-	return Op[T]{Name: "lor", Commutative: true, Fn: func(in, io []T) {
+	return Op[T]{Name: "lor", Commutative: true, predefined: true, Fn: func(in, io []T) {
 		for i := range io {
 			io[i] = truth[T](in[i] != 0 || io[i] != 0)
 		}
@@ -123,7 +126,7 @@ func LOr[T Integer]() Op[T] {
 
 // LXor is MPI_LXOR.
 func LXor[T Integer]() Op[T] {
-	return Op[T]{Name: "lxor", Commutative: true, Fn: func(in, io []T) {
+	return Op[T]{Name: "lxor", Commutative: true, predefined: true, Fn: func(in, io []T) {
 		for i := range io {
 			io[i] = truth[T]((in[i] != 0) != (io[i] != 0))
 		}
@@ -132,7 +135,7 @@ func LXor[T Integer]() Op[T] {
 
 // BAnd is MPI_BAND.
 func BAnd[T Integer]() Op[T] {
-	return Op[T]{Name: "band", Commutative: true, Fn: func(in, io []T) {
+	return Op[T]{Name: "band", Commutative: true, predefined: true, Fn: func(in, io []T) {
 		for i := range io {
 			io[i] = in[i] & io[i]
 		}
@@ -141,7 +144,7 @@ func BAnd[T Integer]() Op[T] {
 
 // BOr is MPI_BOR.
 func BOr[T Integer]() Op[T] {
-	return Op[T]{Name: "bor", Commutative: true, Fn: func(in, io []T) {
+	return Op[T]{Name: "bor", Commutative: true, predefined: true, Fn: func(in, io []T) {
 		for i := range io {
 			io[i] = in[i] | io[i]
 		}
@@ -150,7 +153,7 @@ func BOr[T Integer]() Op[T] {
 
 // BXor is MPI_BXOR.
 func BXor[T Integer]() Op[T] {
-	return Op[T]{Name: "bxor", Commutative: true, Fn: func(in, io []T) {
+	return Op[T]{Name: "bxor", Commutative: true, predefined: true, Fn: func(in, io []T) {
 		for i := range io {
 			io[i] = in[i] ^ io[i]
 		}

@@ -2,13 +2,21 @@
  * osu_ref: OSU-like point-to-point reference benchmarks for C MPI libraries
  * (Open MPI, MPICH), with the same method, sizes, iteration counts, options and
  * output layout as amgo's `osu` command (bench/osu), so that the harness can lay
- * them side by side. Written for amgo; it follows the method described in
- * reference/peers.md §7.2, not OSU's code.
+ * them side by side. Written for amgo; it follows the method the OSU
+ * Micro-Benchmarks document (https://mvapich.cse.ohio-state.edu/benchmarks/),
+ * not OSU's code.
  *
  *   mpirun -np 2 osu_ref latency [-m min:max] [-i iters] [-x warmup]
  *   mpirun -np 2 osu_ref bw      [-m min:max] [-i iters] [-x warmup] [-W window]
  *   mpirun -np 2 osu_ref bibw    [-m min:max] [-i iters] [-x warmup] [-W window]
  *   mpirun -np N osu_ref allreduce|bcast|alltoall|barrier [-m min:max] [-i iters] [-x warmup]
+ *   mpirun -np N osu_ref iallreduce|ialltoall|ibcast [-m min:max] [-i iters] [-x warmup]
+ *
+ * Nonblocking collectives (as osu_iallreduce etc.): per size, each rank times
+ * the operation started and waited for at once (pure communication, t), then
+ * started, followed by t of busy computation without MPI calls, then waited
+ * for; rows average over the ranks Overall(us), Compute(us), Pure Comm.(us)
+ * and Overlap(%) = max(0, 100 - (overall - compute) / t * 100).
  *
  * Collectives (as osu_allreduce etc. and amgo's `osu` collectives): sizes
  * 1 B..1 MiB (allreduce: 4 B.., float elements), 1000 iterations (100 warm-up)
@@ -55,7 +63,51 @@ static void row(int size, double v) {
 }
 
 static int is_coll(const char *t) {
-    return !strcmp(t, "allreduce") || !strcmp(t, "bcast") || !strcmp(t, "alltoall") || !strcmp(t, "barrier");
+    return !strcmp(t, "allreduce") || !strcmp(t, "bcast") || !strcmp(t, "alltoall") || !strcmp(t, "barrier") ||
+           !strcmp(t, "iallreduce") || !strcmp(t, "ialltoall") || !strcmp(t, "ibcast");
+}
+
+/* nbc_start starts nonblocking collective test on size bytes. */
+static void nbc_start(const char *test, char *sbuf, char *rbuf, int size, MPI_Request *req) {
+    if (!strcmp(test, "iallreduce")) MPI_Iallreduce(sbuf, rbuf, size / 4, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, req);
+    else if (!strcmp(test, "ialltoall")) MPI_Ialltoall(sbuf, size, MPI_CHAR, rbuf, size, MPI_CHAR, MPI_COMM_WORLD, req);
+    else MPI_Ibcast(sbuf, size, MPI_CHAR, 0, MPI_COMM_WORLD, req);
+}
+
+/* nbc_row times one size of a nonblocking collective and prints its row. */
+static void nbc_row(const char *test, char *sbuf, char *rbuf, int size, int n, int w, int me, int np) {
+    double pure = 0, overall = 0, busy = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double target = pure / n;
+        for (int i = 0; i < n + w; i++) {
+            MPI_Request req;
+            double t0 = MPI_Wtime(), c = 0;
+            nbc_start(test, sbuf, rbuf, size, &req);
+            if (pass == 1) {
+                double c0 = MPI_Wtime();
+                while (MPI_Wtime() - c0 < target) {
+                }
+                c = MPI_Wtime() - c0;
+            }
+            MPI_Wait(&req, MPI_STATUS_IGNORE);
+            if (i < w) continue;
+            if (pass == 0) pure += MPI_Wtime() - t0;
+            else {
+                overall += MPI_Wtime() - t0;
+                busy += c;
+            }
+        }
+    }
+    double mine[3] = {overall * 1e6 / n, busy * 1e6 / n, pure * 1e6 / n}, sum[3];
+    MPI_Reduce(mine, sum, 3, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (me == 0) {
+        for (int i = 0; i < 3; i++) sum[i] /= np;
+        double overlap = sum[2] > 0 ? 100 - (sum[0] - sum[1]) / sum[2] * 100 : 0;
+        if (overlap < 0) overlap = 0;
+        printf("%-*d%*.2f%*.2f%*.2f%*.2f\n", 10, size, 20, sum[0], 20, sum[1], 20, sum[2], 20, overlap);
+        fflush(stdout);
+    }
 }
 
 static int collective(int argc, char **argv, const char *test, int me, int np) {
@@ -73,7 +125,8 @@ static int collective(int argc, char **argv, const char *test, int me, int np) {
         default: MPI_Abort(MPI_COMM_WORLD, 2);
         }
     }
-    int allreduce = !strcmp(test, "allreduce"), bcast = !strcmp(test, "bcast"), barrier = !strcmp(test, "barrier");
+    int nbc = test[0] == 'i';
+    int allreduce = !strcmp(test + nbc, "allreduce"), bcast = !strcmp(test, "bcast"), barrier = !strcmp(test, "barrier");
     if (lo < 0) lo = allreduce ? 4 : 1;
     char *sbuf = malloc((size_t)hi * np + 4), *rbuf = malloc((size_t)hi * np + 4);
     memset(sbuf, 's', (size_t)hi * np + 4);
@@ -88,7 +141,10 @@ static int collective(int argc, char **argv, const char *test, int me, int np) {
 #endif
     if (me == 0) {
         printf("# amgo reference: %s %s Latency Test\n", lib, test);
-        printf("%-*s%*s\n", 10, "# Size", 20, "Avg Latency(us)"); /* barrier: one row, size 0 */
+        if (nbc)
+            printf("%-*s%*s%*s%*s%*s\n", 10, "# Size", 20, "Overall(us)", 20, "Compute(us)", 20, "Pure Comm.(us)", 20, "Overlap(%)");
+        else
+            printf("%-*s%*s\n", 10, "# Size", 20, "Avg Latency(us)"); /* barrier: one row, size 0 */
         fflush(stdout);
     }
     for (int size = barrier ? 0 : lo; size <= (barrier ? 0 : hi); size *= 2) {
@@ -96,6 +152,10 @@ static int collective(int argc, char **argv, const char *test, int me, int np) {
         int n = size > LARGE ? 100 : 1000, w = size > LARGE ? 10 : 100;
         if (iters > 0) n = iters;
         if (warm >= 0) w = warm;
+        if (nbc) {
+            nbc_row(test, sbuf, rbuf, size, n, w, me, np);
+            continue;
+        }
         MPI_Barrier(MPI_COMM_WORLD);
         double total = 0;
         for (int i = 0; i < n + w; i++) {

@@ -133,6 +133,9 @@ type Builder struct {
 }
 
 func (b *Builder) add(o Op) {
+	if b.s.ops == nil {
+		b.s.ops = make([]Op, 0, 8) // most schedules of a few ranks fit
+	}
 	b.s.ops = append(b.s.ops, o)
 	b.open++
 }
