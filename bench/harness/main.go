@@ -257,7 +257,7 @@ func plan(bin, ref string, quick bool) []job {
 	if quick {
 		collSizes = []string{"-m", "1:65536", "-i", "200", "-x", "20"}
 	}
-	for _, b := range []string{"allreduce", "bcast", "alltoall", "barrier"} {
+	for _, b := range []string{"allreduce", "bcast", "alltoall", "barrier", "iallreduce", "ialltoall"} {
 		for _, c := range all {
 			jobs = append(jobs, job{Bench: b, Cfg: c, Args: append([]string{b}, collSizes...)})
 		}
@@ -675,6 +675,10 @@ func report(facts []string, jobs []job, samples []sample, notes []string) string
 	table(&b, sum, "bcast", "Bcast, 2 ranks, avg latency (us)", configs, []int{1, 1024, 65536, 1 << 20})
 	table(&b, sum, "alltoall", "Alltoall, 2 ranks, avg latency (us)", configs, []int{1, 1024, 65536})
 	table(&b, sum, "barrier", "Barrier, 2 ranks, avg latency (us)", configs, []int{0})
+	table(&b, sum, "iallreduce", "Pure Comm.(us)", configs, []int{8, 1024, 65536})
+	table(&b, sum, "iallreduce", "Overlap(%)", configs, []int{8, 1024, 65536})
+	table(&b, sum, "ialltoall", "Pure Comm.(us)", configs, []int{8, 1024, 65536})
+	table(&b, sum, "ialltoall", "Overlap(%)", configs, []int{8, 1024, 65536})
 	b.WriteString("\n## Full tables\n")
 	for _, bench := range benches {
 		for _, col := range columns(bench) {
