@@ -46,6 +46,8 @@ type Comm struct {
 	schedCache [schedCacheSize]*nbc
 	schedNext  int
 
+	name atomic.Pointer[string] // SetName's (info.go); nil: the default
+
 	cart   *cartTopo     // the Cartesian topology CartCreate or CartSub attached; nil: none (topo.go)
 	graph  *graphTopo    // the distributed graph DistGraphCreate(Adjacent) attached; nil: none (neighbor.go)
 	ggraph *generalGraph // the graph GraphCreate attached; nil: none (graph.go)

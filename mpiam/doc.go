@@ -72,6 +72,10 @@
 //	                                           ScatterInit, AllgatherInit, AlltoallInit, ReduceScatterBlockInit
 //	MPI_SUM, MPI_MAX, MPI_Op_create            Sum[T](), Max[T](), ...; an Op[T] of your own
 //	MPI_Abort                                  (*Comm).Abort
+//	MPI_Comm_set_name, MPI_Comm_get_name       (*Comm).SetName, Name
+//	MPI_Get_version, MPI_Get_library_version   GetVersion, GetLibraryVersion (Version, Subversion)
+//	MPI_Get_processor_name                     GetProcessorName
+//	MPI_Wtime, MPI_Wtick                       Wtime, Wtick
 //	MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_PROC_NULL AnySource, AnyTag, ProcNull
 //	MPI_TAG_UB, MPI_UNDEFINED                  TagUB, Undefined
 //	MPI_ERR_TRUNCATE, MPI_ERR_RANK, ...        ErrTruncate, ErrRank, ... (ErrorClass)
