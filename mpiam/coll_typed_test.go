@@ -1,0 +1,260 @@
+package mpiam
+
+import (
+	"fmt"
+	"testing"
+)
+
+// strided is every other float64 of a buffer: n instances of Float64,
+// stride 2 (the element at index 2j is element j).
+func strided(r *rk, n int) *Datatype {
+	d, err := TypeVector(n, 1, 2, Float64)
+	r.NoError(err)
+	r.NoError(d.Commit())
+	return d
+}
+
+// typedCollectives runs each typed collective, blocking (nb false) or
+// nonblocking, with strided buffers on one side and contiguous ones on the
+// other, and checks every element, including that the gaps stay as they were.
+func typedCollectives(r *rk, w *Comm, nb bool, n int) {
+	p, me := w.Size(), w.Rank()
+	vec := strided(r, n)
+	run := func(name string, blocking func() error, start func() (*Request, error)) {
+		if !nb {
+			r.NoError(blocking(), name)
+			return
+		}
+		req, err := start()
+		r.NoError(err, name)
+		_, err = req.Wait()
+		r.NoError(err, name)
+	}
+	const gap = -1.0
+	gapped := func(m int) []float64 { // 2m-1 slots, all gaps
+		b := make([]float64, max(2*m-1, 0))
+		for i := range b {
+			b[i] = gap
+		}
+		return b
+	}
+	val := func(rank, j int) float64 { return float64(rank*1000 + j) }
+
+	// Bcast: strided everywhere.
+	root := p - 1
+	buf := gapped(n)
+	if me == root {
+		for j := range n {
+			buf[2*j] = val(root, j)
+		}
+	}
+	run("BcastTyped", func() error { return BcastTyped(w, buf, 1, vec, root) },
+		func() (*Request, error) { return IbcastTyped(w, buf, 1, vec, root) })
+	for j := range n {
+		r.Equal(val(root, j), buf[2*j], "BcastTyped element %d", j)
+		if j < n-1 {
+			r.Equal(gap, buf[2*j+1], "BcastTyped gap %d", j)
+		}
+	}
+
+	// Allreduce and Reduce: strided send and receive, an Op[float64].
+	send := gapped(n)
+	for j := range n {
+		send[2*j] = val(me, j)
+	}
+	sum := func(j int) float64 {
+		s := 0.0
+		for k := range p {
+			s += val(k, j)
+		}
+		return s
+	}
+	out := gapped(n)
+	run("AllreduceTyped", func() error { return AllreduceTyped(w, send, out, 1, vec, Sum[float64]()) },
+		func() (*Request, error) { return IallreduceTyped(w, send, out, 1, vec, Sum[float64]()) })
+	for j := range n {
+		r.Equal(sum(j), out[2*j], "AllreduceTyped element %d", j)
+	}
+	out = gapped(n)
+	run("ReduceTyped", func() error { return ReduceTyped(w, send, out, 1, vec, Sum[float64](), 0) },
+		func() (*Request, error) { return IreduceTyped(w, send, out, 1, vec, Sum[float64](), 0) })
+	if me == 0 {
+		for j := range n {
+			r.Equal(sum(j), out[2*j], "ReduceTyped element %d", j)
+		}
+	}
+	// In place: the contribution in recv.
+	inpl := append([]float64(nil), send...)
+	run("AllreduceTyped in place", func() error { return AllreduceTyped(w, nil, inpl, 1, vec, Sum[float64]()) },
+		func() (*Request, error) { return IallreduceTyped(w, nil, inpl, 1, vec, Sum[float64]()) })
+	for j := range n {
+		r.Equal(sum(j), inpl[2*j], "AllreduceTyped in place element %d", j)
+	}
+
+	// Gather: strided send, contiguous receive at root.
+	all := make([]float64, p*n)
+	run("GatherTyped", func() error { return GatherTyped(w, send, 1, vec, all, n, Float64, root) },
+		func() (*Request, error) { return IgatherTyped(w, send, 1, vec, all, n, Float64, root) })
+	if me == root {
+		for i := range p {
+			for j := range n {
+				r.Equal(val(i, j), all[i*n+j], "GatherTyped block %d element %d", i, j)
+			}
+		}
+	}
+
+	// Scatter: contiguous send at root, strided receive.
+	for i := range all {
+		all[i] = float64(i)
+	}
+	got := gapped(n)
+	run("ScatterTyped", func() error { return ScatterTyped(w, all, n, Float64, got, 1, vec, root) },
+		func() (*Request, error) { return IscatterTyped(w, all, n, Float64, got, 1, vec, root) })
+	for j := range n {
+		r.Equal(float64(me*n+j), got[2*j], "ScatterTyped element %d", j)
+	}
+
+	// Allgather: contiguous send, strided receive blocks (block i starts i
+	// extents of vec in: 2n-1 slots).
+	mine := make([]float64, n)
+	for j := range mine {
+		mine[j] = val(me, j)
+	}
+	ext := 2*n - 1
+	ag := make([]float64, p*ext)
+	run("AllgatherTyped", func() error { return AllgatherTyped(w, mine, n, Float64, ag, 1, vec) },
+		func() (*Request, error) { return IallgatherTyped(w, mine, n, Float64, ag, 1, vec) })
+	for i := range p {
+		for j := range n {
+			r.Equal(val(i, j), ag[i*ext+2*j], "AllgatherTyped block %d element %d", i, j)
+		}
+	}
+
+	// Alltoall: strided blocks both ways (block j of send goes to rank j).
+	a2s, a2r := make([]float64, p*ext), make([]float64, p*ext)
+	for i := range a2s {
+		a2s[i] = float64(me*100000 + i)
+	}
+	run("AlltoallTyped", func() error { return AlltoallTyped(w, a2s, 1, vec, a2r, 1, vec) },
+		func() (*Request, error) { return IalltoallTyped(w, a2s, 1, vec, a2r, 1, vec) })
+	for i := range p {
+		for j := range n {
+			r.Equal(float64(i*100000+me*ext+2*j), a2r[i*ext+2*j], "AlltoallTyped from %d element %d", i, j)
+		}
+	}
+
+	// Alltoallw: to rank j, j+1 contiguous float64s from byte 8·j²; from
+	// rank i, me+1 of them into a stride-2 vector at byte 16·i.
+	types := func(k int, f func(i int) *Datatype) []*Datatype {
+		t := make([]*Datatype, k)
+		for i := range t {
+			t[i] = f(i)
+		}
+		return t
+	}
+	ws := make([]float64, p*p+p)
+	for i := range ws {
+		ws[i] = float64(me*1000 + i)
+	}
+	sc, sdp, rc, rdp := make([]int, p), make([]int, p), make([]int, p), make([]int, p)
+	for j := range p {
+		sc[j], sdp[j] = j+1, 8*j*j
+		rc[j], rdp[j] = 1, 16*j*(me+2)
+	}
+	wr := make([]float64, 2*p*(me+2)+2*(me+1))
+	stypes := types(p, func(int) *Datatype { return Float64 })
+	rvec := strided(r, me+1)
+	rtypes := types(p, func(int) *Datatype { return rvec })
+	run("Alltoallw", func() error { return Alltoallw(w, ws, sc, sdp, stypes, wr, rc, rdp, rtypes) },
+		func() (*Request, error) { return Ialltoallw(w, ws, sc, sdp, stypes, wr, rc, rdp, rtypes) })
+	for i := range p {
+		for k := range me + 1 {
+			// Rank i sent me+1 values from its float64 index me².
+			r.Equal(float64(i*1000+me*me+k), wr[2*i*(me+2)+2*k], "Alltoallw from %d value %d", i, k)
+		}
+	}
+}
+
+func TestTypedCollectives(t *testing.T) {
+	for _, p := range []int{1, 2, 3, 5} {
+		for _, nb := range []bool{false, true} {
+			t.Run(fmt.Sprintf("p%d/nb=%v", p, nb), func(t *testing.T) {
+				runJob(t, "loop", p, Config{}, func(r *rk, w *Comm) {
+					for _, n := range []int{1, 9, 2000} {
+						typedCollectives(r, w, nb, n)
+					}
+				})
+			})
+		}
+	}
+}
+
+func TestTypedCollectivesEveryNetwork(t *testing.T) {
+	eachNetwork(t, 3, func(r *rk, w *Comm) {
+		typedCollectives(r, w, false, 700)
+		typedCollectives(r, w, true, 700)
+	})
+}
+
+// TestTypedReductionNeedsElements: a reduction's datatype must be a
+// sequence of the operation's elements.
+func TestTypedReductionNeedsElements(t *testing.T) {
+	runJob(t, "loop", 2, Config{}, func(r *rk, w *Comm) {
+		buf := make([]int64, 8)
+		vec := strided(r, 4) // float64 elements
+		r.ErrorIs(AllreduceTyped(w, buf, buf, 1, vec, Sum[int64]()), ErrType)
+		_, err := IreduceTyped(w, buf, buf, 1, vec, Sum[int64](), 0)
+		r.ErrorIs(err, ErrType)
+		// A struct of two int64s is a sequence of affine elements.
+		st, err := DatatypeOf[affine]()
+		r.NoError(err)
+		as := []affine{{2, 1}, {3, 1}}
+		ar := make([]affine, 2)
+		r.NoError(AllreduceTyped(w, as, ar, 2, st, affineOp))
+		r.Equal(affine{4, 3}, ar[0])
+		r.ErrorIs(BcastTyped(w, buf, 3, vec, 0), ErrBuffer) // three vectors do not fit
+		r.ErrorIs(BcastTyped(w, buf, 1, vec, 2), ErrRoot)
+	})
+}
+
+// TestNeighborAlltoallw exchanges the faces of a 2-D block on a periodic
+// 1-D ring of ranks, columns described by vectors, as a halo exchange does.
+func TestNeighborAlltoallw(t *testing.T) {
+	for _, nb := range []bool{false, true} {
+		runJob(t, "loop", 3, Config{}, func(r *rk, w *Comm) {
+			cart, err := w.CartCreate([]int{w.Size()}, []bool{true}, false)
+			r.NoError(err)
+			const rows, cols = 4, 6 // local block with one ghost column each side
+			grid := make([]float64, rows*cols)
+			me := cart.Rank()
+			for i := range rows {
+				for j := 1; j < cols-1; j++ {
+					grid[i*cols+j] = float64(me*100 + i*10 + j)
+				}
+			}
+			col, err := TypeVector(rows, 1, cols, Float64)
+			r.NoError(err)
+			r.NoError(col.Commit())
+			// Neighbors: below (left), above (right). Send the first and last
+			// interior columns, receive into the left and right ghosts.
+			types := []*Datatype{col, col}
+			counts := []int{1, 1}
+			sdispls := []int{8 * 1, 8 * (cols - 2)}
+			rdispls := []int{0, 8 * (cols - 1)}
+			if nb {
+				req, err := IneighborAlltoallw(cart, grid, counts, sdispls, types, grid, counts, rdispls, types)
+				r.NoError(err)
+				_, err = req.Wait()
+				r.NoError(err)
+			} else {
+				r.NoError(NeighborAlltoallw(cart, grid, counts, sdispls, types, grid, counts, rdispls, types))
+			}
+			p := cart.Size()
+			left, right := (me-1+p)%p, (me+1)%p
+			for i := range rows {
+				r.Equal(float64(left*100+i*10+cols-2), grid[i*cols], "left ghost row %d", i)
+				r.Equal(float64(right*100+i*10+1), grid[i*cols+cols-1], "right ghost row %d", i)
+			}
+		})
+	}
+}
