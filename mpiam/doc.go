@@ -63,6 +63,8 @@
 //	MPI_Type_commit, _free, _get_extent        (*Datatype).Commit, Free, Extent
 //	MPI_Pack, MPI_Unpack, MPI_Pack_size        Pack, Unpack, PackSize
 //	MPI_Send(buf, count, datatype, ...)        SendTyped, RecvTyped, IsendTyped, ... (every p2p call)
+//	MPI_Bcast(buf, count, datatype, ...)       BcastTyped, AllreduceTyped, GatherTyped, ..., IbcastTyped, ...
+//	MPI_Alltoallw, MPI_Neighbor_alltoallw      Alltoallw, Ialltoallw, NeighborAlltoallw, IneighborAlltoallw
 //	MPI_Barrier, MPI_Ibarrier                  (*Comm).Barrier, Ibarrier
 //	MPI_Bcast, MPI_Reduce, MPI_Allreduce, ...  Bcast, Reduce, Allreduce, Gather, Scan, ...
 //	MPI_Reduce_scatter(_block)                 ReduceScatter, ReduceScatterBlock
