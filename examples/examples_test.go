@@ -67,9 +67,10 @@ func TestMPIExamplesUnderAmrun(t *testing.T) {
 		t.Skip("builds and launches programs")
 	}
 	dir := t.TempDir()
-	build(t, dir, "../cmd/amrun", "./pingpong", "./ring", "./heat")
+	build(t, dir, "../cmd/amrun", "./pingpong", "./ring", "./heat", "./halo3d")
 	amrun := filepath.Join(dir, "amrun")
 	pingpong, ring, heat := filepath.Join(dir, "pingpong"), filepath.Join(dir, "ring"), filepath.Join(dir, "heat")
+	halo3d := filepath.Join(dir, "halo3d")
 	cases := []struct {
 		name string
 		args []string
@@ -99,6 +100,16 @@ func TestMPIExamplesUnderAmrun(t *testing.T) {
 			[]string{"process grid 1 x 3 (3 ranks)", "heat: check PASSED"}},
 		{"heat-loop-6-converges", []string{"-n", "6", "--transport", "loop", heat, "-nx", "30", "-ny", "20", "-tol", "1e-4"},
 			[]string{"process grid 3 x 2 (6 ranks)", "converged", "heat: check PASSED"}},
+		{"halo3d-shm-1", []string{"-n", "1", halo3d, "-n", "20", "-sweeps", "5"},
+			[]string{"20^3 on 1 x 1 x 1 ranks, neighbor exchange", "halo3d: check PASSED"}},
+		{"halo3d-shm-2", []string{"-n", "2", halo3d, "-n", "25", "-sweeps", "8"},
+			[]string{"25^3 on 2 x 1 x 1 ranks", "halo3d: check PASSED"}},
+		{"halo3d-shm-4-isend", []string{"-n", "4", halo3d, "-n", "23", "-sweeps", "8", "-mode", "isend"},
+			[]string{"23^3 on 2 x 2 x 1 ranks, isend exchange", "halo3d: check PASSED"}},
+		{"halo3d-loop-8", []string{"-n", "8", "--transport", "loop", halo3d, "-n", "19", "-sweeps", "6"},
+			[]string{"19^3 on 2 x 2 x 2 ranks", "halo3d: check PASSED"}},
+		{"halo3d-loop-6-isend", []string{"-n", "6", "--transport", "loop", halo3d, "-n", "21", "-sweeps", "6", "-mode", "isend"},
+			[]string{"21^3 on 3 x 2 x 1 ranks", "halo3d: check PASSED"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -499,6 +499,7 @@ type blocksW struct {
 	args           []typedArg
 	counts, displs []int // bytes in the staging buffer
 	st             []byte
+	skip           []bool // blocks of ProcNull neighbors: left as they are
 }
 
 func blocksOf[T any](buf []T, counts, displs []int, types []*Datatype, n int, what string) (blocksW, error) {
@@ -540,10 +541,25 @@ func (w blocksW) pack() {
 
 func (w blocksW) unpack() {
 	for i, a := range w.args {
+		if w.skip != nil && w.skip[i] {
+			continue
+		}
 		if a.lay != nil {
 			a.lay.unpack(a.mem, w.st[w.displs[i]:w.displs[i]+w.counts[i]], 0)
 		} else {
 			copy(a.mem, w.st[w.displs[i]:w.displs[i]+w.counts[i]])
+		}
+	}
+}
+
+// skipNull marks the blocks of ProcNull neighbors, which receive nothing.
+func (w *blocksW) skipNull(in []int) {
+	for i, src := range in {
+		if src == ProcNull {
+			if w.skip == nil {
+				w.skip = make([]bool, len(in))
+			}
+			w.skip[i] = true
 		}
 	}
 }
@@ -621,6 +637,7 @@ func NeighborAlltoallw[S, R any](c *Comm, send []S, scounts, sdispls []int, styp
 	if err != nil {
 		return err
 	}
+	r.skipNull(in)
 	s.pack()
 	if err := NeighborAlltoallv(c, s.st, s.counts, s.displs, r.st, r.counts, r.displs); err != nil {
 		return err
@@ -644,6 +661,7 @@ func IneighborAlltoallw[S, R any](c *Comm, send []S, scounts, sdispls []int, sty
 	if err != nil {
 		return nil, err
 	}
+	r.skipNull(in)
 	return c.startNeighbor(CallIneighborAlltoallw, len(s.st), func(x coll, b *sched.Builder) error {
 		b.Call(func() error { s.pack(); return nil })
 		if err := neighborAlltoallv(c, x, b, s.st, s.counts, s.displs, r.st, r.counts, r.displs); err != nil {

@@ -220,12 +220,17 @@ func TestTypedReductionNeedsElements(t *testing.T) {
 // TestNeighborAlltoallw exchanges the faces of a 2-D block on a periodic
 // 1-D ring of ranks, columns described by vectors, as a halo exchange does.
 func TestNeighborAlltoallw(t *testing.T) {
-	for _, nb := range []bool{false, true} {
+	for _, c := range []struct{ nb, periodic bool }{{false, true}, {true, true}, {false, false}, {true, false}} {
+		nb := c.nb
 		runJob(t, "loop", 3, Config{}, func(r *rk, w *Comm) {
-			cart, err := w.CartCreate([]int{w.Size()}, []bool{true}, false)
+			cart, err := w.CartCreate([]int{w.Size()}, []bool{c.periodic}, false)
 			r.NoError(err)
 			const rows, cols = 4, 6 // local block with one ghost column each side
+			const ghost = -7.0      // what a ghost without a neighbor keeps
 			grid := make([]float64, rows*cols)
+			for i := range grid {
+				grid[i] = ghost
+			}
 			me := cart.Rank()
 			for i := range rows {
 				for j := 1; j < cols-1; j++ {
@@ -251,9 +256,16 @@ func TestNeighborAlltoallw(t *testing.T) {
 			}
 			p := cart.Size()
 			left, right := (me-1+p)%p, (me+1)%p
+			wantLeft, wantRight := func(i int) float64 { return float64(left*100 + i*10 + cols - 2) }, func(i int) float64 { return float64(right*100 + i*10 + 1) }
+			if !c.periodic && me == 0 {
+				wantLeft = func(int) float64 { return ghost }
+			}
+			if !c.periodic && me == p-1 {
+				wantRight = func(int) float64 { return ghost }
+			}
 			for i := range rows {
-				r.Equal(float64(left*100+i*10+cols-2), grid[i*cols], "left ghost row %d", i)
-				r.Equal(float64(right*100+i*10+1), grid[i*cols+cols-1], "right ghost row %d", i)
+				r.Equal(wantLeft(i), grid[i*cols], "left ghost row %d (periodic %v)", i, c.periodic)
+				r.Equal(wantRight(i), grid[i*cols+cols-1], "right ghost row %d (periodic %v)", i, c.periodic)
 			}
 		})
 	}
