@@ -76,6 +76,9 @@ func (n *nbc) Post(i int, op *sched.Op) error {
 	}
 	cc := n.x.cc
 	r.p, r.comm, r.peer, r.tag, r.buf, r.onDone, r.coll = cc.p, cc, op.Peer, n.x.tag+op.Tag, op.Buf, stepDone, n
+	if op.Ext != nil {
+		r.lay = op.Ext.(*layout) // non-contiguous data (coll_typed.go)
+	}
 	if op.Kind == sched.SendOp {
 		r.kind, r.mode = kindSend, Standard
 		if n.x.pb != nil {
@@ -105,8 +108,8 @@ func (n *nbc) Test(i int, op *sched.Op) (bool, error) {
 	}
 	if op.Kind == sched.RecvOp {
 		n.x.observe(st)
-		if st.Bytes != len(op.Buf) {
-			return true, fmt.Errorf("%w: collective step expected %d bytes from rank %d, got %d (arguments differ across ranks?)", ErrTruncate, len(op.Buf), op.Peer, st.Bytes)
+		if want := r.size(); st.Bytes != want {
+			return true, fmt.Errorf("%w: collective step expected %d bytes from rank %d, got %d (arguments differ across ranks?)", ErrTruncate, want, op.Peer, st.Bytes)
 		}
 	}
 	return true, nil

@@ -29,6 +29,15 @@ func argOf[T any](buf []T, count int, d *Datatype) (typedArg, error) {
 	return typedArg{mem, lay}, err
 }
 
+// ext is the argument's layout as a schedule step's Ext (nil when the
+// bytes are the data).
+func (a typedArg) ext() any {
+	if a.lay == nil {
+		return nil
+	}
+	return a.lay
+}
+
 // n is the argument's packed size in bytes.
 func (a typedArg) n() int { return packedLen(a.mem, a.lay) }
 
@@ -499,34 +508,46 @@ type blocksW struct {
 	args           []typedArg
 	counts, displs []int // bytes in the staging buffer
 	st             []byte
-	skip           []bool // blocks of ProcNull neighbors: left as they are
 }
 
 func blocksOf[T any](buf []T, counts, displs []int, types []*Datatype, n int, what string) (blocksW, error) {
 	var w blocksW
-	if len(counts) != n || len(displs) != n || len(types) != n {
-		return w, fmt.Errorf("%w: %s needs %d counts, displacements and datatypes, got %d, %d and %d", ErrCount, what, n, len(counts), len(displs), len(types))
-	}
-	mem, err := memOf(buf)
+	args, err := argsOf(buf, counts, displs, types, n, what)
 	if err != nil {
 		return w, err
 	}
-	w.args, w.counts, w.displs = make([]typedArg, n), make([]int, n), make([]int, n)
+	w.args, w.counts, w.displs = args, make([]int, n), make([]int, n)
 	total := 0
-	for i := range n {
-		if displs[i] < 0 || displs[i] > len(mem) {
-			return w, fmt.Errorf("%w: %s block %d at byte %d of a buffer of %d", ErrBuffer, what, i, displs[i], len(mem))
-		}
-		m, lay, err := layoutOf(mem[displs[i]:], counts[i], types[i])
-		if err != nil {
-			return w, fmt.Errorf("%s block %d: %w", what, i, err)
-		}
-		w.args[i] = typedArg{m, lay}
-		w.counts[i], w.displs[i] = w.args[i].n(), total
+	for i, a := range args {
+		w.counts[i], w.displs[i] = a.n(), total
 		total += w.counts[i]
 	}
 	w.st = stage(total)
 	return w, nil
+}
+
+// argsOf checks the n blocks of a w collective's buffer: block i is
+// counts[i] instances of types[i] starting displs[i] bytes into buf.
+func argsOf[T any](buf []T, counts, displs []int, types []*Datatype, n int, what string) ([]typedArg, error) {
+	if len(counts) != n || len(displs) != n || len(types) != n {
+		return nil, fmt.Errorf("%w: %s needs %d counts, displacements and datatypes, got %d, %d and %d", ErrCount, what, n, len(counts), len(displs), len(types))
+	}
+	mem, err := memOf(buf)
+	if err != nil {
+		return nil, err
+	}
+	args := make([]typedArg, n)
+	for i := range n {
+		if displs[i] < 0 || displs[i] > len(mem) {
+			return nil, fmt.Errorf("%w: %s block %d at byte %d of a buffer of %d", ErrBuffer, what, i, displs[i], len(mem))
+		}
+		m, lay, err := layoutOf(mem[displs[i]:], counts[i], types[i])
+		if err != nil {
+			return nil, fmt.Errorf("%s block %d: %w", what, i, err)
+		}
+		args[i] = typedArg{m, lay}
+	}
+	return args, nil
 }
 
 func (w blocksW) pack() {
@@ -541,25 +562,10 @@ func (w blocksW) pack() {
 
 func (w blocksW) unpack() {
 	for i, a := range w.args {
-		if w.skip != nil && w.skip[i] {
-			continue
-		}
 		if a.lay != nil {
 			a.lay.unpack(a.mem, w.st[w.displs[i]:w.displs[i]+w.counts[i]], 0)
 		} else {
 			copy(a.mem, w.st[w.displs[i]:w.displs[i]+w.counts[i]])
-		}
-	}
-}
-
-// skipNull marks the blocks of ProcNull neighbors, which receive nothing.
-func (w *blocksW) skipNull(in []int) {
-	for i, src := range in {
-		if src == ProcNull {
-			if w.skip == nil {
-				w.skip = make([]bool, len(in))
-			}
-			w.skip[i] = true
 		}
 	}
 }
@@ -622,53 +628,50 @@ func Ialltoallw[S, R any](c *Comm, send []S, scounts, sdispls []int, stypes []*D
 // displacements in bytes (MPI_Neighbor_alltoallw, MPI-4.1 §8.6.2): block i
 // of send (scounts[i] instances of stypes[i] at byte sdispls[i]) goes to
 // the i-th out-neighbor, and the i-th in-neighbor's block lands as
-// rcounts[i] instances of rtypes[i] at byte rdispls[i] of recv. Collective
-// over c. Errors: those of NeighborAlltoallv, ErrType, ErrBuffer.
+// rcounts[i] instances of rtypes[i] at byte rdispls[i] of recv (a ProcNull
+// neighbor's block is left as it is). Each block travels as one message,
+// packed into it and unpacked from it with no staging copy (a halo
+// exchange's faces). Collective over c. Errors: those of
+// NeighborAlltoallv, ErrType, ErrBuffer.
 func NeighborAlltoallw[S, R any](c *Comm, send []S, scounts, sdispls []int, stypes []*Datatype, recv []R, rcounts, rdispls []int, rtypes []*Datatype) error {
-	in, out, err := c.neighbors()
+	in, out, sargs, rargs, err := neighborWArgs(c, send, scounts, sdispls, stypes, recv, rcounts, rdispls, rtypes)
 	if err != nil {
 		return err
 	}
-	s, err := blocksOf(send, scounts, sdispls, stypes, len(out), "NeighborAlltoallw send")
-	if err != nil {
-		return err
+	return c.runColl(CallNeighborAlltoallw, AnySource, argsBytes(sargs), func(x coll) error {
+		return x.neighborExchange(in, rargs, out, sargs)
+	})
+}
+
+func neighborWArgs[S, R any](c *Comm, send []S, scounts, sdispls []int, stypes []*Datatype, recv []R, rcounts, rdispls []int, rtypes []*Datatype) (in, out []int, sargs, rargs []typedArg, err error) {
+	if in, out, err = c.neighbors(); err != nil {
+		return
 	}
-	r, err := blocksOf(recv, rcounts, rdispls, rtypes, len(in), "NeighborAlltoallw receive")
-	if err != nil {
-		return err
+	if sargs, err = argsOf(send, scounts, sdispls, stypes, len(out), "NeighborAlltoallw send"); err != nil {
+		return
 	}
-	r.skipNull(in)
-	s.pack()
-	if err := NeighborAlltoallv(c, s.st, s.counts, s.displs, r.st, r.counts, r.displs); err != nil {
-		return err
+	rargs, err = argsOf(recv, rcounts, rdispls, rtypes, len(in), "NeighborAlltoallw receive")
+	return
+}
+
+// argsBytes is the packed bytes of blocks, for tools.
+func argsBytes(args []typedArg) int {
+	n := 0
+	for _, a := range args {
+		n += a.n()
 	}
-	r.unpack()
-	return nil
+	return n
 }
 
 // IneighborAlltoallw starts a NeighborAlltoallw (MPI_Ineighbor_alltoallw);
 // errors at the call as NeighborAlltoallw's.
 func IneighborAlltoallw[S, R any](c *Comm, send []S, scounts, sdispls []int, stypes []*Datatype, recv []R, rcounts, rdispls []int, rtypes []*Datatype) (*Request, error) {
-	in, out, err := c.neighbors()
+	in, out, sargs, rargs, err := neighborWArgs(c, send, scounts, sdispls, stypes, recv, rcounts, rdispls, rtypes)
 	if err != nil {
 		return nil, err
 	}
-	s, err := blocksOf(send, scounts, sdispls, stypes, len(out), "NeighborAlltoallw send")
-	if err != nil {
-		return nil, err
-	}
-	r, err := blocksOf(recv, rcounts, rdispls, rtypes, len(in), "NeighborAlltoallw receive")
-	if err != nil {
-		return nil, err
-	}
-	r.skipNull(in)
-	return c.startNeighbor(CallIneighborAlltoallw, len(s.st), func(x coll, b *sched.Builder) error {
-		b.Call(func() error { s.pack(); return nil })
-		if err := neighborAlltoallv(c, x, b, s.st, s.counts, s.displs, r.st, r.counts, r.displs); err != nil {
-			return err
-		}
-		b.Fence()
-		b.Call(func() error { r.unpack(); return nil })
+	return c.startNeighbor(CallIneighborAlltoallw, argsBytes(sargs), func(x coll, b *sched.Builder) error {
+		neighborSchedule(b, in, rargs, out, sargs)
 		return nil
 	})
 }

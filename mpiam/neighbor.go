@@ -249,8 +249,10 @@ func neighborAlltoall[T any](c *Comm, x coll, b *sched.Builder, send, recv []T) 
 // sends sblocks[i] to out[i] for every i, and waits for the receives;
 // ProcNull neighbors are skipped. Messages between one pair of ranks match
 // in the order of the lists (MPI's non-overtaking order), which is what a
-// multigraph's repeated edges need.
-func (x coll) neighborExchange(in []int, rblocks [][]byte, out []int, sblocks [][]byte) error {
+// multigraph's repeated edges need. A block with a layout (datatypes that
+// are not one run of bytes) is packed into its message and unpacked from
+// it, with no staging copy.
+func (x coll) neighborExchange(in []int, rblocks []typedArg, out []int, sblocks []typedArg) error {
 	cc := x.cc
 	reqs := make([]*reqState, 0, len(in))
 	defer func() {
@@ -268,7 +270,8 @@ func (x coll) neighborExchange(in []int, rblocks [][]byte, out []int, sblocks []
 			first = err
 			break
 		}
-		rr, _ := cc.newRecv(rblocks[i], src, x.tag, false)
+		rr, _ := cc.newRecv(rblocks[i].mem, src, x.tag, false)
+		rr.lay = rblocks[i].lay
 		if err := cc.p.startRecv(rr); err != nil {
 			cc.p.states.put(rr)
 			first = err
@@ -283,7 +286,11 @@ func (x coll) neighborExchange(in []int, rblocks [][]byte, out []int, sblocks []
 		if dst == ProcNull {
 			continue
 		}
-		first = x.send(sblocks[i], dst, 0)
+		if sb := sblocks[i]; sb.lay != nil {
+			first = cc.sendLay(sb.mem, sb.lay, x.peer(dst), x.tag, Standard)
+		} else {
+			first = x.send(sb.mem, dst, 0)
+		}
 	}
 	k := 0
 	for i, src := range in {
@@ -300,9 +307,9 @@ func (x coll) neighborExchange(in []int, rblocks [][]byte, out []int, sblocks []
 		}
 		st, err := rr.wait()
 		x.observe(st)
-		if err == nil && first == nil && st.Bytes != len(rblocks[i]) {
+		if want := rblocks[i].n(); err == nil && first == nil && st.Bytes != want {
 			err = fmt.Errorf("%w: neighborhood collective expected %d bytes from rank %d, got %d (arguments differ across ranks?)",
-				ErrTruncate, len(rblocks[i]), src, st.Bytes)
+				ErrTruncate, want, src, st.Bytes)
 		}
 		if first == nil {
 			first = err
@@ -392,13 +399,13 @@ func sameBlock(n, k int) (counts, displs []int) {
 // the (checked) counts and displacements name, one per neighbor; with b,
 // it adds the exchange to b's schedule instead.
 func neighborExchangeV[T any](x coll, b *sched.Builder, in, out []int, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) error {
-	rblocks := make([][]byte, len(in))
+	rblocks := make([]typedArg, len(in))
 	for i := range in {
-		rblocks[i] = raw(recv[rdispls[i] : rdispls[i]+rcounts[i]])
+		rblocks[i].mem = raw(recv[rdispls[i] : rdispls[i]+rcounts[i]])
 	}
-	sblocks := make([][]byte, len(out))
+	sblocks := make([]typedArg, len(out))
 	for i := range out {
-		sblocks[i] = raw(send[sdispls[i] : sdispls[i]+scounts[i]])
+		sblocks[i].mem = raw(send[sdispls[i] : sdispls[i]+scounts[i]])
 	}
 	if b != nil {
 		neighborSchedule(b, in, rblocks, out, sblocks)
@@ -419,15 +426,15 @@ func (c *Comm) startNeighbor(call Call, bytes int, build func(x coll, b *sched.B
 
 // neighborSchedule is neighborExchange as one round of a schedule: every
 // receive posted, then every send, ProcNull neighbors skipped.
-func neighborSchedule(b *sched.Builder, in []int, rblocks [][]byte, out []int, sblocks [][]byte) {
+func neighborSchedule(b *sched.Builder, in []int, rblocks []typedArg, out []int, sblocks []typedArg) {
 	for i, src := range in {
 		if src != ProcNull {
-			b.Recv(src, 0, rblocks[i])
+			b.RecvExt(src, 0, rblocks[i].mem, rblocks[i].ext())
 		}
 	}
 	for i, dst := range out {
 		if dst != ProcNull {
-			b.Send(dst, 0, sblocks[i])
+			b.SendExt(dst, 0, sblocks[i].mem, sblocks[i].ext())
 		}
 	}
 	b.Fence()

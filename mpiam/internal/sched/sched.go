@@ -87,6 +87,10 @@ type Op struct {
 	Red  *Reduction
 	Fn   func() error // Call
 	Cond func() bool  // Until
+	// Ext is the caller's own description of a message's data (Send,
+	// Recv), passed through to Net untouched: mpiam's datatype layouts, for
+	// data that is not Buf's bytes in order.
+	Ext any
 }
 
 // message reports whether the step waits for something outside the rank.
@@ -148,6 +152,16 @@ func (b *Builder) Send(peer, tag int, buf []byte) {
 // Recv adds a receive of len(buf) bytes from peer with tag to the current round.
 func (b *Builder) Recv(peer, tag int, buf []byte) {
 	b.add(Op{Kind: RecvOp, Peer: peer, Tag: tag, Buf: buf})
+}
+
+// SendExt and RecvExt are Send and Recv with the caller's description of
+// the data (Op.Ext).
+func (b *Builder) SendExt(peer, tag int, buf []byte, ext any) {
+	b.add(Op{Kind: SendOp, Peer: peer, Tag: tag, Buf: buf, Ext: ext})
+}
+
+func (b *Builder) RecvExt(peer, tag int, buf []byte, ext any) {
+	b.add(Op{Kind: RecvOp, Peer: peer, Tag: tag, Buf: buf, Ext: ext})
 }
 
 // Reduce adds dst = in ∘ dst with red to the current round.
