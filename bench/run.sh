@@ -29,10 +29,16 @@ fi
 mkdir -p "$REF"
 # -Wno-stringop-overflow: MPICH's MPI_STATUSES_IGNORE trips a GCC 12 false positive.
 CFLAGS="-O2 -Wall -Wno-stringop-overflow"
-if command -v mpicc.openmpi >/dev/null; then mpicc.openmpi $CFLAGS -o "$REF/osu_ref_ompi" bench/ref/osu_ref.c; fi
-if command -v mpicc.mpich >/dev/null; then mpicc.mpich $CFLAGS -o "$REF/osu_ref_mpich" bench/ref/osu_ref.c; fi
+if command -v mpicc.openmpi >/dev/null; then
+	mpicc.openmpi $CFLAGS -o "$REF/osu_ref_ompi" bench/ref/osu_ref.c
+	mpicc.openmpi $CFLAGS -o "$REF/halo3d_ompi" bench/ref/halo3d.c
+fi
+if command -v mpicc.mpich >/dev/null; then
+	mpicc.mpich $CFLAGS -o "$REF/osu_ref_mpich" bench/ref/osu_ref.c
+	mpicc.mpich $CFLAGS -o "$REF/halo3d_mpich" bench/ref/halo3d.c
+fi
 
-$GO build -o "$BIN/" ./cmd/amrun ./bench/osu ./bench/harness
+$GO build -o "$BIN/" ./cmd/amrun ./bench/osu ./bench/harness ./examples/halo3d
 dir=$("$BIN/harness" -bin "$BIN" -ref "$REF" -out bench/results "$@")
 (cd bench/plot && $GO run . -o "../../$dir" "../../$dir/results.csv") ||
 	echo "run.sh: plotting failed (bench/plot needs gonum.org/v1/plot from the module proxy)" >&2

@@ -166,14 +166,8 @@ func (c *Comm) neighbors() (in, out []int, err error) {
 		nb := c.ggraph.neighbors(c.rank)
 		return nb, nb, nil
 	case c.cart != nil:
-		for d := range c.cart.dims {
-			src, dst, err := c.CartShift(d, 1)
-			if err != nil {
-				return nil, nil, err
-			}
-			in = append(in, src, dst)
-		}
-		return in, in, nil
+		nb := c.cart.neighbors()
+		return nb, nb, nil
 	}
 	return nil, nil, fmt.Errorf("%w: a neighborhood collective on a communicator without a topology", ErrTopology)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 )
 
 // Topology is the kind of virtual topology a communicator carries (MPI-4.1
@@ -32,6 +33,42 @@ type cartTopo struct {
 	dims    []int
 	periods []bool
 	coords  []int
+
+	nbrOnce sync.Once
+	nbrs    []int // the neighborhood collectives' neighbors, once computed (neighbors)
+}
+
+// shift is the rank step positions from this rank along dimension
+// direction: wrapped on a periodic dimension, ProcNull past the edge of
+// another.
+func (t *cartTopo) shift(direction, step int) int {
+	r := 0
+	for i, x := range t.coords {
+		d := t.dims[i]
+		if i == direction {
+			x += step
+			if t.periods[i] {
+				x = ((x % d) + d) % d
+			} else if x < 0 || x >= d {
+				return ProcNull
+			}
+		}
+		r = r*d + x
+	}
+	return r
+}
+
+// neighbors is, for each dimension, the rank below and the rank above
+// (CartShift(d, 1)): the order MPI-4.1 §8.6 gives the neighbors of a
+// Cartesian topology. Computed once; the caller must not modify it.
+func (t *cartTopo) neighbors() []int {
+	t.nbrOnce.Do(func() {
+		t.nbrs = make([]int, 0, 2*len(t.dims))
+		for d := range t.dims {
+			t.nbrs = append(t.nbrs, t.shift(d, -1), t.shift(d, 1))
+		}
+	})
+	return t.nbrs
 }
 
 // TopoTest returns the kind of topology c carries (MPI_Topo_test, MPI-4.1
@@ -373,16 +410,7 @@ func (c *Comm) CartShift(direction, disp int) (source, dest int, err error) {
 	if direction < 0 || direction >= len(t.dims) {
 		return ProcNull, ProcNull, fmt.Errorf("%w: CartShift direction %d of a %d-dimensional grid", ErrDims, direction, len(t.dims))
 	}
-	at := func(step int) int {
-		coords := slices.Clone(t.coords)
-		coords[direction] += step
-		r, err := c.CartRank(coords)
-		if err != nil {
-			return ProcNull
-		}
-		return r
-	}
-	return at(-disp), at(disp), nil
+	return t.shift(direction, -disp), t.shift(direction, disp), nil
 }
 
 // CartSub partitions c's grid into subgrids of the dimensions where remain

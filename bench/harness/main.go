@@ -281,6 +281,24 @@ func plan(bin, ref string, quick bool) []job {
 			jobs = append(jobs, job{Bench: "am-" + k + "-bw", Cfg: c, Args: append([]string{"am", "-bw", "-k", k}, sizes...)})
 		}
 	}
+	// The 3-D halo exchange (examples/halo3d against bench/ref/halo3d.c),
+	// 2 ranks: the grid edge is the row's size.
+	haloSizes, sweeps := "32,64,128", "50"
+	if quick {
+		haloSizes, sweeps = "16,32", "10"
+	}
+	for _, c := range all {
+		h := c
+		args := []string{"-sizes", haloSizes, "-sweeps", sweeps, "-bench"}
+		switch c.Impl {
+		case "amgo":
+			h.Prog = filepath.Join(bin, "halo3d")
+		default:
+			h.Prog = filepath.Join(ref, "halo3d_"+c.Impl)
+			args = []string{"-s", haloSizes, "-i", sweeps}
+		}
+		jobs = append(jobs, job{Bench: "halo3d", Cfg: h, Args: args})
+	}
 	// Two pairs only where it does not oversubscribe busy-polling processes.
 	jobs = append(jobs, job{Bench: "mbw_mr-2pairs", Cfg: amgo("loop", 4), Args: append([]string{"mbw_mr"}, sizes...)})
 	return jobs
@@ -675,6 +693,8 @@ func report(facts []string, jobs []job, samples []sample, notes []string) string
 	table(&b, sum, "bcast", "Bcast, 2 ranks, avg latency (us)", configs, []int{1, 1024, 65536, 1 << 20})
 	table(&b, sum, "alltoall", "Alltoall, 2 ranks, avg latency (us)", configs, []int{1, 1024, 65536})
 	table(&b, sum, "barrier", "Barrier, 2 ranks, avg latency (us)", configs, []int{0})
+	table(&b, sum, "halo3d", "Time per sweep (us)", configs, nil)
+	table(&b, sum, "halo3d", "Exchange (us)", configs, nil)
 	table(&b, sum, "iallreduce", "Pure Comm.(us)", configs, []int{8, 1024, 65536})
 	table(&b, sum, "iallreduce", "Overlap(%)", configs, []int{8, 1024, 65536})
 	table(&b, sum, "ialltoall", "Pure Comm.(us)", configs, []int{8, 1024, 65536})

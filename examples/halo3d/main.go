@@ -18,8 +18,9 @@
 //     dimension d, received into the ghost plane of the neighbour above;
 //   - sets every owned point to the mean of its six neighbours.
 //
-// It prints the process grid and the time per sweep (the slowest rank's), in
-// OSU's layout ("# Size", "Time per sweep (us)") with -bench, one row per
+// It prints the process grid, the time per sweep and the part of it spent
+// exchanging faces (each the slowest rank's mean), in OSU's layout ("# Size",
+// "Time per sweep (us)", "Exchange (us)") with -bench, one row per
 // grid edge of -sizes (a comma-separated list; -n alone otherwise). With -check
 // (on by default for N up to 96) rank 0 gathers the blocks, runs the same
 // sweeps on the whole grid serially with the same arithmetic, and prints
@@ -248,15 +249,19 @@ func run(w *mpiam.Comm, n, sweeps int, mode string, check, bench, header bool) e
 		return err
 	}
 	t0 := time.Now()
+	var inExchange time.Duration
 	for range sweeps {
+		x0 := time.Now()
 		if err := exchange(b.u); err != nil {
 			return err
 		}
+		inExchange += time.Since(x0)
 		b.sweep(b.v, b.u)
 		b.u, b.v = b.v, b.u
 	}
-	el := []float64{time.Since(t0).Seconds() * 1e6 / float64(max(sweeps, 1))}
-	slowest := []float64{0}
+	per := 1e6 / float64(max(sweeps, 1))
+	el := []float64{time.Since(t0).Seconds() * per, inExchange.Seconds() * per}
+	slowest := []float64{0, 0}
 	if err := mpiam.Reduce(cart, el, slowest, mpiam.Max[float64](), 0); err != nil {
 		return err
 	}
@@ -264,12 +269,12 @@ func run(w *mpiam.Comm, n, sweeps int, mode string, check, bench, header bool) e
 		if bench {
 			if header {
 				fmt.Printf("# amgo halo3d: %d ranks (%d x %d x %d), %s exchange, %d sweeps\n", w.Size(), dims[0], dims[1], dims[2], mode, sweeps)
-				fmt.Printf("%-10s%20s\n", "# Size", "Time per sweep (us)")
+				fmt.Printf("%-10s%20s%20s\n", "# Size", "Time per sweep (us)", "Exchange (us)")
 			}
-			fmt.Printf("%-10d%20.2f\n", n, slowest[0])
+			fmt.Printf("%-10d%20.2f%20.2f\n", n, slowest[0], slowest[1])
 		} else {
-			fmt.Printf("halo3d: %d^3 on %d x %d x %d ranks, %s exchange: %d sweeps, %.1f us per sweep\n",
-				n, dims[0], dims[1], dims[2], mode, sweeps, slowest[0])
+			fmt.Printf("halo3d: %d^3 on %d x %d x %d ranks, %s exchange: %d sweeps, %.1f us per sweep, %.1f us of it exchanging\n",
+				n, dims[0], dims[1], dims[2], mode, sweeps, slowest[0], slowest[1])
 		}
 	}
 	if !check {
