@@ -75,6 +75,13 @@ func (p *proc) startSend(r *reqState) error {
 	if rndv {
 		if r.lay == nil {
 			addr = p.offerAddr(world, r.buf)
+		} else if n := r.size(); n <= typedChunk && p.ep.CanGet(world, n) {
+			// Non-contiguous data of one chunk to a peer that reads with
+			// one copy: packed now into a staging buffer, which is offered
+			// as a contiguous sender's buffer is (rndv_typed.go).
+			r.bounce = getChunk()
+			r.lay.pack(r.bounce[:n], r.buf, 0)
+			addr = p.offerAddr(world, r.bounce[:n])
 		}
 		p.mu.Lock()
 		p.nextID++
@@ -107,7 +114,12 @@ func (p *proc) startSend(r *reqState) error {
 		if rndv {
 			p.mu.Lock()
 			delete(p.reqs, r.id)
+			bounce := r.bounce
+			r.bounce = nil
 			p.mu.Unlock()
+			if bounce != nil {
+				putChunk(bounce)
+			}
 		}
 		err = p.netErr(c, world, fmt.Sprintf("send to rank %d, tag %d", r.peer, r.tag), err)
 		r.complete(Status{Err: err})

@@ -14,9 +14,12 @@ import (
 //
 //   - eager: the sender packs into scratch space that the medium request
 //     copies; the receiver unpacks from the payload;
-//   - rendezvous, non-contiguous sender: it offers no address, so the
-//     receiver asks for stores; the sender packs typedChunk bytes at a time
-//     and stores each chunk (the last with the data handler);
+//   - rendezvous, non-contiguous sender: up to typedChunk bytes to a peer
+//     that reads with one copy, it packs the data into a staging buffer at
+//     once and offers that buffer, which the receiver reads as it reads a
+//     contiguous sender's; otherwise it offers no address, so the receiver
+//     asks for stores, and the sender packs typedChunk bytes at a time and
+//     stores each chunk (the last with the data handler);
 //   - rendezvous, non-contiguous receiver: it reads a contiguous sender's
 //     buffer a chunk at a time into a staging buffer and unpacks it (pull),
 //     or, without a single-copy read, registers the staging buffer and asks
