@@ -63,6 +63,7 @@
 //	MPI_Type_commit, _free, _get_extent        (*Datatype).Commit, Free, Extent
 //	MPI_Pack, MPI_Unpack, MPI_Pack_size        Pack, Unpack, PackSize
 //	MPI_Send(buf, count, datatype, ...)        SendTyped, RecvTyped, IsendTyped, ... (every p2p call)
+//	type matching checks (debug)               AMGO_CHECK_TYPES=1 (EnvCheckTypes): ErrType on a signature mismatch
 //	MPI_Bcast(buf, count, datatype, ...)       BcastTyped, AllreduceTyped, GatherTyped, ..., IbcastTyped, ...
 //	MPI_Alltoallw, MPI_Neighbor_alltoallw      Alltoallw, Ialltoallw, NeighborAlltoallw, IneighborAlltoallw
 //	MPI_Barrier, MPI_Ibarrier                  (*Comm).Barrier, Ibarrier

@@ -281,7 +281,7 @@ func (x coll) neighborExchange(in []int, rblocks []typedArg, out []int, sblocks 
 			continue
 		}
 		if sb := sblocks[i]; sb.lay != nil {
-			first = cc.sendLay(sb.mem, sb.lay, x.peer(dst), x.tag, Standard)
+			first = cc.sendLay(sb.mem, sb.lay, msgType{}, x.peer(dst), x.tag, Standard)
 		} else {
 			first = x.send(sb.mem, dst, 0)
 		}

@@ -98,7 +98,9 @@ func (p *proc) startSend(r *reqState) error {
 		pb, hasPB = p.outgoingPB()
 	}
 	piggyback := handlers.Piggyback{Value: pb, Set: hasPB}
-	if rndv {
+	if r.hasSig {
+		err = p.sendWithSig(r, world, rndv, piggyback, addr, a0, a1, a2)
+	} else if rndv {
 		err = p.ep.RequestShortWith(world, hRTS, piggyback, a0, a1, a2, uint64(r.size()), r.id, addr) // proto.RTS
 	} else if r.lay != nil {
 		// Non-contiguous data up to the eager limit: packed into scratch
@@ -289,6 +291,9 @@ func (c *Comm) isendCall(call Call, b []byte, dest, tag int, mode Mode) (*Reques
 // stored into the matching receive buffer (rendezvous). Errors: ErrComm,
 // ErrRank, ErrTag, ErrOther (network).
 func Send[T Elem](c *Comm, buf []T, dest, tag int) error {
+	if c.checking() {
+		return c.sendLayCall(CallSend, bytesOf(buf), nil, sliceType[T](len(buf)), dest, tag, Standard)
+	}
 	return c.sendCall(CallSend, bytesOf(buf), dest, tag, Standard)
 }
 
@@ -296,12 +301,18 @@ func Send[T Elem](c *Comm, buf []T, dest, tag int) error {
 // into the buffer attached with BufferAttach and Bsend returns; ErrBuffer when the
 // attached buffer lacks len(buf)*size + BsendOverhead bytes.
 func Bsend[T Elem](c *Comm, buf []T, dest, tag int) error {
+	if c.checking() {
+		return c.sendLayCall(CallBsend, bytesOf(buf), nil, sliceType[T](len(buf)), dest, tag, Buffered)
+	}
 	return c.sendCall(CallBsend, bytesOf(buf), dest, tag, Buffered)
 }
 
 // Ssend is a synchronous-mode send (MPI_Ssend, MPI-4.1 §3.4): it returns only
 // once the matching receive has started (a rendezvous handshake at every size).
 func Ssend[T Elem](c *Comm, buf []T, dest, tag int) error {
+	if c.checking() {
+		return c.sendLayCall(CallSsend, bytesOf(buf), nil, sliceType[T](len(buf)), dest, tag, Synchronous)
+	}
 	return c.sendCall(CallSsend, bytesOf(buf), dest, tag, Synchronous)
 }
 
@@ -310,28 +321,43 @@ func Ssend[T Elem](c *Comm, buf []T, dest, tag int) error {
 // its receive is posted, the receive that matches it completes with
 // ErrReadyNotPosted (data intact) so that the erroneous program is reported.
 func Rsend[T Elem](c *Comm, buf []T, dest, tag int) error {
+	if c.checking() {
+		return c.sendLayCall(CallRsend, bytesOf(buf), nil, sliceType[T](len(buf)), dest, tag, Ready)
+	}
 	return c.sendCall(CallRsend, bytesOf(buf), dest, tag, Ready)
 }
 
 // Isend starts a standard-mode send (MPI_Isend) and returns its request. buf
 // must not be modified until the request completes.
 func Isend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+	if c.checking() {
+		return c.isendLayCall(CallIsend, bytesOf(buf), nil, sliceType[T](len(buf)), dest, tag, Standard)
+	}
 	return c.isendCall(CallIsend, bytesOf(buf), dest, tag, Standard)
 }
 
 // Ibsend starts a buffered-mode send (MPI_Ibsend); see Bsend.
 func Ibsend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+	if c.checking() {
+		return c.isendLayCall(CallIbsend, bytesOf(buf), nil, sliceType[T](len(buf)), dest, tag, Buffered)
+	}
 	return c.isendCall(CallIbsend, bytesOf(buf), dest, tag, Buffered)
 }
 
 // Issend starts a synchronous-mode send (MPI_Issend); it completes once the
 // matching receive has started.
 func Issend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+	if c.checking() {
+		return c.isendLayCall(CallIssend, bytesOf(buf), nil, sliceType[T](len(buf)), dest, tag, Synchronous)
+	}
 	return c.isendCall(CallIssend, bytesOf(buf), dest, tag, Synchronous)
 }
 
 // Irsend starts a ready-mode send (MPI_Irsend); see Rsend.
 func Irsend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+	if c.checking() {
+		return c.isendLayCall(CallIrsend, bytesOf(buf), nil, sliceType[T](len(buf)), dest, tag, Ready)
+	}
 	return c.isendCall(CallIrsend, bytesOf(buf), dest, tag, Ready)
 }
 
@@ -340,6 +366,14 @@ func Irsend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
 // and reports ErrTruncate; nothing is written past buf. Errors: ErrComm,
 // ErrRank, ErrTag, ErrTruncate, ErrReadyNotPosted, ErrOther.
 func Recv[T Elem](c *Comm, buf []T, src, tag int) (Status, error) {
+	if c.checking() {
+		b, mt := bytesOf(buf), sliceType[T](len(buf))
+		f := func() (Status, error) { return c.recvLay(b, nil, mt, src, tag) }
+		if c.hooked() {
+			return c.p.hookStatus(&Event{Call: CallRecv, Comm: c, Peer: src, Tag: tag, Bytes: len(b)}, f)
+		}
+		return f()
+	}
 	if c.hooked() {
 		b := bytesOf(buf)
 		return c.p.hookStatus(&Event{Call: CallRecv, Comm: c, Peer: src, Tag: tag, Bytes: len(b)},
@@ -351,6 +385,14 @@ func Recv[T Elem](c *Comm, buf []T, src, tag int) (Status, error) {
 // Irecv posts a receive (MPI_Irecv) and returns its request; buf must not be
 // read or modified until it completes.
 func Irecv[T Elem](c *Comm, buf []T, src, tag int) (*Request, error) {
+	if c.checking() {
+		b, mt := bytesOf(buf), sliceType[T](len(buf))
+		f := func() (*Request, error) { return c.irecvLay(b, nil, mt, src, tag) }
+		if c.hooked() {
+			return c.p.hookReq(&Event{Call: CallIrecv, Comm: c, Peer: src, Tag: tag, Bytes: len(b)}, f)
+		}
+		return f()
+	}
 	if c.hooked() {
 		b := bytesOf(buf)
 		return c.p.hookReq(&Event{Call: CallIrecv, Comm: c, Peer: src, Tag: tag, Bytes: len(b)},
@@ -361,17 +403,21 @@ func Irecv[T Elem](c *Comm, buf []T, src, tag int) (*Request, error) {
 
 // sendrecv is Sendrecv without tool hooks.
 func sendrecv[S, R Elem](c *Comm, sendbuf []S, dest, sendtag int, recvbuf []R, src, recvtag int) (Status, error) {
-	return c.sendrecvLay(bytesOf(sendbuf), nil, dest, sendtag, bytesOf(recvbuf), nil, src, recvtag)
+	var smt, rmt msgType
+	if c.checking() {
+		smt, rmt = sliceType[S](len(sendbuf)), sliceType[R](len(recvbuf))
+	}
+	return c.sendrecvLay(bytesOf(sendbuf), nil, smt, dest, sendtag, bytesOf(recvbuf), nil, rmt, src, recvtag)
 }
 
 // sendrecvLay is a send and a receive at once, each of memory laid out by
 // its layout (nil: contiguous).
-func (c *Comm) sendrecvLay(smem []byte, slay *layout, dest, sendtag int, rmem []byte, rlay *layout, src, recvtag int) (Status, error) {
-	rr, err := c.irecvLay(rmem, rlay, src, recvtag)
+func (c *Comm) sendrecvLay(smem []byte, slay *layout, smt msgType, dest, sendtag int, rmem []byte, rlay *layout, rmt msgType, src, recvtag int) (Status, error) {
+	rr, err := c.irecvLay(rmem, rlay, rmt, src, recvtag)
 	if err != nil {
 		return Status{}, err
 	}
-	sr, err := c.isendLay(smem, slay, dest, sendtag, Standard)
+	sr, err := c.isendLay(smem, slay, smt, dest, sendtag, Standard)
 	if err != nil {
 		_ = rr.cancel()
 		_, _ = rr.wait()
@@ -387,11 +433,15 @@ func (c *Comm) sendrecvLay(smem []byte, slay *layout, dest, sendtag int, rmem []
 // sendrecvReplace is SendrecvReplace without tool hooks.
 func sendrecvReplace[T Elem](c *Comm, buf []T, dest, sendtag, src, recvtag int) (Status, error) {
 	out := append([]byte(nil), bytesOf(buf)...)
-	rr, err := c.irecv(bytesOf(buf), src, recvtag)
+	var mt msgType
+	if c.checking() {
+		mt = sliceType[T](len(buf))
+	}
+	rr, err := c.irecvLay(bytesOf(buf), nil, mt, src, recvtag)
 	if err != nil {
 		return Status{}, err
 	}
-	sr, err := c.isend(out, dest, sendtag, Standard)
+	sr, err := c.isendLay(out, nil, mt, dest, sendtag, Standard)
 	if err != nil {
 		_ = rr.cancel()
 		_, _ = rr.wait()
@@ -414,6 +464,7 @@ func SendInit[T Elem](c *Comm, buf []T, dest, tag int, mode Mode) (*Request, err
 		return nil, fmt.Errorf("%w: send mode %d", ErrArg, mode)
 	}
 	r, _ := c.newSend(bytesOf(buf), dest, tag, mode, false)
+	r.setType(sliceType[T](len(buf)))
 	r.persistent = true
 	return &Request{s: r}, nil
 }
@@ -424,6 +475,7 @@ func RecvInit[T Elem](c *Comm, buf []T, src, tag int) (*Request, error) {
 		return nil, err
 	}
 	r, _ := c.newRecv(bytesOf(buf), src, tag, false)
+	r.setType(sliceType[T](len(buf)))
 	r.persistent = true
 	return &Request{s: r}, nil
 }
@@ -567,17 +619,22 @@ func (c *Comm) mprobe(src, tag int) (*Message, Status, error) {
 
 // imrecv is Imrecv without tool hooks.
 func imrecv[T Elem](m *Message, buf []T) (*Request, error) {
-	return imrecvLay(m, bytesOf(buf), nil)
+	var mt msgType
+	if m != nil && m.comm.checking() {
+		mt = sliceType[T](len(buf))
+	}
+	return imrecvLay(m, bytesOf(buf), nil, mt)
 }
 
 // imrecvLay is imrecv of mem, laid out by lay (nil: contiguous).
-func imrecvLay(m *Message, mem []byte, lay *layout) (*Request, error) {
+func imrecvLay(m *Message, mem []byte, lay *layout, mt msgType) (*Request, error) {
 	if m == nil || (m.msg == nil && !m.null) {
 		return nil, fmt.Errorf("%w: message already received or nil", ErrRequest)
 	}
 	c := m.comm
 	r, h := c.newRecv(mem, int(m.env.Source), int(m.env.Tag), true)
 	r.lay = lay
+	r.setType(mt)
 	if m.null {
 		r.complete(Status{Source: ProcNull, Tag: AnyTag})
 		return h, nil

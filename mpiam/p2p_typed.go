@@ -29,12 +29,13 @@ func packedLen(mem []byte, lay *layout) int {
 }
 
 // sendLay is a blocking send of non-contiguous data in mode.
-func (c *Comm) sendLay(mem []byte, lay *layout, dest, tag int, mode Mode) error {
+func (c *Comm) sendLay(mem []byte, lay *layout, mt msgType, dest, tag int, mode Mode) error {
 	if err := c.checkSend(dest, tag); err != nil {
 		return err
 	}
 	r, _ := c.newSend(mem, dest, tag, mode, false)
 	r.lay = lay
+	r.setType(mt)
 	err := c.p.startSend(r)
 	if err == nil {
 		_, err = r.wait()
@@ -44,12 +45,13 @@ func (c *Comm) sendLay(mem []byte, lay *layout, dest, tag int, mode Mode) error 
 }
 
 // isendLay starts a send of non-contiguous data in mode.
-func (c *Comm) isendLay(mem []byte, lay *layout, dest, tag int, mode Mode) (*Request, error) {
+func (c *Comm) isendLay(mem []byte, lay *layout, mt msgType, dest, tag int, mode Mode) (*Request, error) {
 	if err := c.checkSend(dest, tag); err != nil {
 		return nil, err
 	}
 	r, h := c.newSend(mem, dest, tag, mode, true)
 	r.lay = lay
+	r.setType(mt)
 	if err := c.p.startSend(r); err != nil {
 		return nil, err
 	}
@@ -57,12 +59,13 @@ func (c *Comm) isendLay(mem []byte, lay *layout, dest, tag int, mode Mode) (*Req
 }
 
 // irecvLay posts a receive of non-contiguous data.
-func (c *Comm) irecvLay(mem []byte, lay *layout, src, tag int) (*Request, error) {
+func (c *Comm) irecvLay(mem []byte, lay *layout, mt msgType, src, tag int) (*Request, error) {
 	if err := c.checkRecv(src, tag); err != nil {
 		return nil, err
 	}
 	r, h := c.newRecv(mem, src, tag, true)
 	r.lay = lay
+	r.setType(mt)
 	if err := c.p.startRecv(r); err != nil {
 		return nil, err
 	}
@@ -70,12 +73,13 @@ func (c *Comm) irecvLay(mem []byte, lay *layout, src, tag int) (*Request, error)
 }
 
 // recvLay is a blocking receive of non-contiguous data.
-func (c *Comm) recvLay(mem []byte, lay *layout, src, tag int) (Status, error) {
+func (c *Comm) recvLay(mem []byte, lay *layout, mt msgType, src, tag int) (Status, error) {
 	if err := c.checkRecv(src, tag); err != nil {
 		return Status{}, err
 	}
 	r, _ := c.newRecv(mem, src, tag, false)
 	r.lay = lay
+	r.setType(mt)
 	if err := c.p.startRecv(r); err != nil {
 		return Status{}, err
 	}
@@ -93,14 +97,19 @@ func sendTyped[T any](call Call, c *Comm, buf []T, count int, d *Datatype, dest,
 	if err != nil {
 		return err
 	}
-	if lay == nil {
+	if lay == nil && !c.checking() {
 		return c.sendCall(call, mem, dest, tag, mode)
 	}
+	return c.sendLayCall(call, mem, lay, typeOf(d, count), dest, tag, mode)
+}
+
+// sendLayCall is sendLay under the tools' hooks when any.
+func (c *Comm) sendLayCall(call Call, mem []byte, lay *layout, mt msgType, dest, tag int, mode Mode) error {
 	if c.hooked() {
-		return c.p.hookErr(&Event{Call: call, Comm: c, Peer: dest, Tag: tag, Bytes: lay.n, Mode: mode},
-			func() error { return c.sendLay(mem, lay, dest, tag, mode) })
+		return c.p.hookErr(&Event{Call: call, Comm: c, Peer: dest, Tag: tag, Bytes: packedLen(mem, lay), Mode: mode},
+			func() error { return c.sendLay(mem, lay, mt, dest, tag, mode) })
 	}
-	return c.sendLay(mem, lay, dest, tag, mode)
+	return c.sendLay(mem, lay, mt, dest, tag, mode)
 }
 
 // isendTyped starts the typed send in mode, under the tools' hooks.
@@ -112,14 +121,19 @@ func isendTyped[T any](call Call, c *Comm, buf []T, count int, d *Datatype, dest
 	if err != nil {
 		return nil, err
 	}
-	if lay == nil {
+	if lay == nil && !c.checking() {
 		return c.isendCall(call, mem, dest, tag, mode)
 	}
+	return c.isendLayCall(call, mem, lay, typeOf(d, count), dest, tag, mode)
+}
+
+// isendLayCall is isendLay under the tools' hooks when any.
+func (c *Comm) isendLayCall(call Call, mem []byte, lay *layout, mt msgType, dest, tag int, mode Mode) (*Request, error) {
 	if c.hooked() {
-		return c.p.hookReq(&Event{Call: call, Comm: c, Peer: dest, Tag: tag, Bytes: lay.n, Mode: mode},
-			func() (*Request, error) { return c.isendLay(mem, lay, dest, tag, mode) })
+		return c.p.hookReq(&Event{Call: call, Comm: c, Peer: dest, Tag: tag, Bytes: packedLen(mem, lay), Mode: mode},
+			func() (*Request, error) { return c.isendLay(mem, lay, mt, dest, tag, mode) })
 	}
-	return c.isendLay(mem, lay, dest, tag, mode)
+	return c.isendLay(mem, lay, mt, dest, tag, mode)
 }
 
 // SendTyped is MPI_Send with a datatype (MPI-4.1 §3.2.1): count instances
@@ -182,10 +196,10 @@ func RecvTyped[T any](c *Comm, buf []T, count int, d *Datatype, src, tag int) (S
 	}
 	n := packedLen(mem, lay)
 	f := func() (Status, error) {
-		if lay == nil {
+		if lay == nil && !c.checking() {
 			return c.recv(mem, src, tag)
 		}
-		return c.recvLay(mem, lay, src, tag)
+		return c.recvLay(mem, lay, typeOf(d, count), src, tag)
 	}
 	if c.hooked() {
 		return c.p.hookStatus(&Event{Call: CallRecv, Comm: c, Peer: src, Tag: tag, Bytes: n}, f)
@@ -205,10 +219,10 @@ func IrecvTyped[T any](c *Comm, buf []T, count int, d *Datatype, src, tag int) (
 	}
 	n := packedLen(mem, lay)
 	f := func() (*Request, error) {
-		if lay == nil {
+		if lay == nil && !c.checking() {
 			return c.irecv(mem, src, tag)
 		}
-		return c.irecvLay(mem, lay, src, tag)
+		return c.irecvLay(mem, lay, typeOf(d, count), src, tag)
 	}
 	if c.hooked() {
 		return c.p.hookReq(&Event{Call: CallIrecv, Comm: c, Peer: src, Tag: tag, Bytes: n}, f)
@@ -233,7 +247,9 @@ func SendrecvTyped[S, R any](c *Comm, sendbuf []S, sendcount int, sendtype *Data
 	if err != nil {
 		return Status{}, err
 	}
-	f := func() (Status, error) { return c.sendrecvLay(smem, slay, dest, sendtag, rmem, rlay, src, recvtag) }
+	f := func() (Status, error) {
+		return c.sendrecvLay(smem, slay, typeOf(sendtype, sendcount), dest, sendtag, rmem, rlay, typeOf(recvtype, recvcount), src, recvtag)
+	}
 	if c.hooked() {
 		return c.p.hookStatus(&Event{Call: CallSendrecv, Comm: c, Peer: dest, Tag: sendtag, Bytes: packedLen(smem, slay)}, f)
 	}
@@ -256,6 +272,7 @@ func SendInitTyped[T any](c *Comm, buf []T, count int, d *Datatype, dest, tag in
 	}
 	r, _ := c.newSend(mem, dest, tag, mode, false)
 	r.lay = lay
+	r.setType(typeOf(d, count))
 	r.persistent = true
 	return &Request{s: r}, nil
 }
@@ -272,6 +289,7 @@ func RecvInitTyped[T any](c *Comm, buf []T, count int, d *Datatype, src, tag int
 	}
 	r, _ := c.newRecv(mem, src, tag, false)
 	r.lay = lay
+	r.setType(typeOf(d, count))
 	r.persistent = true
 	return &Request{s: r}, nil
 }
@@ -294,9 +312,9 @@ func ImrecvTyped[T any](m *Message, buf []T, count int, d *Datatype) (*Request, 
 		return nil, err
 	}
 	if m == nil || !m.comm.hooked() {
-		return imrecvLay(m, mem, lay)
+		return imrecvLay(m, mem, lay, typeOf(d, count))
 	}
 	n := packedLen(mem, lay)
 	return m.comm.p.hookReq(&Event{Call: CallImrecv, Comm: m.comm, Peer: int(m.env.Source), Tag: int(m.env.Tag), Bytes: n},
-		func() (*Request, error) { return imrecvLay(m, mem, lay) })
+		func() (*Request, error) { return imrecvLay(m, mem, lay, typeOf(d, count)) })
 }

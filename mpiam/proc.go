@@ -50,6 +50,8 @@ const (
 	hBarrier                               // short request: a dissemination barrier's message (coll_am.go)
 	hThrottle                              // short reply or request: stop or resume eager sends to the sender (unexpected.go)
 	hStorePart                             // store handler: a chunk of packed rendezvous data has landed, more follow (rndv_typed.go)
+	hEagerSig                              // hEager with the type signature hash after the envelope (typecheck.go)
+	hRTSSig                                // hRTS with the type signature hash after its arguments (typecheck.go)
 )
 
 // Message flags, in the envelope's third argument (proto.FlagSync, FlagReady).
@@ -76,6 +78,8 @@ type inMsg struct {
 	retained handlers.Retained
 	pb       uint64 // tool value piggybacked by the sender (hasPB)
 	hasPB    bool
+	sig      uint64 // type signature hash (hasSig: the sender checks types, typecheck.go)
+	hasSig   bool
 	cost     int64 // charged to unexpBytes[src] while unexpected (unexpected.go)
 	// inl: payload is a copy in inline (counted in unexpBytes like a heap
 	// copy); an unexpected message of up to inlinePayload bytes needs no
@@ -118,6 +122,8 @@ type proc struct {
 	world      *Comm
 
 	nbc nbcEngine // nonblocking and persistent collectives under way (coll_sched.go)
+
+	checkTypes bool // AMGO_CHECK_TYPES: messages carry type signatures (typecheck.go)
 
 	mu       sync.Mutex // guards eng, reqs, nextID, work, nextCtx
 	eng      *match.Engine[*reqState, *inMsg]
@@ -217,7 +223,10 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		{Index: hBarrier, Name: "mpi.barrier", NArgs: 2, Fn: p.onBarrier},
 		{Index: hThrottle, Name: "mpi.throttle", NArgs: 2, Fn: p.onThrottle},
 		{Index: hStorePart, Name: "mpi.data.part", NArgs: 0, Fn: p.onStorePart},
+		{Index: hEagerSig, Name: "mpi.eager.sig", NArgs: 4, Fn: p.onEagerSig},
+		{Index: hRTSSig, Name: "mpi.rts.sig", NArgs: 7, Fn: p.onRTSSig},
 	}
+	p.checkTypes = checkTypesFromEnv()
 	for _, e := range entries {
 		if _, err := ep.Register(e); err != nil {
 			return nil, err
@@ -251,6 +260,17 @@ func (p *proc) newMsg() *inMsg {
 // message into it and the space goes back to the sender; if not, the message
 // goes on the unexpected list (unexpected.go).
 func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
+	p.eagerArrived(tok, a, payload, 0, false)
+}
+
+// onEagerSig is onEager for a message with a type signature hash.
+func (p *proc) onEagerSig(tok *handlers.Token, a []uint64, payload []byte) {
+	p.eagerArrived(tok, a[:3], payload, a[3], true)
+}
+
+// eagerArrived handles an eager message (with the type signature hash sig
+// when hasSig).
+func (p *proc) eagerArrived(tok *handlers.Token, a []uint64, payload []byte, sig uint64, hasSig bool) {
 	pe, err := proto.ParseEnvelope(a)
 	if err != nil {
 		p.dropped(fmt.Errorf("eager message from rank %d: %w", tok.Source(), err))
@@ -264,7 +284,7 @@ func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 		r.handle = match.PostedHandle{}
 		p.matchedLocked(r)
 		pb, hasPB := tok.Piggyback()
-		p.completeEagerLocked(r, payload, env, pb, hasPB, false)
+		p.completeEagerLocked(r, payload, env, pb, hasPB, false, sig, hasSig)
 		p.mu.Unlock()
 		return
 	}
@@ -281,6 +301,7 @@ func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
 	m.size = len(payload)
 	m.payload = payload
 	m.pb, m.hasPB = tok.Piggyback()
+	m.sig, m.hasSig = sig, hasSig
 	out, mine, held, ok := p.arriveLocked(env, m, "eager message")
 	if !ok {
 		return
@@ -404,12 +425,12 @@ func (p *proc) completeMatchesLocked(out []match.Match[*reqState, *inMsg], tok *
 
 // finishEagerLocked copies an eager message into its receive and completes it.
 func (p *proc) finishEagerLocked(r *reqState, m *inMsg, env match.Envelope) {
-	p.completeEagerLocked(r, m.payload, env, m.pb, m.hasPB, m.notReady)
+	p.completeEagerLocked(r, m.payload, env, m.pb, m.hasPB, m.notReady, m.sig, m.hasSig)
 }
 
 // completeEagerLocked copies an eager message's payload into receive r and
 // completes it.
-func (p *proc) completeEagerLocked(r *reqState, payload []byte, env match.Envelope, pb uint64, hasPB, notReady bool) {
+func (p *proc) completeEagerLocked(r *reqState, payload []byte, env match.Envelope, pb uint64, hasPB, notReady bool, sig uint64, hasSig bool) {
 	var n int
 	if r.lay != nil {
 		n = r.lay.unpack(r.buf, payload[:min(len(payload), r.lay.n)], 0)
@@ -421,6 +442,8 @@ func (p *proc) completeEagerLocked(r *reqState, payload []byte, env match.Envelo
 		st.Err = fmt.Errorf("%w: message of %d bytes from rank %d, tag %d, into a buffer of %d", ErrTruncate, len(payload), env.Source, env.Tag, r.size())
 	} else if notReady {
 		st.Err = fmt.Errorf("%w (from rank %d, tag %d)", ErrReadyNotPosted, env.Source, env.Tag)
+	} else if hasSig {
+		st.Err = p.sigErr(r, n, sig, hasSig, envelopeInfo{int(env.Source), int(env.Tag)})
 	}
 	r.complete(st)
 }

@@ -196,6 +196,12 @@ type reqState struct {
 	onDone     func(*reqState)
 	coll       *nbc // a nonblocking or persistent collective's operation (kind coll)
 
+	// Type checking (typecheck.go, AMGO_CHECK_TYPES): a send's signature
+	// hash, or the hash the matched message carried; a receive's type.
+	sig    uint64
+	hasSig bool
+	rtype  msgType
+
 	// Typed buffers (datatype.go): lay is the layout of non-contiguous
 	// data within buf (nil: buf is the data). A rendezvous receive of such
 	// data stages it in bounce: the store path asks the sender for one

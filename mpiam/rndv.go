@@ -105,6 +105,17 @@ func (p *proc) offerAddr(world int, buf []byte) uint64 {
 // onRTS handles a rendezvous request-to-send: envelope, size, the sender's
 // request id and the address offered for a pull.
 func (p *proc) onRTS(tok *handlers.Token, a []uint64, _ []byte) {
+	p.rtsArrived(tok, a, 0, false)
+}
+
+// onRTSSig is onRTS for a message with a type signature hash.
+func (p *proc) onRTSSig(tok *handlers.Token, a []uint64, _ []byte) {
+	p.rtsArrived(tok, a[:6], a[6], true)
+}
+
+// rtsArrived handles a request-to-send (with the type signature hash sig
+// when hasSig).
+func (p *proc) rtsArrived(tok *handlers.Token, a []uint64, sig uint64, hasSig bool) {
 	rts, err := proto.ParseRTS(a)
 	if err != nil {
 		p.dropped(fmt.Errorf("from rank %d: %w", tok.Source(), err))
@@ -119,6 +130,7 @@ func (p *proc) onRTS(tok *handlers.Token, a []uint64, _ []byte) {
 	m.addr = rts.Addr
 	m.src = tok.Source()
 	m.pb, m.hasPB = tok.Piggyback()
+	m.sig, m.hasSig = sig, hasSig
 	p.mu.Lock()
 	out, mine, _, ok := p.arriveLocked(env, m, "request-to-send")
 	if !ok {
@@ -151,6 +163,10 @@ func (p *proc) planRndvLocked(r *reqState, m *inMsg, env match.Envelope) rndvPla
 		r.status.Err = fmt.Errorf("%w: message of %d bytes from rank %d, tag %d, into a buffer of %d", ErrTruncate, m.size, env.Source, env.Tag, r.size())
 	} else if m.notReady {
 		r.status.Err = fmt.Errorf("%w (from rank %d, tag %d)", ErrReadyNotPosted, env.Source, env.Tag)
+	} else if m.hasSig {
+		// Checked at the match: the data still moves (the sender's
+		// transfer completes), and the receive reports the mismatch.
+		r.status.Err = p.sigErr(r, n, m.sig, m.hasSig, envelopeInfo{int(env.Source), int(env.Tag)})
 	}
 	if r.lay != nil && n > 0 {
 		return p.planTypedLocked(r, m, n)
