@@ -672,3 +672,121 @@ func TestScheduleCache(t *testing.T) {
 		return nil
 	})
 }
+
+// TestPersistentVariants starts the persistent v, w, prefix and
+// neighborhood collectives several times with new data and compares each
+// start with the blocking form.
+func TestPersistentVariants(t *testing.T) {
+	for _, p := range []int{1, 3, 4} {
+		runJob(t, "loop", p, Config{}, func(r *rk, w *Comm) {
+			me := w.Rank()
+			counts, displs := vCounts(p, 3)
+			total := displs[p-1] + counts[p-1] + 1
+			gsend, grecv := make([]float64, counts[me]), make([]float64, total)
+			ssend, srecv := make([]float64, total), make([]float64, counts[me])
+			agrecv := make([]float64, total)
+			a2s, a2r := make([]float64, 2*p), make([]float64, 2*p)
+			a2c, a2d := evenBlocks(p, 2)
+			rscounts := make([]int, p)
+			for i := range rscounts {
+				rscounts[i] = i%2 + 1
+			}
+			rstotal := 0
+			for _, c := range rscounts {
+				rstotal += c
+			}
+			rssend, rsrecv := make([]float64, rstotal), make([]float64, rscounts[me])
+			scs, scr := make([]affine, 2), make([]affine, 2)
+			exs, exr := make([]float64, 2), make([]float64, 2)
+			// Alltoallw: to each rank one float64, received at a stride of 2.
+			ws, wr := make([]float64, p), make([]float64, 2*p)
+			wcnt, wsd, wrd := make([]int, p), make([]int, p), make([]int, p)
+			wt := make([]*Datatype, p)
+			for j := range p {
+				wcnt[j], wsd[j], wrd[j], wt[j] = 1, 8*j, 16*j, Float64
+			}
+			cart, err := w.CartCreate([]int{p}, []bool{true}, false)
+			r.NoError(err)
+			nsend, nrecv := make([]float64, 2), make([]float64, 4)
+			mk := func(req *Request, err error) *Request { r.NoError(err); return req }
+			reqs := []*Request{
+				mk(GathervInit(w, gsend, grecv, counts, displs, p-1)),
+				mk(ScattervInit(w, ssend, counts, displs, srecv, 0)),
+				mk(AllgathervInit(w, gsend, agrecv, counts, displs)),
+				mk(AlltoallvInit(w, a2s, a2c, a2d, a2r, a2c, a2d)),
+				mk(AlltoallwInit(w, ws, wcnt, wsd, wt, wr, wcnt, wrd, wt)),
+				mk(ReduceScatterInit(w, rssend, rsrecv, rscounts, Sum[float64]())),
+				mk(ScanInit(w, scs, scr, affineOp)),
+				mk(ExscanInit(w, exs, exr, Sum[float64]())),
+				mk(NeighborAllgatherInit(cart, nsend[:1], nrecv[:2])),
+				mk(NeighborAlltoallInit(cart, nsend, nrecv[2:])),
+			}
+			for round := range 3 {
+				v := func(i int) float64 { return float64(round*1000 + me*100 + i) }
+				for i := range gsend {
+					gsend[i] = v(i)
+				}
+				for i := range ssend {
+					ssend[i] = v(i)
+				}
+				for i := range a2s {
+					a2s[i] = v(i)
+				}
+				for i := range ws {
+					ws[i] = v(i)
+				}
+				for i := range rssend {
+					rssend[i] = v(i)
+				}
+				for i := range scs {
+					scs[i] = affineOf(me+round, i)
+				}
+				for i := range exs {
+					exs[i] = v(i)
+				}
+				for i := range nsend {
+					nsend[i] = v(i)
+				}
+				r.NoError(Startall(reqs))
+				r.NoError(Waitall(reqs, nil))
+				// The blocking forms, for comparison.
+				wg, wsr, wag := make([]float64, total), make([]float64, counts[me]), make([]float64, total)
+				wa2 := make([]float64, 2*p)
+				wrs := make([]float64, rscounts[me])
+				wsc, wex := make([]affine, 2), make([]float64, 2)
+				r.NoError(Gatherv(w, gsend, wg, counts, displs, p-1))
+				r.NoError(Scatterv(w, ssend, counts, displs, wsr, 0))
+				r.NoError(Allgatherv(w, gsend, wag, counts, displs))
+				r.NoError(Alltoallv(w, a2s, a2c, a2d, wa2, a2c, a2d))
+				r.NoError(ReduceScatter(w, rssend, wrs, rscounts, Sum[float64]()))
+				r.NoError(Scan(w, scs, wsc, affineOp))
+				r.NoError(Exscan(w, exs, wex, Sum[float64]()))
+				if me == p-1 {
+					r.Equal(wg, grecv, "GathervInit start %d", round)
+				}
+				r.Equal(wsr, srecv, "ScattervInit start %d", round)
+				r.Equal(wag, agrecv, "AllgathervInit start %d", round)
+				r.Equal(wa2, a2r, "AlltoallvInit start %d", round)
+				for j := range p {
+					r.Equal(float64(round*1000+j*100+me), wr[2*j], "AlltoallwInit start %d from %d", round, j)
+				}
+				r.Equal(wrs, rsrecv, "ReduceScatterInit start %d", round)
+				r.Equal(wsc, scr, "ScanInit start %d", round)
+				if me > 0 {
+					r.Equal(wex, exr, "ExscanInit start %d", round)
+				}
+				left, right := (me-1+p)%p, (me+1)%p
+				lv := func(i int) float64 { return float64(round*1000 + left*100 + i) }
+				rv := func(i int) float64 { return float64(round*1000 + right*100 + i) }
+				r.Equal([]float64{lv(0), rv(0)}, nrecv[:2], "NeighborAllgatherInit start %d", round)
+				// Also with 1 or 2 ranks, where both neighbors are one rank:
+				// the block sent down lands in the block from above (MPI-4.1
+				// Example 8.10).
+				r.Equal([]float64{lv(1), rv(0)}, nrecv[2:], "NeighborAlltoallInit start %d", round)
+			}
+			for _, q := range reqs {
+				r.NoError(q.Free())
+			}
+		})
+	}
+}

@@ -650,7 +650,10 @@ func neighborWArgs[S, R any](c *Comm, send []S, scounts, sdispls []int, stypes [
 	if sargs, err = argsOf(send, scounts, sdispls, stypes, len(out), "NeighborAlltoallw send"); err != nil {
 		return
 	}
-	rargs, err = argsOf(recv, rcounts, rdispls, rtypes, len(in), "NeighborAlltoallw receive")
+	if rargs, err = argsOf(recv, rcounts, rdispls, rtypes, len(in), "NeighborAlltoallw receive"); err != nil {
+		return
+	}
+	in, rargs = c.recvOrder(in, rargs)
 	return
 }
 

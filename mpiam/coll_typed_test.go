@@ -220,9 +220,15 @@ func TestTypedReductionNeedsElements(t *testing.T) {
 // TestNeighborAlltoallw exchanges the faces of a 2-D block on a periodic
 // 1-D ring of ranks, columns described by vectors, as a halo exchange does.
 func TestNeighborAlltoallw(t *testing.T) {
-	for _, c := range []struct{ nb, periodic bool }{{false, true}, {true, true}, {false, false}, {true, false}} {
+	for _, c := range []struct {
+		nb, periodic bool
+		p            int
+	}{{false, true, 3}, {true, true, 3}, {false, false, 3}, {true, false, 3},
+		// One or two ranks along a periodic dimension: both neighbors are one
+		// rank, and the faces must still land on the right sides.
+		{false, true, 1}, {true, true, 1}, {false, true, 2}, {true, true, 2}} {
 		nb := c.nb
-		runJob(t, "loop", 3, Config{}, func(r *rk, w *Comm) {
+		runJob(t, "loop", c.p, Config{}, func(r *rk, w *Comm) {
 			cart, err := w.CartCreate([]int{w.Size()}, []bool{c.periodic}, false)
 			r.NoError(err)
 			const rows, cols = 4, 6 // local block with one ghost column each side

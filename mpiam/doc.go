@@ -72,7 +72,9 @@
 //	MPI_Ibcast, MPI_Igather(v), ...            Ibcast, Ireduce, Iallreduce, Igather(v), Iscatter(v), Iallgather(v),
 //	                                           Ialltoall(v), IreduceScatter(Block), Iscan, Iexscan
 //	MPI_Barrier_init, MPI_Allreduce_init, ...  (*Comm).BarrierInit, BcastInit, ReduceInit, AllreduceInit, GatherInit,
-//	                                           ScatterInit, AllgatherInit, AlltoallInit, ReduceScatterBlockInit
+//	                                           GathervInit, ScatterInit, ScattervInit, AllgatherInit, AllgathervInit,
+//	                                           AlltoallInit, AlltoallvInit, AlltoallwInit, ReduceScatterInit,
+//	                                           ReduceScatterBlockInit, ScanInit, ExscanInit, NeighborAllgatherInit, ...
 //	MPI_SUM, MPI_MAX, MPI_Op_create            Sum[T](), Max[T](), ...; an Op[T] of your own
 //	MPI_Abort                                  (*Comm).Abort
 //	MPI_Comm_set_name, MPI_Comm_get_name       (*Comm).SetName, Name

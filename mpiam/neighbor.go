@@ -401,11 +401,32 @@ func neighborExchangeV[T any](x coll, b *sched.Builder, in, out []int, send []T,
 	for i := range out {
 		sblocks[i].mem = raw(send[sdispls[i] : sdispls[i]+scounts[i]])
 	}
+	in, rblocks = x.c.recvOrder(in, rblocks)
 	if b != nil {
 		neighborSchedule(b, in, rblocks, out, sblocks)
 		return nil
 	}
 	return x.neighborExchange(in, rblocks, out, sblocks)
+}
+
+// recvOrder is the order in which a neighborhood collective posts its
+// receives: on a Cartesian communicator the two blocks of each dimension
+// swapped, so that the block a neighbor sends in its negative direction
+// lands in this rank's block of the positive direction and the other way
+// round even when both neighbors along a dimension are one rank (a
+// periodic dimension of 1 or 2 ranks): MPI-4.1 §8.6 and Example 8.10 (an
+// erratum to MPI-3.1, MPI Forum issue 153); messages between one pair of
+// ranks match in the order sent and received. Graph topologies keep list
+// order: the k-th edge to a rank matches the k-th edge from it.
+func (c *Comm) recvOrder(in []int, rblocks []typedArg) ([]int, []typedArg) {
+	if c.graph != nil || c.ggraph != nil || c.cart == nil || len(in)%2 != 0 {
+		return in, rblocks
+	}
+	sin, sb := make([]int, len(in)), make([]typedArg, len(in))
+	for k := range in {
+		sin[k], sb[k] = in[k^1], rblocks[k^1]
+	}
+	return sin, sb
 }
 
 // startNeighbor starts a nonblocking neighborhood collective: a missing

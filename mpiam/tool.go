@@ -108,10 +108,23 @@ const (
 	CallIalltoallw
 	CallIneighborAlltoallw
 	CallNeighborAlltoallw
+	CallGathervInit
+	CallScattervInit
+	CallAllgathervInit
+	CallAlltoallvInit
+	CallAlltoallwInit
+	CallReduceScatterInit
+	CallScanInit
+	CallExscanInit
+	CallNeighborAllgatherInit
+	CallNeighborAllgathervInit
+	CallNeighborAlltoallInit
+	CallNeighborAlltoallvInit
+	CallNeighborAlltoallwInit
 	callEnd
 )
 
-var callNames = [...]string{"", "Send", "Bsend", "Ssend", "Rsend", "Isend", "Ibsend", "Issend", "Irsend", "Recv", "Irecv", "Sendrecv", "SendrecvReplace", "Probe", "Iprobe", "Mprobe", "Improbe", "Mrecv", "Imrecv", "Start", "Startall", "Wait", "Test", "Waitall", "Waitany", "Waitsome", "Testall", "Testany", "Testsome", "Cancel", "Barrier", "Bcast", "Reduce", "Allreduce", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv", "Alltoall", "Alltoallv", "ReduceScatterBlock", "Scan", "Exscan", "Ibarrier", "Ibcast", "Ireduce", "Iallreduce", "Iallgather", "Ialltoall", "Comm_dup", "Comm_split", "Comm_create", "Comm_free", "Cart_create", "Cart_sub", "Dist_graph_create_adjacent", "Neighbor_allgather", "Neighbor_alltoall", "Neighbor_allgatherv", "Neighbor_alltoallv", "Ineighbor_allgather", "Ineighbor_alltoall", "Ineighbor_allgatherv", "Ineighbor_alltoallv", "Dist_graph_create", "Graph_create", "Igather", "Igatherv", "Iscatter", "Iscatterv", "Iallgatherv", "Ialltoallv", "Ireduce_scatter_block", "Ireduce_scatter", "Reduce_scatter", "Iscan", "Iexscan", "Barrier_init", "Bcast_init", "Reduce_init", "Allreduce_init", "Gather_init", "Scatter_init", "Allgather_init", "Alltoall_init", "Reduce_scatter_block_init", "Ialltoallw", "Ineighbor_alltoallw", "Neighbor_alltoallw"}
+var callNames = [...]string{"", "Send", "Bsend", "Ssend", "Rsend", "Isend", "Ibsend", "Issend", "Irsend", "Recv", "Irecv", "Sendrecv", "SendrecvReplace", "Probe", "Iprobe", "Mprobe", "Improbe", "Mrecv", "Imrecv", "Start", "Startall", "Wait", "Test", "Waitall", "Waitany", "Waitsome", "Testall", "Testany", "Testsome", "Cancel", "Barrier", "Bcast", "Reduce", "Allreduce", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv", "Alltoall", "Alltoallv", "ReduceScatterBlock", "Scan", "Exscan", "Ibarrier", "Ibcast", "Ireduce", "Iallreduce", "Iallgather", "Ialltoall", "Comm_dup", "Comm_split", "Comm_create", "Comm_free", "Cart_create", "Cart_sub", "Dist_graph_create_adjacent", "Neighbor_allgather", "Neighbor_alltoall", "Neighbor_allgatherv", "Neighbor_alltoallv", "Ineighbor_allgather", "Ineighbor_alltoall", "Ineighbor_allgatherv", "Ineighbor_alltoallv", "Dist_graph_create", "Graph_create", "Igather", "Igatherv", "Iscatter", "Iscatterv", "Iallgatherv", "Ialltoallv", "Ireduce_scatter_block", "Ireduce_scatter", "Reduce_scatter", "Iscan", "Iexscan", "Barrier_init", "Bcast_init", "Reduce_init", "Allreduce_init", "Gather_init", "Scatter_init", "Allgather_init", "Alltoall_init", "Reduce_scatter_block_init", "Ialltoallw", "Ineighbor_alltoallw", "Neighbor_alltoallw", "Gatherv_init", "Scatterv_init", "Allgatherv_init", "Alltoallv_init", "Alltoallw_init", "Reduce_scatter_init", "Scan_init", "Exscan_init", "Neighbor_allgather_init", "Neighbor_allgatherv_init", "Neighbor_alltoall_init", "Neighbor_alltoallv_init", "Neighbor_alltoallw_init"}
 
 // String is the call's MPI name without the MPI_ prefix ("Isend", "Comm_split").
 func (c Call) String() string {
@@ -124,7 +137,7 @@ func (c Call) String() string {
 // IsCollective reports whether the call is a collective operation.
 func (c Call) IsCollective() bool {
 	return c >= CallBarrier && c <= CallIalltoall || c >= CallNeighborAllgather && c <= CallIneighborAlltoallv ||
-		c >= CallIgather && c <= CallNeighborAlltoallw
+		c >= CallIgather && c <= CallNeighborAlltoallwInit
 }
 
 // Event describes one MPI call to tools. Before sees the arguments; After sees
