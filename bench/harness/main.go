@@ -281,6 +281,13 @@ func plan(bin, ref string, quick bool) []job {
 			jobs = append(jobs, job{Bench: "am-" + k + "-bw", Cfg: c, Args: append([]string{"am", "-bw", "-k", k}, sizes...)})
 		}
 	}
+	// Latency of a strided message (every other float64) beside the
+	// contiguous one, over shared memory.
+	for _, c := range all {
+		if strings.HasSuffix(c.Name, "-shm") {
+			jobs = append(jobs, job{Bench: "latency-vector", Cfg: c, Args: append([]string{"latency", "-d", "vector"}, sizes...)})
+		}
+	}
 	// The 3-D halo exchange (examples/halo3d against bench/ref/halo3d.c),
 	// 2 ranks: the grid edge is the row's size.
 	haloSizes, sweeps := "32,64,128", "50"
@@ -693,6 +700,7 @@ func report(facts []string, jobs []job, samples []sample, notes []string) string
 	table(&b, sum, "bcast", "Bcast, 2 ranks, avg latency (us)", configs, []int{1, 1024, 65536, 1 << 20})
 	table(&b, sum, "alltoall", "Alltoall, 2 ranks, avg latency (us)", configs, []int{1, 1024, 65536})
 	table(&b, sum, "barrier", "Barrier, 2 ranks, avg latency (us)", configs, []int{0})
+	table(&b, sum, "latency-vector", "Latency (us)", configs, []int{8, 1024, 8192, 65536, 1 << 20})
 	table(&b, sum, "halo3d", "Time per sweep (us)", configs, nil)
 	table(&b, sum, "halo3d", "Exchange (us)", configs, nil)
 	table(&b, sum, "iallreduce", "Pure Comm.(us)", configs, []int{8, 1024, 65536})

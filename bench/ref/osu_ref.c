@@ -6,7 +6,7 @@
  * Micro-Benchmarks document (https://mvapich.cse.ohio-state.edu/benchmarks/),
  * not OSU's code.
  *
- *   mpirun -np 2 osu_ref latency [-m min:max] [-i iters] [-x warmup]
+ *   mpirun -np 2 osu_ref latency [-m min:max] [-i iters] [-x warmup] [-d vector]
  *   mpirun -np 2 osu_ref bw      [-m min:max] [-i iters] [-x warmup] [-W window]
  *   mpirun -np 2 osu_ref bibw    [-m min:max] [-i iters] [-x warmup] [-W window]
  *   mpirun -np N osu_ref allreduce|bcast|alltoall|barrier [-m min:max] [-i iters] [-x warmup]
@@ -27,6 +27,9 @@
  * 8 KiB, 1000 (10) above; bw/bibw 1..4 MiB, window 64, 100 (10) up to 8 KiB,
  * 20 (2) above. -i and -x set one count for every size. Separate send and
  * receive buffers; all receives of a window share one buffer, as in OSU.
+ * latency -d vector sends each message as one MPI_Type_vector(size/8, 1, 2,
+ * MPI_DOUBLE): every other double of a buffer twice the size, as amgo's
+ * `osu latency -d vector`.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -198,9 +201,9 @@ int main(int argc, char **argv) {
         if (me == 0) fprintf(stderr, "osu_ref: unknown test %s\n", test);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    int c;
+    int c, vector = 0;
     optind = 2;
-    while ((c = getopt(argc, argv, "m:i:x:W:")) != -1) {
+    while ((c = getopt(argc, argv, "m:i:x:W:d:")) != -1) {
         switch (c) {
         case 'm':
             if (strchr(optarg, ':')) sscanf(optarg, "%d:%d", &min_size, &max_size);
@@ -209,10 +212,17 @@ int main(int argc, char **argv) {
         case 'i': iters = atoi(optarg); break;
         case 'x': warm = atoi(optarg); break;
         case 'W': window = atoi(optarg); break;
+        case 'd':
+            if (strcmp(optarg, "vector") != 0 || !lat) MPI_Abort(MPI_COMM_WORLD, 2);
+            vector = 1;
+            break;
         default: MPI_Abort(MPI_COMM_WORLD, 2);
         }
     }
     if (min_size < 0) min_size = lat ? 0 : 1;
+    if (vector && min_size < 8) min_size = 8;
+    double *sv = vector ? calloc(2 * (size_t)max_size / 8 + 2, sizeof(double)) : NULL;
+    double *rv = vector ? calloc(2 * (size_t)max_size / 8 + 2, sizeof(double)) : NULL;
     char *sbuf = malloc(max_size + 1), *rbuf = malloc(max_size + 1);
     memset(sbuf, 's', max_size + 1);
     memset(rbuf, 'r', max_size + 1);
@@ -227,18 +237,32 @@ int main(int argc, char **argv) {
     lib = "MPI";
 #endif
     char title[128];
-    snprintf(title, sizeof title, "%s %s", lib, lat ? "Latency Test" : bw ? "Bandwidth Test" : "Bi-Directional Bandwidth Test");
+    snprintf(title, sizeof title, "%s %s%s", lib, lat ? "Latency Test" : bw ? "Bandwidth Test" : "Bi-Directional Bandwidth Test",
+             vector ? " (vector datatype)" : "");
     if (me == 0) header(title, lat ? "Latency (us)" : "Bandwidth (MB/s)");
     int peer = 1 - me;
     for (int size = min_size; size <= max_size; size = size ? size * 2 : 1) {
         int n, w;
         counts(lat, size, &n, &w);
+        MPI_Datatype vec = MPI_DATATYPE_NULL;
+        if (vector) {
+            MPI_Type_vector(size / 8, 1, 2, MPI_DOUBLE, &vec);
+            MPI_Type_commit(&vec);
+        }
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = 0;
         if (me < 2) {
             for (int i = 0; i < n + w; i++) {
                 if (i == w) t0 = MPI_Wtime();
-                if (lat) {
+                if (lat && vector) {
+                    if (me == 0) {
+                        MPI_Send(sv, 1, vec, 1, 1, MPI_COMM_WORLD);
+                        MPI_Recv(rv, 1, vec, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                    } else {
+                        MPI_Recv(rv, 1, vec, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                        MPI_Send(sv, 1, vec, 0, 1, MPI_COMM_WORLD);
+                    }
+                } else if (lat) {
                     if (me == 0) {
                         MPI_Send(sbuf, size, MPI_CHAR, 1, 1, MPI_COMM_WORLD);
                         MPI_Recv(rbuf, size, MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -268,8 +292,11 @@ int main(int argc, char **argv) {
             if (lat) row(size, el * 1e6 / (2.0 * n));
             else row(size, (bibw ? 2.0 : 1.0) * size * (double)n * window / el / 1e6);
         }
+        if (vector) MPI_Type_free(&vec);
         if (size == 0 && max_size == 0) break;
     }
+    free(sv);
+    free(rv);
     MPI_Barrier(MPI_COMM_WORLD);
     free(sbuf);
     free(rbuf);
