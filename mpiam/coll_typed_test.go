@@ -276,3 +276,155 @@ func TestNeighborAlltoallw(t *testing.T) {
 		})
 	}
 }
+
+// typedVCollectives checks the v collectives and the prefix and
+// reduce-scatter reductions with datatypes: every other float64 (a
+// float64 resized to an extent of 16 bytes) on one side, contiguous
+// float64s on the other.
+func typedVCollectives(r *rk, w *Comm, nb bool) {
+	p, me := w.Size(), w.Rank()
+	ev, err := TypeCreateResized(Float64, 0, 16)
+	r.NoError(err)
+	r.NoError(ev.Commit())
+	run := func(name string, blocking func() error, start func() (*Request, error)) {
+		if !nb {
+			r.NoError(blocking(), name)
+			return
+		}
+		req, err := start()
+		r.NoError(err, name)
+		_, err = req.Wait()
+		r.NoError(err, name)
+	}
+	val := func(rank, j int) float64 { return float64(rank*100 + j) }
+	counts, displs := make([]int, p), make([]int, p) // in instances / extents of ev
+	total := 0
+	for i := range p {
+		counts[i], displs[i] = i+1, total+1
+		total += i + 2
+	}
+	mine := make([]float64, me+1)
+	for j := range mine {
+		mine[j] = val(me, j)
+	}
+	// Gatherv and Allgatherv: contiguous sends, strided receive blocks.
+	root := p - 1
+	got := make([]float64, 2*total)
+	run("GathervTyped", func() error { return GathervTyped(w, mine, me+1, Float64, got, counts, displs, ev, root) },
+		func() (*Request, error) { return IgathervTyped(w, mine, me+1, Float64, got, counts, displs, ev, root) })
+	check := func(name string, got []float64) {
+		for i := range p {
+			for j := range i + 1 {
+				r.Equal(val(i, j), got[2*(displs[i]+j)], "%s block %d element %d", name, i, j)
+			}
+		}
+	}
+	if me == root {
+		check("GathervTyped", got)
+	}
+	all := make([]float64, 2*total)
+	run("AllgathervTyped", func() error { return AllgathervTyped(w, mine, me+1, Float64, all, counts, displs, ev) },
+		func() (*Request, error) { return IallgathervTyped(w, mine, me+1, Float64, all, counts, displs, ev) })
+	check("AllgathervTyped", all)
+	// Scatterv: strided blocks at root, contiguous receives.
+	src := make([]float64, 2*total)
+	for i := range p {
+		for j := range i + 1 {
+			src[2*(displs[i]+j)] = val(i, j)
+		}
+	}
+	part := make([]float64, me+1)
+	run("ScattervTyped", func() error { return ScattervTyped(w, src, counts, displs, ev, part, me+1, Float64, 0) },
+		func() (*Request, error) { return IscattervTyped(w, src, counts, displs, ev, part, me+1, Float64, 0) })
+	r.Equal(mine, part, "ScattervTyped")
+	// Alltoallv: to rank j, j+1 strided values; from rank i, me+1 values
+	// received contiguous.
+	sc, sd, rc, rd := make([]int, p), make([]int, p), make([]int, p), make([]int, p)
+	st, rt := 0, 0
+	for j := range p {
+		sc[j], sd[j] = j+1, st
+		st += j + 1
+		rc[j], rd[j] = me+1, rt
+		rt += me + 1
+	}
+	a2s, a2r := make([]float64, 2*st), make([]float64, rt)
+	for i := range st {
+		a2s[2*i] = float64(me*1000 + i)
+	}
+	run("AlltoallvTyped", func() error { return AlltoallvTyped(w, a2s, sc, sd, ev, a2r, rc, rd, Float64) },
+		func() (*Request, error) { return IalltoallvTyped(w, a2s, sc, sd, ev, a2r, rc, rd, Float64) })
+	for i := range p {
+		for k := range me + 1 {
+			// Rank i's block for me starts at instance sum_{j<me}(j+1).
+			r.Equal(float64(i*1000+me*(me+1)/2+k), a2r[rd[i]+k], "AlltoallvTyped from %d value %d", i, k)
+		}
+	}
+	// Scan, Exscan: strided vectors of 3.
+	ss := make([]float64, 6)
+	for j := range 3 {
+		ss[2*j] = val(me, j)
+	}
+	sr, er := make([]float64, 6), []float64{-1, -1, -1, -1, -1, -1}
+	run("ScanTyped", func() error { return ScanTyped(w, ss, sr, 3, ev, Sum[float64]()) },
+		func() (*Request, error) { return IscanTyped(w, ss, sr, 3, ev, Sum[float64]()) })
+	run("ExscanTyped", func() error { return ExscanTyped(w, ss, er, 3, ev, Sum[float64]()) },
+		func() (*Request, error) { return IexscanTyped(w, ss, er, 3, ev, Sum[float64]()) })
+	for j := range 3 {
+		in, ex := 0.0, 0.0
+		for k := range me + 1 {
+			in += val(k, j)
+			if k < me {
+				ex += val(k, j)
+			}
+		}
+		r.Equal(in, sr[2*j], "ScanTyped element %d", j)
+		if me > 0 {
+			r.Equal(ex, er[2*j], "ExscanTyped element %d", j)
+		} else {
+			r.Equal(-1.0, er[2*j], "ExscanTyped leaves rank 0's recv")
+		}
+	}
+	// ReduceScatter: rank i gets i%2+1 strided values.
+	rcounts := make([]int, p)
+	rtotal := 0
+	for i := range rcounts {
+		rcounts[i] = i%2 + 1
+		rtotal += rcounts[i]
+	}
+	rss := make([]float64, 2*rtotal)
+	for i := range rtotal {
+		rss[2*i] = val(me, i)
+	}
+	rsr := make([]float64, 2*rcounts[me])
+	run("ReduceScatterTyped", func() error { return ReduceScatterTyped(w, rss, rsr, rcounts, ev, Sum[float64]()) },
+		func() (*Request, error) { return IreduceScatterTyped(w, rss, rsr, rcounts, ev, Sum[float64]()) })
+	at := 0
+	for i := range me {
+		at += rcounts[i]
+	}
+	for k := range rcounts[me] {
+		want := 0.0
+		for q := range p {
+			want += val(q, at+k)
+		}
+		r.Equal(want, rsr[2*k], "ReduceScatterTyped element %d", k)
+	}
+	if !nb {
+		blk := make([]float64, 2)
+		r.NoError(ReduceScatterBlockTyped(w, make([]float64, 2*p), blk, 1, ev, Sum[float64]()))
+	}
+}
+
+func TestTypedVCollectives(t *testing.T) {
+	for _, p := range []int{1, 2, 3, 5} {
+		for _, nb := range []bool{false, true} {
+			t.Run(fmt.Sprintf("p%d/nb=%v", p, nb), func(t *testing.T) {
+				runJob(t, "loop", p, Config{}, func(r *rk, w *Comm) { typedVCollectives(r, w, nb) })
+			})
+		}
+	}
+	eachNetwork(t, 3, func(r *rk, w *Comm) {
+		typedVCollectives(r, w, false)
+		typedVCollectives(r, w, true)
+	})
+}
