@@ -6,7 +6,9 @@ import (
 )
 
 // The algorithms below append a collective's steps for one rank to a
-// Builder. Buffers are bytes; counts and displacements are in bytes (the
+// Builder. In a round that both receives and sends, the receive comes
+// first, so that the peer's message finds it posted rather than waiting
+// as unexpected (a copy and its bookkeeping). Buffers are bytes; counts and displacements are in bytes (the
 // caller converts elements). Each algorithm uses tags tag..tag+3, so two
 // algorithms in one schedule take tag bases 4 apart. Their costs use the
 // usual model (α per message, β per byte, γ per byte reduced, p ranks, n
@@ -113,11 +115,11 @@ func BcastScatterAllgather(b *Builder, g Group, buf []byte, root, tag int) {
 	b.Fence()
 	left, right := g.peer((g.Me-1+p)%p), g.peer((g.Me+1)%p)
 	for i := 0; i < p-1; i++ {
-		if s := blocks((vr-i+p)%p, (vr-i+p)%p+1); len(s) > 0 {
-			b.Send(right, tag+1, s)
-		}
 		if r := blocks((vr-i-1+p)%p, (vr-i-1+p)%p+1); len(r) > 0 {
 			b.Recv(left, tag+1, r)
+		}
+		if s := blocks((vr-i+p)%p, (vr-i+p)%p+1); len(s) > 0 {
+			b.Send(right, tag+1, s)
 		}
 		b.Fence()
 	}
@@ -217,8 +219,8 @@ func Allreduce(b *Builder, g Group, send, recv []byte, red *Reduction, tag int) 
 	}
 	for mask := 1; mask < pof2; mask <<= 1 {
 		partner := g.peer(realRank(nr ^ mask))
-		b.Send(partner, tag+1, recv)
 		b.Recv(partner, tag+1, tmp)
+		b.Send(partner, tag+1, recv)
 		b.Fence()
 		if nr^mask < nr {
 			b.Reduce(red, tmp, recv)
@@ -252,15 +254,15 @@ func AllreduceRing(b *Builder, g Group, send, recv []byte, red *Reduction, tag i
 		if pending != nil {
 			b.Reduce(red, tmp[:len(pending)], pending)
 		}
-		b.Send(right, tag, span(recv, e, p, (me-i+p)%p))
 		pending = span(recv, e, p, (me-i-1+p)%p)
 		b.Recv(left, tag, tmp[:len(pending)])
+		b.Send(right, tag, span(recv, e, p, (me-i+p)%p))
 		b.Fence()
 	}
 	b.Reduce(red, tmp[:len(pending)], pending)
 	for i := 0; i < p-1; i++ {
-		b.Send(right, tag+1, span(recv, e, p, (me+1-i+p)%p))
 		b.Recv(left, tag+1, span(recv, e, p, (me-i+p)%p))
+		b.Send(right, tag+1, span(recv, e, p, (me+1-i+p)%p))
 		b.Fence()
 	}
 }
@@ -316,8 +318,8 @@ func AllgatherRing(b *Builder, g Group, send, recv []byte, counts, displs []int,
 	}
 	left, right := g.peer((me-1+p)%p), g.peer((me+1)%p)
 	for i := 0; i < p-1; i++ {
-		b.Send(right, tag, block((me-i+p)%p))
 		b.Recv(left, tag, block((me-i-1+p)%p))
+		b.Send(right, tag, block((me-i+p)%p))
 		b.Fence()
 	}
 }
@@ -334,8 +336,8 @@ func AllgatherRecursiveDoubling(b *Builder, g Group, send, recv []byte, k, tag i
 		partner := me ^ mask
 		mine := (me &^ (mask - 1)) * k
 		theirs := (partner &^ (mask - 1)) * k
-		b.Send(g.peer(partner), tag, recv[mine:mine+mask*k])
 		b.Recv(g.peer(partner), tag, recv[theirs:theirs+mask*k])
+		b.Send(g.peer(partner), tag, recv[mine:mine+mask*k])
 		b.Fence()
 	}
 }
@@ -392,9 +394,9 @@ func ReduceScatter(b *Builder, g Group, send, recv []byte, counts []int, red *Re
 		if pending != nil {
 			b.Reduce(red, tmp[:len(pending)], pending)
 		}
-		b.Send(right, tag, block(me-i-1))
 		pending = block(me - i - 2)
 		b.Recv(left, tag, tmp[:len(pending)])
+		b.Send(right, tag, block(me-i-1))
 		b.Fence()
 	}
 	if pending != nil {
@@ -422,8 +424,8 @@ func Scan(b *Builder, g Group, send, recv []byte, red *Reduction, exclusive bool
 		if partner >= p {
 			continue
 		}
-		b.Send(g.peer(partner), tag, partial)
 		b.Recv(g.peer(partner), tag, tmp)
+		b.Send(g.peer(partner), tag, partial)
 		b.Fence()
 		if partner < me {
 			// tmp covers lower ranks: it goes in front.
