@@ -50,15 +50,40 @@ func (a typedArg) staged() []byte {
 	return stage(a.lay.n)
 }
 
+// startOrInit starts nonblocking collective call, or with init makes the
+// persistent request of initCall, on the schedule build makes.
+func (c *Comm) startOrInit(init bool, call, initCall Call, peer, bytes int, build func(x coll, b *sched.Builder) error) (*Request, error) {
+	if init {
+		return c.initSched(initCall, peer, bytes, build)
+	}
+	return c.startSched(call, peer, bytes, build)
+}
+
 // stage is n bytes aligned for any element type (8 bytes).
 func stage(n int) []byte {
 	var b sched.Builder
 	return b.Temp(n)
 }
 
+// inPlace packs an in-place collective's receive buffer into its staging
+// buffer (the data the operation takes from it): a typed gather, allgather
+// or alltoall called with a nil send, whose arguments are (s, nil).
+func inPlace(s typedArg, sst []byte, r typedArg, rst []byte) {
+	if sst == nil && s.mem != nil {
+		r.pack(rst)
+	}
+}
+
+// inPlaceStep is inPlace as a schedule step.
+func inPlaceStep(b *sched.Builder, s typedArg, sst []byte, r typedArg, rst []byte) {
+	if sst == nil && s.mem != nil && r.lay != nil {
+		b.Call(func() error { r.pack(rst); return nil })
+	}
+}
+
 // pack fills staging buffer st from the buffer (nothing when contiguous).
 func (a typedArg) pack(st []byte) {
-	if a.lay != nil {
+	if a.lay != nil && st != nil {
 		a.lay.pack(st, a.mem, 0)
 	}
 }
@@ -72,7 +97,7 @@ func (a typedArg) unpack(st []byte) {
 
 // packStep and unpackStep are pack and unpack as schedule steps.
 func (a typedArg) packStep(b *sched.Builder, st []byte) {
-	if a.lay != nil {
+	if a.lay != nil && st != nil {
 		b.Call(func() error { a.pack(st); return nil })
 	}
 }
@@ -131,6 +156,17 @@ func BcastTyped[T any](c *Comm, buf []T, count int, d *Datatype, root int) error
 // IbcastTyped starts a BcastTyped (MPI_Ibcast with a datatype); errors at
 // the call as BcastTyped's.
 func IbcastTyped[T any](c *Comm, buf []T, count int, d *Datatype, root int) (*Request, error) {
+	return ibcastTyped(c, buf, count, d, root, false)
+}
+
+// BcastInitTyped makes a persistent request of the same operation (MPI_Bcast_init
+// with datatypes, MPI-4.1 §6.13): the staging and the schedule are set up
+// once, each Start packs, runs and unpacks again. Errors as IbcastTyped's.
+func BcastInitTyped[T any](c *Comm, buf []T, count int, d *Datatype, root int) (*Request, error) {
+	return ibcastTyped(c, buf, count, d, root, true)
+}
+
+func ibcastTyped[T any](c *Comm, buf []T, count int, d *Datatype, root int, init bool) (*Request, error) {
 	if err := checkRoot(c, root); err != nil {
 		return nil, err
 	}
@@ -140,7 +176,7 @@ func IbcastTyped[T any](c *Comm, buf []T, count int, d *Datatype, root int) (*Re
 	}
 	st := a.staged()
 	inner := bcastSched(st, root)
-	return c.startSched(CallIbcast, root, len(st), func(x coll, b *sched.Builder) error {
+	return c.startOrInit(init, CallIbcast, CallBcastInit, root, len(st), func(x coll, b *sched.Builder) error {
 		if c.rank == root {
 			a.packStep(b, st)
 		}
@@ -208,6 +244,17 @@ func ReduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T
 // IreduceTyped starts a ReduceTyped (MPI_Ireduce with a datatype); errors
 // at the call as ReduceTyped's.
 func IreduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T], root int) (*Request, error) {
+	return ireduceTyped(c, send, recv, count, d, op, root, false)
+}
+
+// ReduceInitTyped makes a persistent request of the same operation (MPI_Reduce_init
+// with datatypes, MPI-4.1 §6.13): the staging and the schedule are set up
+// once, each Start packs, runs and unpacks again. Errors as IreduceTyped's.
+func ReduceInitTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T], root int) (*Request, error) {
+	return ireduceTyped(c, send, recv, count, d, op, root, true)
+}
+
+func ireduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T], root int, init bool) (*Request, error) {
 	if err := checkRoot(c, root); err != nil {
 		return nil, err
 	}
@@ -216,7 +263,7 @@ func IreduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[
 		return nil, err
 	}
 	inner := reduceSched(fromRaw[T](sst), fromRaw[T](rst), op, root)
-	return c.startSched(CallIreduce, root, len(sst), func(x coll, b *sched.Builder) error {
+	return c.startOrInit(init, CallIreduce, CallReduceInit, root, len(sst), func(x coll, b *sched.Builder) error {
 		s.packStep(b, sst)
 		if err := inner(x, b); err != nil {
 			return err
@@ -251,6 +298,17 @@ func AllreduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op O
 // IallreduceTyped starts an AllreduceTyped (MPI_Iallreduce with a
 // datatype); errors at the call as AllreduceTyped's.
 func IallreduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T]) (*Request, error) {
+	return iallreduceTyped(c, send, recv, count, d, op, false)
+}
+
+// AllreduceInitTyped makes a persistent request of the same operation (MPI_Allreduce_init
+// with datatypes, MPI-4.1 §6.13): the staging and the schedule are set up
+// once, each Start packs, runs and unpacks again. Errors as IallreduceTyped's.
+func AllreduceInitTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T]) (*Request, error) {
+	return iallreduceTyped(c, send, recv, count, d, op, true)
+}
+
+func iallreduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T], init bool) (*Request, error) {
 	if err := c.valid(); err != nil {
 		return nil, err
 	}
@@ -259,7 +317,7 @@ func IallreduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op 
 		return nil, err
 	}
 	inner := allreduceSched(fromRaw[T](sst), fromRaw[T](rst), op)
-	return c.startSched(CallIallreduce, AnySource, len(rst), func(x coll, b *sched.Builder) error {
+	return c.startOrInit(init, CallIallreduce, CallAllreduceInit, AnySource, len(rst), func(x coll, b *sched.Builder) error {
 		s.packStep(b, sst)
 		if err := inner(x, b); err != nil {
 			return err
@@ -284,7 +342,7 @@ func gatherArgs[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R,
 			err = fmt.Errorf("%w: in place (nil send) away from the root", ErrBuffer)
 			return
 		}
-		r.pack(rst) // the root's block is already in recv
+		s, sst = r, nil // the root's block is already in recv: packed with it (inPlace)
 		return
 	}
 	if s, err = argOf(send, scount, sd); err != nil {
@@ -307,6 +365,7 @@ func GatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R
 		return err
 	}
 	s.pack(sst)
+	inPlace(s, sst, r, rst)
 	if err := Gather(c, sst, rst, root); err != nil {
 		return err
 	}
@@ -317,6 +376,17 @@ func GatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R
 // IgatherTyped starts a GatherTyped (MPI_Igather with datatypes); errors
 // at the call as GatherTyped's.
 func IgatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int) (*Request, error) {
+	return igatherTyped(c, send, scount, sd, recv, rcount, rd, root, false)
+}
+
+// GatherInitTyped makes a persistent request of the same operation (MPI_Gather_init
+// with datatypes, MPI-4.1 §6.13): the staging and the schedule are set up
+// once, each Start packs, runs and unpacks again. Errors as IgatherTyped's.
+func GatherInitTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int) (*Request, error) {
+	return igatherTyped(c, send, scount, sd, recv, rcount, rd, root, true)
+}
+
+func igatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int, init bool) (*Request, error) {
 	if err := checkRoot(c, root); err != nil {
 		return nil, err
 	}
@@ -325,8 +395,9 @@ func IgatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []
 		return nil, err
 	}
 	inner := gatherSched(sst, rst, nil, nil, root, false)
-	return c.startSched(CallIgather, root, len(sst), func(x coll, b *sched.Builder) error {
+	return c.startOrInit(init, CallIgather, CallGatherInit, root, len(sst), func(x coll, b *sched.Builder) error {
 		s.packStep(b, sst)
+		inPlaceStep(b, s, sst, r, rst)
 		if err := inner(x, b); err != nil {
 			return err
 		}
@@ -380,6 +451,17 @@ func ScatterTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []
 // IscatterTyped starts a ScatterTyped (MPI_Iscatter with datatypes); errors
 // at the call as ScatterTyped's.
 func IscatterTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int) (*Request, error) {
+	return iscatterTyped(c, send, scount, sd, recv, rcount, rd, root, false)
+}
+
+// ScatterInitTyped makes a persistent request of the same operation (MPI_Scatter_init
+// with datatypes, MPI-4.1 §6.13): the staging and the schedule are set up
+// once, each Start packs, runs and unpacks again. Errors as IscatterTyped's.
+func ScatterInitTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int) (*Request, error) {
+	return iscatterTyped(c, send, scount, sd, recv, rcount, rd, root, true)
+}
+
+func iscatterTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int, init bool) (*Request, error) {
 	if err := checkRoot(c, root); err != nil {
 		return nil, err
 	}
@@ -388,7 +470,7 @@ func IscatterTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv [
 		return nil, err
 	}
 	inner := scatterSched(sst, nil, nil, rst, root, false)
-	return c.startSched(CallIscatter, root, len(rst), func(x coll, b *sched.Builder) error {
+	return c.startOrInit(init, CallIscatter, CallScatterInit, root, len(rst), func(x coll, b *sched.Builder) error {
 		s.packStep(b, sst)
 		if err := inner(x, b); err != nil {
 			return err
@@ -407,7 +489,7 @@ func allArgs[S, R any](c *Comm, send []S, scount, sblocks int, sd *Datatype, rec
 	}
 	rst = r.staged()
 	if send == nil {
-		r.pack(rst)
+		s, sst = r, nil // in place: recv is packed with it (inPlace)
 		return
 	}
 	if s, err = argOf(send, scount*sblocks, sd); err != nil {
@@ -430,6 +512,7 @@ func AllgatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv 
 		return err
 	}
 	s.pack(sst)
+	inPlace(s, sst, r, rst)
 	if err := Allgather(c, sst, rst); err != nil {
 		return err
 	}
@@ -440,6 +523,17 @@ func AllgatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv 
 // IallgatherTyped starts an AllgatherTyped (MPI_Iallgather with
 // datatypes); errors at the call as AllgatherTyped's.
 func IallgatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype) (*Request, error) {
+	return iallgatherTyped(c, send, scount, sd, recv, rcount, rd, false)
+}
+
+// AllgatherInitTyped makes a persistent request of the same operation (MPI_Allgather_init
+// with datatypes, MPI-4.1 §6.13): the staging and the schedule are set up
+// once, each Start packs, runs and unpacks again. Errors as IallgatherTyped's.
+func AllgatherInitTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype) (*Request, error) {
+	return iallgatherTyped(c, send, scount, sd, recv, rcount, rd, true)
+}
+
+func iallgatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, init bool) (*Request, error) {
 	if err := c.valid(); err != nil {
 		return nil, err
 	}
@@ -448,8 +542,9 @@ func IallgatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv
 		return nil, err
 	}
 	inner := allgatherSched(sst, rst, nil, nil, false)
-	return c.startSched(CallIallgather, AnySource, len(sst), func(x coll, b *sched.Builder) error {
+	return c.startOrInit(init, CallIallgather, CallAllgatherInit, AnySource, len(sst), func(x coll, b *sched.Builder) error {
 		s.packStep(b, sst)
+		inPlaceStep(b, s, sst, r, rst)
 		if err := inner(x, b); err != nil {
 			return err
 		}
@@ -472,6 +567,7 @@ func AlltoallTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv [
 		return err
 	}
 	s.pack(sst)
+	inPlace(s, sst, r, rst)
 	if err := Alltoall(c, sst, rst); err != nil {
 		return err
 	}
@@ -482,6 +578,17 @@ func AlltoallTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv [
 // IalltoallTyped starts an AlltoallTyped (MPI_Ialltoall with datatypes);
 // errors at the call as AlltoallTyped's.
 func IalltoallTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype) (*Request, error) {
+	return ialltoallTyped(c, send, scount, sd, recv, rcount, rd, false)
+}
+
+// AlltoallInitTyped makes a persistent request of the same operation (MPI_Alltoall_init
+// with datatypes, MPI-4.1 §6.13): the staging and the schedule are set up
+// once, each Start packs, runs and unpacks again. Errors as IalltoallTyped's.
+func AlltoallInitTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype) (*Request, error) {
+	return ialltoallTyped(c, send, scount, sd, recv, rcount, rd, true)
+}
+
+func ialltoallTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, init bool) (*Request, error) {
 	if err := c.valid(); err != nil {
 		return nil, err
 	}
@@ -490,8 +597,9 @@ func IalltoallTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv 
 		return nil, err
 	}
 	inner := alltoallSched(sst, nil, nil, rst, nil, nil)
-	return c.startSched(CallIalltoall, AnySource, len(sst), func(x coll, b *sched.Builder) error {
+	return c.startOrInit(init, CallIalltoall, CallAlltoallInit, AnySource, len(sst), func(x coll, b *sched.Builder) error {
 		s.packStep(b, sst)
+		inPlaceStep(b, s, sst, r, rst)
 		if err := inner(x, b); err != nil {
 			return err
 		}

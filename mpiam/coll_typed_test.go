@@ -428,3 +428,53 @@ func TestTypedVCollectives(t *testing.T) {
 		typedVCollectives(r, w, true)
 	})
 }
+
+// TestPersistentTyped starts persistent collectives with datatypes several
+// times with new data, in place too: every start packs and unpacks anew.
+func TestPersistentTyped(t *testing.T) {
+	for _, p := range []int{1, 2, 3} {
+		runJob(t, "loop", p, Config{}, func(r *rk, w *Comm) {
+			me := w.Rank()
+			ev, err := TypeCreateResized(Float64, 0, 16) // every other float64
+			r.NoError(err)
+			r.NoError(ev.Commit())
+			const n = 3
+			bb := make([]float64, 2*n)
+			ars, arr := make([]float64, 2*n), make([]float64, 2*n)
+			ag := make([]float64, 2*n*p) // in place: this rank's block is in it
+			a2s, a2r := make([]float64, 2*n*p), make([]float64, 2*n*p)
+			mk := func(q *Request, err error) *Request { r.NoError(err); return q }
+			reqs := []*Request{
+				mk(BcastInitTyped(w, bb, n, ev, 0)),
+				mk(AllreduceInitTyped(w, ars, arr, n, ev, Sum[float64]())),
+				mk(AllgatherInitTyped[float64](w, nil, n, ev, ag, n, ev)),
+				mk(AlltoallInitTyped(w, a2s, n, ev, a2r, n, ev)),
+			}
+			for round := range 3 {
+				v := func(rank, j int) float64 { return float64(round*1000 + rank*10 + j) }
+				for j := range n {
+					if me == 0 {
+						bb[2*j] = v(0, j)
+					}
+					ars[2*j] = v(me, j)
+					ag[2*(me*n+j)] = v(me, j)
+					for q := range p {
+						a2s[2*(q*n+j)] = v(me, q*n+j)
+					}
+				}
+				r.NoError(Startall(reqs))
+				r.NoError(Waitall(reqs, nil))
+				for j := range n {
+					r.Equal(v(0, j), bb[2*j], "BcastInitTyped start %d", round)
+					sum := 0.0
+					for q := range p {
+						sum += v(q, j)
+						r.Equal(v(q, j), ag[2*(q*n+j)], "AllgatherInitTyped in place start %d block %d", round, q)
+						r.Equal(v(q, me*n+j), a2r[2*(q*n+j)], "AlltoallInitTyped start %d from %d", round, q)
+					}
+					r.Equal(sum, arr[2*j], "AllreduceInitTyped start %d", round)
+				}
+			}
+		})
+	}
+}
