@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 	"unsafe"
+
+	"github.com/amgo-hpc/amgo/mpiam/internal/sched"
 )
 
 // Collective operations (MPI-4.1 Chapter 6) over point-to-point messages on
@@ -569,17 +571,6 @@ func (x coll) putTemp(h *[]byte) {
 	}
 }
 
-// blockSpan splits n elements into k nearly equal blocks and returns block i.
-func blockSpan(n, k, i int) (lo, hi int) {
-	q, r := n/k, n%k
-	lo = i*q + min(i, r)
-	hi = lo + q
-	if i < r {
-		hi++
-	}
-	return lo, hi
-}
-
 // allreduceRabenseifnerAlg: reduce-scatter by recursive halving, then
 // allgather by recursive doubling, among the p' ranks after the fold.
 func allreduceRabenseifnerAlg[T any](x coll, buf []T, op Op[T]) error {
@@ -602,10 +593,10 @@ func allreduceRabenseifnerAlg[T any](x coll, buf []T, op Op[T]) error {
 			} else {
 				keepLo, keepHi, sendLo, sendHi = mid, hi, lo, mid
 			}
-			sl, _ := blockSpan(n, pof2, sendLo)
-			_, sh := blockSpan(n, pof2, sendHi-1)
-			kl, _ := blockSpan(n, pof2, keepLo)
-			_, kh := blockSpan(n, pof2, keepHi-1)
+			sl, _ := sched.BlockSpan(n, pof2, sendLo)
+			_, sh := sched.BlockSpan(n, pof2, sendHi-1)
+			kl, _ := sched.BlockSpan(n, pof2, keepLo)
+			_, kh := sched.BlockSpan(n, pof2, keepHi-1)
 			if err := x.sendrecv(raw(buf[sl:sh]), realRank(partner, rem), raw(tmp[kl:kh]), realRank(partner, rem), 1); err != nil {
 				return err
 			}
@@ -626,10 +617,10 @@ func allreduceRabenseifnerAlg[T any](x coll, buf []T, op Op[T]) error {
 			} else {
 				plo, phi = lo-size, lo
 			}
-			ml, _ := blockSpan(n, pof2, lo)
-			_, mh := blockSpan(n, pof2, hi-1)
-			pl, _ := blockSpan(n, pof2, plo)
-			_, ph := blockSpan(n, pof2, phi-1)
+			ml, _ := sched.BlockSpan(n, pof2, lo)
+			_, mh := sched.BlockSpan(n, pof2, hi-1)
+			pl, _ := sched.BlockSpan(n, pof2, plo)
+			_, ph := sched.BlockSpan(n, pof2, phi-1)
 			if err := x.sendrecv(raw(buf[ml:mh]), realRank(partner, rem), raw(buf[pl:ph]), realRank(partner, rem), 2); err != nil {
 				return err
 			}
@@ -645,12 +636,12 @@ func allreduceRingAlg[T any](x coll, buf []T, op Op[T]) error {
 	p, me := x.size(), x.rank()
 	n := len(buf)
 	left, right := (me-1+p)%p, (me+1)%p
-	_, maxHi := blockSpan(n, p, 0)
+	_, maxHi := sched.BlockSpan(n, p, 0)
 	tmp, h := tempBuf[T](x, maxHi)
 	defer x.putTemp(h)
 	for i := 0; i < p-1; i++ {
-		sl, sh := blockSpan(n, p, (me-i+p)%p)
-		rl, rh := blockSpan(n, p, (me-i-1+p)%p)
+		sl, sh := sched.BlockSpan(n, p, (me-i+p)%p)
+		rl, rh := sched.BlockSpan(n, p, (me-i-1+p)%p)
 		t := tmp[:rh-rl]
 		if err := x.sendrecv(raw(buf[sl:sh]), right, raw(t), left, 1); err != nil {
 			return err
@@ -658,8 +649,8 @@ func allreduceRingAlg[T any](x coll, buf []T, op Op[T]) error {
 		op.Fn(t, buf[rl:rh]) // commutative only: order does not matter
 	}
 	for i := 0; i < p-1; i++ {
-		sl, sh := blockSpan(n, p, (me+1-i+p)%p)
-		rl, rh := blockSpan(n, p, (me-i+p)%p)
+		sl, sh := sched.BlockSpan(n, p, (me+1-i+p)%p)
+		rl, rh := sched.BlockSpan(n, p, (me-i+p)%p)
 		if err := x.sendrecv(raw(buf[sl:sh]), right, raw(buf[rl:rh]), left, 2); err != nil {
 			return err
 		}

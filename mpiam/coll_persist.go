@@ -57,16 +57,7 @@ func AlltoallwInit[S, R any](c *Comm, send []S, scounts, sdispls []int, stypes [
 	if err != nil {
 		return nil, err
 	}
-	inner := alltoallSched(s.st, s.counts, s.displs, r.st, r.counts, r.displs)
-	return c.initSched(CallAlltoallwInit, AnySource, len(s.st), func(x coll, b *sched.Builder) error {
-		b.Call(func() error { s.pack(); return nil })
-		if err := inner(x, b); err != nil {
-			return err
-		}
-		b.Fence()
-		b.Call(func() error { r.unpack(); return nil })
-		return nil
-	})
+	return c.initSched(CallAlltoallwInit, AnySource, len(s.st), staged(s, r, alltoallSched(s.st, s.counts, s.displs, r.st, r.counts, r.displs)))
 }
 
 // ReduceScatterInit makes a persistent ReduceScatter request

@@ -720,16 +720,26 @@ func Ialltoallw[S, R any](c *Comm, send []S, scounts, sdispls []int, stypes []*D
 	if err != nil {
 		return nil, err
 	}
-	inner := alltoallSched(s.st, s.counts, s.displs, r.st, r.counts, r.displs)
-	return c.startSched(CallIalltoallw, AnySource, len(s.st), func(x coll, b *sched.Builder) error {
-		b.Call(func() error { s.pack(); return nil })
+	return c.startSched(CallIalltoallw, AnySource, len(s.st), staged(s, r, alltoallSched(s.st, s.counts, s.displs, r.st, r.counts, r.displs)))
+}
+
+// staged wraps schedule builder inner, which works on s's and r's staging
+// buffers, with a first step packing s's blocks and a last step unpacking
+// r's.
+func staged(s, r blocksW, inner func(x coll, b *sched.Builder) error) func(x coll, b *sched.Builder) error {
+	return func(x coll, b *sched.Builder) error {
+		if s.args != nil {
+			b.Call(func() error { s.pack(); return nil })
+		}
 		if err := inner(x, b); err != nil {
 			return err
 		}
-		b.Fence()
-		b.Call(func() error { r.unpack(); return nil })
+		if r.args != nil {
+			b.Fence()
+			b.Call(func() error { r.unpack(); return nil })
+		}
 		return nil
-	})
+	}
 }
 
 // NeighborAlltoallw is NeighborAlltoallv with a datatype per neighbor and

@@ -21,14 +21,7 @@ func typedCollectives(r *rk, w *Comm, nb bool, n int) {
 	p, me := w.Size(), w.Rank()
 	vec := strided(r, n)
 	run := func(name string, blocking func() error, start func() (*Request, error)) {
-		if !nb {
-			r.NoError(blocking(), name)
-			return
-		}
-		req, err := start()
-		r.NoError(err, name)
-		_, err = req.Wait()
-		r.NoError(err, name)
+		runForm(r, nb, name, blocking, start)
 	}
 	const gap = -1.0
 	gapped := func(m int) []float64 { // 2m-1 slots, all gaps
@@ -175,6 +168,19 @@ func typedCollectives(r *rk, w *Comm, nb bool, n int) {
 	}
 }
 
+// runForm runs the blocking form of a collective, or with nb starts the
+// nonblocking one and waits for it.
+func runForm(r *rk, nb bool, name string, blocking func() error, start func() (*Request, error)) {
+	if !nb {
+		r.NoError(blocking(), name)
+		return
+	}
+	req, err := start()
+	r.NoError(err, name)
+	_, err = req.Wait()
+	r.NoError(err, name)
+}
+
 func TestTypedCollectives(t *testing.T) {
 	for _, p := range []int{1, 2, 3, 5} {
 		for _, nb := range []bool{false, true} {
@@ -287,14 +293,7 @@ func typedVCollectives(r *rk, w *Comm, nb bool) {
 	r.NoError(err)
 	r.NoError(ev.Commit())
 	run := func(name string, blocking func() error, start func() (*Request, error)) {
-		if !nb {
-			r.NoError(blocking(), name)
-			return
-		}
-		req, err := start()
-		r.NoError(err, name)
-		_, err = req.Wait()
-		r.NoError(err, name)
+		runForm(r, nb, name, blocking, start)
 	}
 	val := func(rank, j int) float64 { return float64(rank*100 + j) }
 	counts, displs := make([]int, p), make([]int, p) // in instances / extents of ev

@@ -60,14 +60,7 @@ func IgathervTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv [
 	inner := gatherSched(sst, r.st, r.counts, r.displs, root, true)
 	return c.startSched(CallIgatherv, root, len(sst), func(x coll, b *sched.Builder) error {
 		s.packStep(b, sst)
-		if err := inner(x, b); err != nil {
-			return err
-		}
-		if r.args != nil {
-			b.Fence()
-			b.Call(func() error { r.unpack(); return nil })
-		}
-		return nil
+		return staged(blocksW{}, r, inner)(x, b)
 	})
 }
 
@@ -115,11 +108,8 @@ func IscattervTyped[S, R any](c *Comm, send []S, scounts, displs []int, sd *Data
 	if err != nil {
 		return nil, err
 	}
-	inner := scatterSched(s.st, s.counts, s.displs, rst, root, true)
+	inner := staged(s, blocksW{}, scatterSched(s.st, s.counts, s.displs, rst, root, true))
 	return c.startSched(CallIscatterv, root, len(rst), func(x coll, b *sched.Builder) error {
-		if s.args != nil {
-			b.Call(func() error { s.pack(); return nil })
-		}
 		if err := inner(x, b); err != nil {
 			return err
 		}
@@ -171,15 +161,10 @@ func IallgathervTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, rec
 	if err != nil {
 		return nil, err
 	}
-	inner := allgatherSched(sst, r.st, r.counts, r.displs, true)
+	inner := staged(blocksW{}, r, allgatherSched(sst, r.st, r.counts, r.displs, true))
 	return c.startSched(CallIallgatherv, AnySource, len(sst), func(x coll, b *sched.Builder) error {
 		s.packStep(b, sst)
-		if err := inner(x, b); err != nil {
-			return err
-		}
-		b.Fence()
-		b.Call(func() error { r.unpack(); return nil })
-		return nil
+		return inner(x, b)
 	})
 }
 
@@ -226,16 +211,7 @@ func IalltoallvTyped[S, R any](c *Comm, send []S, scounts, sdispls []int, sd *Da
 	if err != nil {
 		return nil, err
 	}
-	inner := alltoallSched(s.st, s.counts, s.displs, r.st, r.counts, r.displs)
-	return c.startSched(CallIalltoallv, AnySource, len(s.st), func(x coll, b *sched.Builder) error {
-		b.Call(func() error { s.pack(); return nil })
-		if err := inner(x, b); err != nil {
-			return err
-		}
-		b.Fence()
-		b.Call(func() error { r.unpack(); return nil })
-		return nil
-	})
+	return c.startSched(CallIalltoallv, AnySource, len(s.st), staged(s, r, alltoallSched(s.st, s.counts, s.displs, r.st, r.counts, r.displs)))
 }
 
 func alltoallvArgs[S, R any](c *Comm, send []S, scounts, sdispls []int, sd *Datatype, recv []R, rcounts, rdispls []int, rd *Datatype) (s, r blocksW, err error) {

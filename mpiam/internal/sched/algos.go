@@ -36,9 +36,9 @@ func unsafeBytes(w []uint64) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w))), len(w)*8)
 }
 
-// blockSpan splits n elements into k nearly equal blocks and returns block
-// i's elements [lo, hi).
-func blockSpan(n, k, i int) (lo, hi int) {
+// BlockSpan splits n elements into k nearly equal blocks (the first n mod k
+// one larger) and returns block i's elements [lo, hi).
+func BlockSpan(n, k, i int) (lo, hi int) {
 	q, r := n/k, n%k
 	lo = i*q + min(i, r)
 	hi = lo + q
@@ -50,7 +50,7 @@ func blockSpan(n, k, i int) (lo, hi int) {
 
 // span is block i of k of buf, split at element boundaries of elem bytes.
 func span(buf []byte, elem, k, i int) []byte {
-	lo, hi := blockSpan(len(buf)/elem, k, i)
+	lo, hi := BlockSpan(len(buf)/elem, k, i)
 	return buf[lo*elem : hi*elem]
 }
 
@@ -93,8 +93,8 @@ func BcastScatterAllgather(b *Builder, g Group, buf []byte, root, tag int) {
 		if lo >= hi {
 			return nil
 		}
-		l, _ := blockSpan(len(buf), p, lo)
-		_, h := blockSpan(len(buf), p, hi-1)
+		l, _ := BlockSpan(len(buf), p, lo)
+		_, h := BlockSpan(len(buf), p, hi-1)
 		return buf[l:h]
 	}
 	mask := 1
