@@ -145,6 +145,16 @@ func TestDeadRankLoop(t *testing.T) {
 				err := Allreduce(w, []int64{1}, x[:], Sum[int64]())
 				requireProcFailed(t, err, victim)
 				since(t, died, "Allreduce")
+				// Nonblocking ones on the schedule engine fail alike,
+				// through a failed receive or a barrier's wait.
+				req, err := Iallreduce(w, []int64{1}, x[:], Sum[int64]())
+				require.NoError(t, err)
+				_, err = req.Wait()
+				requireProcFailed(t, err, victim)
+				req, err = w.Ibarrier()
+				require.NoError(t, err)
+				_, err = req.Wait()
+				requireProcFailed(t, err, victim)
 			}
 			// New operations with the dead rank fail at once.
 			start := time.Now()
