@@ -656,3 +656,43 @@ func TestRerun(t *testing.T) {
 		}
 	}
 }
+
+// FuzzAllreduce runs Allreduce (both algorithms) and Scan on fuzzed sizes,
+// vector lengths, progress orders and send completion, against the serial
+// result.
+func FuzzAllreduce(f *testing.F) {
+	f.Add(uint8(3), uint8(5), uint64(1), false, false)
+	f.Add(uint8(7), uint8(1), uint64(9), true, true)
+	f.Add(uint8(16), uint8(40), uint64(3), true, false)
+	f.Fuzz(func(t *testing.T, pp, nn uint8, seed uint64, sync, ring bool) {
+		p, n := int(pp%17)+1, int(nn%64)
+		red := sum
+		if seed%2 == 0 {
+			red = affine
+		}
+		if ring && (!red.Commutative || n < p) {
+			ring = false
+		}
+		recvs := make([][]byte, p)
+		scans := make([][]byte, p)
+		scheds := make([]*Schedule, p)
+		for r := range p {
+			var b Builder
+			recvs[r] = make([]byte, n*red.Elem)
+			scans[r] = make([]byte, n*red.Elem)
+			if ring {
+				AllreduceRing(&b, Flat(r, p), contribution(red, r, n), recvs[r], red, 0)
+			} else {
+				Allreduce(&b, Flat(r, p), contribution(red, r, n), recvs[r], red, 0)
+			}
+			Scan(&b, Flat(r, p), contribution(red, r, n), scans[r], red, false, 4)
+			scheds[r] = b.Schedule()
+		}
+		newMemNet(p, seed, sync).run(t, scheds)
+		want := serial(red, 0, p, n)
+		for r := range p {
+			require.Equal(t, want, recvs[r], "allreduce rank %d", r)
+			require.Equal(t, serial(red, 0, r+1, n), scans[r], "scan rank %d", r)
+		}
+	})
+}
