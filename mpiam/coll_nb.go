@@ -137,6 +137,10 @@ func bcastSched[T any](buf []T, root int) func(x coll, b *sched.Builder) error {
 			return err
 		}
 		rb := raw(buf)
+		if l := x.nodeLevels(); l != nil && len(rb) > 0 {
+			bcastNodesSched(b, x, rb, root, l)
+			return nil
+		}
 		if len(rb) >= bcastLarge && x.size() >= 4 {
 			sched.BcastScatterAllgather(b, x.group(), rb, root, 0)
 		} else {
@@ -179,6 +183,10 @@ func reduceSched[T any](send, recv []T, op Op[T], root int) func(x coll, b *sche
 				return fmt.Errorf("%w: Reduce of %d elements into a receive buffer of %d", ErrCount, len(send), len(recv))
 			}
 		}
+		if l := x.nodeLevels(); l != nil && (op.Commutative || l.contiguous) {
+			reduceNodesSched(b, x, raw(send), raw(recv), reduction(op), root, l)
+			return nil
+		}
 		sched.Reduce(b, x.group(), raw(send), raw(recv), reduction(op), root, 0)
 		return nil
 	}
@@ -215,6 +223,10 @@ func allreduceSched[T any](send, recv []T, op Op[T]) func(x coll, b *sched.Build
 			return fmt.Errorf("%w: Allreduce of %d elements into a receive buffer of %d", ErrCount, len(send), len(recv))
 		}
 		red := reduction(op)
+		if l := x.nodeLevels(); l != nil && (op.Commutative || l.contiguous) {
+			allreduceNodesSched(b, raw(send), raw(recv), red, l)
+			return nil
+		}
 		if op.Commutative && len(raw(recv)) >= allreduceRing && len(recv) >= x.size() {
 			sched.AllreduceRing(b, x.group(), raw(send), raw(recv), red, 0)
 		} else {

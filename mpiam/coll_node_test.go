@@ -200,3 +200,74 @@ func inOrder(n int) int64 {
 	}
 	return v
 }
+
+// checkNodeNB checks the nonblocking Ibcast, Ireduce and Iallreduce, whose
+// schedules take the node levels as the blocking calls do, against the
+// same known answers, several in flight at once.
+func checkNodeNB(r *rk, w *Comm) {
+	n, me := w.Size(), w.Rank()
+	wait := func(q *Request, err error) {
+		r.NoError(err)
+		_, err = q.Wait()
+		r.NoError(err)
+	}
+	for root := range n {
+		for _, size := range []int{1, 3, bcastLarge/8 + 5} {
+			buf := make([]int64, size)
+			if me == root {
+				for i := range buf {
+					buf[i] = int64(root*1000 + i)
+				}
+			}
+			send := make([]int64, size)
+			for i := range send {
+				send[i] = int64(me + i)
+			}
+			recv := make([]int64, size)
+			b, errb := Ibcast(w, buf, root)
+			red, errr := Ireduce(w, send, recv, Sum[int64](), root)
+			wait(b, errb)
+			wait(red, errr)
+			for i, v := range buf {
+				r.EqualValues(root*1000+i, v, "Ibcast root %d size %d element %d", root, size, i)
+			}
+			if me == root {
+				for i, v := range recv {
+					r.EqualValues(n*(n-1)/2+n*i, v, "Ireduce root %d size %d", root, size)
+				}
+			}
+		}
+		d := []digits{{int64(me + 1), 1}}
+		out := make([]digits, 1)
+		wait(Ireduce(w, d, out, concat, root))
+		if me == root {
+			r.Equal(inOrder(n), out[0].V, "non-commutative Ireduce at root %d", root)
+		}
+	}
+	for _, size := range []int{1, 700} {
+		send := make([]int64, size)
+		for i := range send {
+			send[i] = int64(me*7 + i)
+		}
+		recv := make([]int64, size)
+		wait(Iallreduce(w, send, recv, Sum[int64]()))
+		for i, v := range recv {
+			r.EqualValues(7*n*(n-1)/2+n*i, v, "Iallreduce size %d", size)
+		}
+		copy(recv, send)
+		wait(Iallreduce(w, nil, recv, Max[int64]()))
+		r.EqualValues(7*(n-1), recv[0], "in-place Iallreduce")
+	}
+	d := []digits{{int64(me + 1), 1}}
+	out := make([]digits, 1)
+	wait(Iallreduce(w, d, out, concat))
+	r.Equal(inOrder(n), out[0].V, "non-commutative Iallreduce")
+}
+
+func TestNodeAwareNonblocking(t *testing.T) {
+	for _, nodes := range nodeLayouts {
+		t.Run(layoutName(nodes), func(t *testing.T) {
+			runJob(t, layoutName(nodes), len(nodes), Config{}, checkNodeNB)
+		})
+	}
+}
