@@ -477,3 +477,59 @@ func TestPersistentTyped(t *testing.T) {
 		})
 	}
 }
+
+// TestPersistentTypedV starts the persistent typed v, prefix and
+// reduce-scatter collectives several times, in place where MPI allows.
+func TestPersistentTypedV(t *testing.T) {
+	for _, p := range []int{1, 3} {
+		runJob(t, "loop", p, Config{}, func(r *rk, w *Comm) {
+			me := w.Rank()
+			ev, err := TypeCreateResized(Float64, 0, 16)
+			r.NoError(err)
+			r.NoError(ev.Commit())
+			counts, displs := make([]int, p), make([]int, p)
+			total := 0
+			for i := range p {
+				counts[i], displs[i] = i+1, total
+				total += i + 1
+			}
+			ag := make([]float64, 2*total) // Allgatherv in place
+			sc, sr := make([]float64, 2), make([]float64, 2)
+			rcounts := make([]int, p)
+			for i := range rcounts {
+				rcounts[i] = 1
+			}
+			rss, rsr := make([]float64, 2*p), make([]float64, 2)
+			mk := func(q *Request, err error) *Request { r.NoError(err); return q }
+			reqs := []*Request{
+				mk(AllgathervInitTyped[float64](w, nil, 0, nil, ag, counts, displs, ev)),
+				mk(ScanInitTyped(w, sc, sr, 1, ev, Sum[float64]())),
+				mk(ReduceScatterInitTyped(w, rss, rsr, rcounts, ev, Sum[float64]())),
+			}
+			for round := range 3 {
+				v := func(rank, j int) float64 { return float64(round*1000 + rank*10 + j) }
+				for j := range me + 1 {
+					ag[2*(displs[me]+j)] = v(me, j)
+				}
+				sc[0] = v(me, 0)
+				for i := range p {
+					rss[2*i] = v(me, i)
+				}
+				r.NoError(Startall(reqs))
+				r.NoError(Waitall(reqs, nil))
+				scan, rs := 0.0, 0.0
+				for q := range p {
+					for j := range q + 1 {
+						r.Equal(v(q, j), ag[2*(displs[q]+j)], "AllgathervInitTyped start %d", round)
+					}
+					if q <= me {
+						scan += v(q, 0)
+					}
+					rs += v(q, me)
+				}
+				r.Equal(scan, sr[0], "ScanInitTyped start %d", round)
+				r.Equal(rs, rsr[0], "ReduceScatterInitTyped start %d", round)
+			}
+		})
+	}
+}

@@ -42,6 +42,9 @@ func GathervTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []
 	if err != nil {
 		return err
 	}
+	if send == nil {
+		r.pack()
+	}
 	s.pack(sst)
 	if err := Gatherv(c, sst, r.st, r.counts, r.displs, root); err != nil {
 		return err
@@ -53,12 +56,25 @@ func GathervTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []
 // IgathervTyped starts a GathervTyped (MPI_Igatherv with datatypes);
 // errors at the call as GathervTyped's.
 func IgathervTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcounts, displs []int, rd *Datatype, root int) (*Request, error) {
+	return igathervTyped(c, send, scount, sd, recv, rcounts, displs, rd, root, false)
+}
+
+// GathervInitTyped makes a persistent request of the same operation (MPI_Gatherv_init
+// with datatypes, MPI-4.1 §6.13); errors as IgathervTyped's.
+func GathervInitTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcounts, displs []int, rd *Datatype, root int) (*Request, error) {
+	return igathervTyped(c, send, scount, sd, recv, rcounts, displs, rd, root, true)
+}
+
+func igathervTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcounts, displs []int, rd *Datatype, root int, init bool) (*Request, error) {
 	s, r, sst, err := gathervArgs(c, send, scount, sd, recv, rcounts, displs, rd, root)
 	if err != nil {
 		return nil, err
 	}
 	inner := gatherSched(sst, r.st, r.counts, r.displs, root, true)
-	return c.startSched(CallIgatherv, root, len(sst), func(x coll, b *sched.Builder) error {
+	return c.startOrInit(init, CallIgatherv, CallGathervInit, root, len(sst), func(x coll, b *sched.Builder) error {
+		if send == nil && r.args != nil {
+			b.Call(func() error { r.pack(); return nil })
+		}
 		s.packStep(b, sst)
 		return staged(blocksW{}, r, inner)(x, b)
 	})
@@ -73,8 +89,7 @@ func gathervArgs[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R
 			return
 		}
 		if send == nil {
-			r.pack() // in place: the root's block is in recv
-			return
+			return // in place: the root's block is in recv (packed by the caller)
 		}
 	}
 	if s, err = argOf(send, scount, sd); err != nil {
@@ -104,12 +119,22 @@ func ScattervTyped[S, R any](c *Comm, send []S, scounts, displs []int, sd *Datat
 // IscattervTyped starts a ScattervTyped (MPI_Iscatterv with datatypes);
 // errors at the call as ScattervTyped's.
 func IscattervTyped[S, R any](c *Comm, send []S, scounts, displs []int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int) (*Request, error) {
+	return iscattervTyped(c, send, scounts, displs, sd, recv, rcount, rd, root, false)
+}
+
+// ScattervInitTyped makes a persistent request of the same operation (MPI_Scatterv_init
+// with datatypes, MPI-4.1 §6.13); errors as IscattervTyped's.
+func ScattervInitTyped[S, R any](c *Comm, send []S, scounts, displs []int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int) (*Request, error) {
+	return iscattervTyped(c, send, scounts, displs, sd, recv, rcount, rd, root, true)
+}
+
+func iscattervTyped[S, R any](c *Comm, send []S, scounts, displs []int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int, init bool) (*Request, error) {
 	s, r, rst, err := scattervArgs(c, send, scounts, displs, sd, recv, rcount, rd, root)
 	if err != nil {
 		return nil, err
 	}
 	inner := staged(s, blocksW{}, scatterSched(s.st, s.counts, s.displs, rst, root, true))
-	return c.startSched(CallIscatterv, root, len(rst), func(x coll, b *sched.Builder) error {
+	return c.startOrInit(init, CallIscatterv, CallScattervInit, root, len(rst), func(x coll, b *sched.Builder) error {
 		if err := inner(x, b); err != nil {
 			return err
 		}
@@ -146,6 +171,9 @@ func AllgathervTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv
 	if err != nil {
 		return err
 	}
+	if send == nil {
+		r.pack()
+	}
 	s.pack(sst)
 	if err := Allgatherv(c, sst, r.st, r.counts, r.displs); err != nil {
 		return err
@@ -157,12 +185,25 @@ func AllgathervTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv
 // IallgathervTyped starts an AllgathervTyped (MPI_Iallgatherv with
 // datatypes); errors at the call as AllgathervTyped's.
 func IallgathervTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcounts, displs []int, rd *Datatype) (*Request, error) {
+	return iallgathervTyped(c, send, scount, sd, recv, rcounts, displs, rd, false)
+}
+
+// AllgathervInitTyped makes a persistent request of the same operation (MPI_Allgatherv_init
+// with datatypes, MPI-4.1 §6.13); errors as IallgathervTyped's.
+func AllgathervInitTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcounts, displs []int, rd *Datatype) (*Request, error) {
+	return iallgathervTyped(c, send, scount, sd, recv, rcounts, displs, rd, true)
+}
+
+func iallgathervTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcounts, displs []int, rd *Datatype, init bool) (*Request, error) {
 	s, r, sst, err := allgathervArgs(c, send, scount, sd, recv, rcounts, displs, rd)
 	if err != nil {
 		return nil, err
 	}
 	inner := staged(blocksW{}, r, allgatherSched(sst, r.st, r.counts, r.displs, true))
-	return c.startSched(CallIallgatherv, AnySource, len(sst), func(x coll, b *sched.Builder) error {
+	return c.startOrInit(init, CallIallgatherv, CallAllgathervInit, AnySource, len(sst), func(x coll, b *sched.Builder) error {
+		if send == nil {
+			b.Call(func() error { r.pack(); return nil })
+		}
 		s.packStep(b, sst)
 		return inner(x, b)
 	})
@@ -176,8 +217,7 @@ func allgathervArgs[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv 
 		return
 	}
 	if send == nil {
-		r.pack()
-		return
+		return // in place: packed with recv by the caller
 	}
 	if s, err = argOf(send, scount, sd); err != nil {
 		return
@@ -207,11 +247,21 @@ func AlltoallvTyped[S, R any](c *Comm, send []S, scounts, sdispls []int, sd *Dat
 // IalltoallvTyped starts an AlltoallvTyped (MPI_Ialltoallv with
 // datatypes); errors at the call as AlltoallvTyped's.
 func IalltoallvTyped[S, R any](c *Comm, send []S, scounts, sdispls []int, sd *Datatype, recv []R, rcounts, rdispls []int, rd *Datatype) (*Request, error) {
+	return ialltoallvTyped(c, send, scounts, sdispls, sd, recv, rcounts, rdispls, rd, false)
+}
+
+// AlltoallvInitTyped makes a persistent request of the same operation (MPI_Alltoallv_init
+// with datatypes, MPI-4.1 §6.13); errors as IalltoallvTyped's.
+func AlltoallvInitTyped[S, R any](c *Comm, send []S, scounts, sdispls []int, sd *Datatype, recv []R, rcounts, rdispls []int, rd *Datatype) (*Request, error) {
+	return ialltoallvTyped(c, send, scounts, sdispls, sd, recv, rcounts, rdispls, rd, true)
+}
+
+func ialltoallvTyped[S, R any](c *Comm, send []S, scounts, sdispls []int, sd *Datatype, recv []R, rcounts, rdispls []int, rd *Datatype, init bool) (*Request, error) {
 	s, r, err := alltoallvArgs(c, send, scounts, sdispls, sd, recv, rcounts, rdispls, rd)
 	if err != nil {
 		return nil, err
 	}
-	return c.startSched(CallIalltoallv, AnySource, len(s.st), staged(s, r, alltoallSched(s.st, s.counts, s.displs, r.st, r.counts, r.displs)))
+	return c.startOrInit(init, CallIalltoallv, CallAlltoallvInit, AnySource, len(s.st), staged(s, r, alltoallSched(s.st, s.counts, s.displs, r.st, r.counts, r.displs)))
 }
 
 func alltoallvArgs[S, R any](c *Comm, send []S, scounts, sdispls []int, sd *Datatype, recv []R, rcounts, rdispls []int, rd *Datatype) (s, r blocksW, err error) {
@@ -267,16 +317,28 @@ func scanTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T],
 // IscanTyped starts a ScanTyped (MPI_Iscan with a datatype); errors at the
 // call as ScanTyped's.
 func IscanTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T]) (*Request, error) {
-	return iscanTyped(c, send, recv, count, d, op, false)
+	return iscanTyped(c, send, recv, count, d, op, false, false)
+}
+
+// ScanInitTyped makes a persistent ScanTyped request (MPI_Scan_init with a
+// datatype, MPI-4.1 §6.13); errors as ScanTyped's.
+func ScanInitTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T]) (*Request, error) {
+	return iscanTyped(c, send, recv, count, d, op, false, true)
 }
 
 // IexscanTyped starts an ExscanTyped (MPI_Iexscan with a datatype); errors
 // at the call as ScanTyped's.
 func IexscanTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T]) (*Request, error) {
-	return iscanTyped(c, send, recv, count, d, op, true)
+	return iscanTyped(c, send, recv, count, d, op, true, false)
 }
 
-func iscanTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T], exclusive bool) (*Request, error) {
+// ExscanInitTyped makes a persistent ExscanTyped request (MPI_Exscan_init
+// with a datatype); errors as ScanTyped's.
+func ExscanInitTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T]) (*Request, error) {
+	return iscanTyped(c, send, recv, count, d, op, true, true)
+}
+
+func iscanTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T], exclusive, init bool) (*Request, error) {
 	if err := c.valid(); err != nil {
 		return nil, err
 	}
@@ -284,12 +346,12 @@ func iscanTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T]
 	if err != nil {
 		return nil, err
 	}
-	call := CallIscan
+	call, initCall := CallIscan, CallScanInit
 	if exclusive {
-		call = CallIexscan
+		call, initCall = CallIexscan, CallExscanInit
 	}
 	inner := scanSched(fromRaw[T](sst), fromRaw[T](rst), op, exclusive)
-	return c.startSched(call, AnySource, len(rst), func(x coll, b *sched.Builder) error {
+	return c.startOrInit(init, call, initCall, AnySource, len(rst), func(x coll, b *sched.Builder) error {
 		s.packStep(b, sst)
 		if exclusive && x.rank() == 0 {
 			r.packStep(b, rst)
@@ -323,12 +385,22 @@ func ReduceScatterTyped[T any](c *Comm, send, recv []T, rcounts []int, d *Dataty
 // IreduceScatterTyped starts a ReduceScatterTyped (MPI_Ireduce_scatter
 // with a datatype); errors at the call as ReduceScatterTyped's.
 func IreduceScatterTyped[T any](c *Comm, send, recv []T, rcounts []int, d *Datatype, op Op[T]) (*Request, error) {
+	return ireduceScatterTyped(c, send, recv, rcounts, d, op, false)
+}
+
+// ReduceScatterInitTyped makes a persistent request of the same operation (MPI_Reduce_scatter_init
+// with datatypes, MPI-4.1 §6.13); errors as IreduceScatterTyped's.
+func ReduceScatterInitTyped[T any](c *Comm, send, recv []T, rcounts []int, d *Datatype, op Op[T]) (*Request, error) {
+	return ireduceScatterTyped(c, send, recv, rcounts, d, op, true)
+}
+
+func ireduceScatterTyped[T any](c *Comm, send, recv []T, rcounts []int, d *Datatype, op Op[T], init bool) (*Request, error) {
 	s, r, sst, rst, counts, err := reduceScatterArgs(c, send, recv, rcounts, d)
 	if err != nil {
 		return nil, err
 	}
 	inner := reduceScatterSched(fromRaw[T](sst), fromRaw[T](rst), counts, op)
-	return c.startSched(CallIreduceScatter, AnySource, len(sst), func(x coll, b *sched.Builder) error {
+	return c.startOrInit(init, CallIreduceScatter, CallReduceScatterInit, AnySource, len(sst), func(x coll, b *sched.Builder) error {
 		s.packStep(b, sst)
 		if err := inner(x, b); err != nil {
 			return err
