@@ -327,6 +327,33 @@ func iallreduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op 
 	})
 }
 
+// runStaged runs the slice form op of a typed collective whose staged
+// buffers are (s, sst) and (r, rst): it packs the send side (and, in
+// place, the receive side), runs op and unpacks the receive side.
+func runStaged(s typedArg, sst []byte, r typedArg, rst []byte, op func() error) error {
+	s.pack(sst)
+	inPlace(s, sst, r, rst)
+	if err := op(); err != nil {
+		return err
+	}
+	r.unpack(rst)
+	return nil
+}
+
+// buildStaged is runStaged as schedule steps around inner, which builds
+// the slice form's schedule on the staged buffers.
+func buildStaged(s typedArg, sst []byte, r typedArg, rst []byte, inner func(x coll, b *sched.Builder) error) func(x coll, b *sched.Builder) error {
+	return func(x coll, b *sched.Builder) error {
+		s.packStep(b, sst)
+		inPlaceStep(b, s, sst, r, rst)
+		if err := inner(x, b); err != nil {
+			return err
+		}
+		r.unpackStep(b, rst)
+		return nil
+	}
+}
+
 // gatherArgs stages a typed gather's buffers: send (scount of sd; nil
 // send: in place at root, its block already in recv) and, at root, recv
 // (p blocks of rcount of rd, block i at i·rcount extents).
@@ -364,13 +391,7 @@ func GatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R
 	if err != nil {
 		return err
 	}
-	s.pack(sst)
-	inPlace(s, sst, r, rst)
-	if err := Gather(c, sst, rst, root); err != nil {
-		return err
-	}
-	r.unpack(rst)
-	return nil
+	return runStaged(s, sst, r, rst, func() error { return Gather(c, sst, rst, root) })
 }
 
 // IgatherTyped starts a GatherTyped (MPI_Igather with datatypes); errors
@@ -394,16 +415,7 @@ func igatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []
 	if err != nil {
 		return nil, err
 	}
-	inner := gatherSched(sst, rst, nil, nil, root, false)
-	return c.startOrInit(init, CallIgather, CallGatherInit, root, len(sst), func(x coll, b *sched.Builder) error {
-		s.packStep(b, sst)
-		inPlaceStep(b, s, sst, r, rst)
-		if err := inner(x, b); err != nil {
-			return err
-		}
-		r.unpackStep(b, rst)
-		return nil
-	})
+	return c.startOrInit(init, CallIgather, CallGatherInit, root, len(sst), buildStaged(s, sst, r, rst, gatherSched(sst, rst, nil, nil, root, false)))
 }
 
 // scatterArgs stages a typed scatter's buffers: at root send (p blocks of
@@ -440,12 +452,7 @@ func ScatterTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []
 	if err != nil {
 		return err
 	}
-	s.pack(sst)
-	if err := Scatter(c, sst, rst, root); err != nil {
-		return err
-	}
-	r.unpack(rst)
-	return nil
+	return runStaged(s, sst, r, rst, func() error { return Scatter(c, sst, rst, root) })
 }
 
 // IscatterTyped starts a ScatterTyped (MPI_Iscatter with datatypes); errors
@@ -469,15 +476,7 @@ func iscatterTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv [
 	if err != nil {
 		return nil, err
 	}
-	inner := scatterSched(sst, nil, nil, rst, root, false)
-	return c.startOrInit(init, CallIscatter, CallScatterInit, root, len(rst), func(x coll, b *sched.Builder) error {
-		s.packStep(b, sst)
-		if err := inner(x, b); err != nil {
-			return err
-		}
-		r.unpackStep(b, rst)
-		return nil
-	})
+	return c.startOrInit(init, CallIscatter, CallScatterInit, root, len(rst), buildStaged(s, sst, r, rst, scatterSched(sst, nil, nil, rst, root, false)))
 }
 
 // allArgs stages the buffers of a typed allgather or alltoall: send
@@ -511,13 +510,7 @@ func AllgatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv 
 	if err != nil {
 		return err
 	}
-	s.pack(sst)
-	inPlace(s, sst, r, rst)
-	if err := Allgather(c, sst, rst); err != nil {
-		return err
-	}
-	r.unpack(rst)
-	return nil
+	return runStaged(s, sst, r, rst, func() error { return Allgather(c, sst, rst) })
 }
 
 // IallgatherTyped starts an AllgatherTyped (MPI_Iallgather with
@@ -541,16 +534,7 @@ func iallgatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv
 	if err != nil {
 		return nil, err
 	}
-	inner := allgatherSched(sst, rst, nil, nil, false)
-	return c.startOrInit(init, CallIallgather, CallAllgatherInit, AnySource, len(sst), func(x coll, b *sched.Builder) error {
-		s.packStep(b, sst)
-		inPlaceStep(b, s, sst, r, rst)
-		if err := inner(x, b); err != nil {
-			return err
-		}
-		r.unpackStep(b, rst)
-		return nil
-	})
+	return c.startOrInit(init, CallIallgather, CallAllgatherInit, AnySource, len(sst), buildStaged(s, sst, r, rst, allgatherSched(sst, rst, nil, nil, false)))
 }
 
 // AlltoallTyped sends block j of send (scount instances of sd, starting
@@ -566,13 +550,7 @@ func AlltoallTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv [
 	if err != nil {
 		return err
 	}
-	s.pack(sst)
-	inPlace(s, sst, r, rst)
-	if err := Alltoall(c, sst, rst); err != nil {
-		return err
-	}
-	r.unpack(rst)
-	return nil
+	return runStaged(s, sst, r, rst, func() error { return Alltoall(c, sst, rst) })
 }
 
 // IalltoallTyped starts an AlltoallTyped (MPI_Ialltoall with datatypes);
@@ -596,16 +574,7 @@ func ialltoallTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv 
 	if err != nil {
 		return nil, err
 	}
-	inner := alltoallSched(sst, nil, nil, rst, nil, nil)
-	return c.startOrInit(init, CallIalltoall, CallAlltoallInit, AnySource, len(sst), func(x coll, b *sched.Builder) error {
-		s.packStep(b, sst)
-		inPlaceStep(b, s, sst, r, rst)
-		if err := inner(x, b); err != nil {
-			return err
-		}
-		r.unpackStep(b, rst)
-		return nil
-	})
+	return c.startOrInit(init, CallIalltoall, CallAlltoallInit, AnySource, len(sst), buildStaged(s, sst, r, rst, alltoallSched(sst, nil, nil, rst, nil, nil)))
 }
 
 // blocksW stages the blocks of a w collective: block i is counts[i]
