@@ -262,15 +262,7 @@ func ireduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[
 	if err != nil {
 		return nil, err
 	}
-	inner := reduceSched(fromRaw[T](sst), fromRaw[T](rst), op, root)
-	return c.startOrInit(init, CallIreduce, CallReduceInit, root, len(sst), func(x coll, b *sched.Builder) error {
-		s.packStep(b, sst)
-		if err := inner(x, b); err != nil {
-			return err
-		}
-		r.unpackStep(b, rst)
-		return nil
-	})
+	return c.startOrInit(init, CallIreduce, CallReduceInit, root, len(sst), buildStaged(s, sst, r, rst, reduceSched(fromRaw[T](sst), fromRaw[T](rst), op, root)))
 }
 
 // AllreduceTyped combines count instances of d from every rank's send with
@@ -316,15 +308,7 @@ func iallreduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op 
 	if err != nil {
 		return nil, err
 	}
-	inner := allreduceSched(fromRaw[T](sst), fromRaw[T](rst), op)
-	return c.startOrInit(init, CallIallreduce, CallAllreduceInit, AnySource, len(rst), func(x coll, b *sched.Builder) error {
-		s.packStep(b, sst)
-		if err := inner(x, b); err != nil {
-			return err
-		}
-		r.unpackStep(b, rst)
-		return nil
-	})
+	return c.startOrInit(init, CallIallreduce, CallAllreduceInit, AnySource, len(rst), buildStaged(s, sst, r, rst, allreduceSched(fromRaw[T](sst), fromRaw[T](rst), op)))
 }
 
 // runStaged runs the slice form op of a typed collective whose staged

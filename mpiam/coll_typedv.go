@@ -399,15 +399,7 @@ func ireduceScatterTyped[T any](c *Comm, send, recv []T, rcounts []int, d *Datat
 	if err != nil {
 		return nil, err
 	}
-	inner := reduceScatterSched(fromRaw[T](sst), fromRaw[T](rst), counts, op)
-	return c.startOrInit(init, CallIreduceScatter, CallReduceScatterInit, AnySource, len(sst), func(x coll, b *sched.Builder) error {
-		s.packStep(b, sst)
-		if err := inner(x, b); err != nil {
-			return err
-		}
-		r.unpackStep(b, rst)
-		return nil
-	})
+	return c.startOrInit(init, CallIreduceScatter, CallReduceScatterInit, AnySource, len(sst), buildStaged(s, sst, r, rst, reduceScatterSched(fromRaw[T](sst), fromRaw[T](rst), counts, op)))
 }
 
 // ReduceScatterBlockTyped is ReduceScatterTyped with rcount instances for
