@@ -1,6 +1,7 @@
 package mpiam
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,4 +35,42 @@ func TestAsyncProgressDuringCompute(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Less(t, recvDone.Load(), computeDone.Load(), "the data moved while the sender computed")
+}
+
+// With a progress goroutine, a nonblocking collective's schedule advances
+// while every rank computes and makes no MPI call: an Iallreduce of several
+// rounds (4 ranks: two exchanges) and a rendezvous-sized Ibcast complete
+// before any rank waits for them.
+func TestAsyncProgressOfSchedules(t *testing.T) {
+	t.Setenv("AMGO_PROGRESS", "200us")
+	err := RunLocal(4, Config{}, func(w *Comm) error {
+		sum := make([]int64, 1)
+		a, err := Iallreduce(w, []int64{int64(w.Rank())}, sum, Sum[int64]())
+		if err != nil {
+			return err
+		}
+		buf := make([]byte, 1<<20)
+		b, err := Ibcast(w, buf, 0)
+		if err != nil {
+			return err
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for !a.completed() || !b.completed() { // compute, no MPI calls
+			if time.Now().After(deadline) {
+				return fmt.Errorf("rank %d: the schedules did not advance without MPI calls", w.Rank())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if _, err := a.Wait(); err != nil {
+			return err
+		}
+		if _, err := b.Wait(); err != nil {
+			return err
+		}
+		if sum[0] != 6 {
+			return fmt.Errorf("Iallreduce: %d", sum[0])
+		}
+		return nil
+	})
+	require.NoError(t, err)
 }
