@@ -13,13 +13,13 @@ func TestOwedCoalescesAdjacentFrees(t *testing.T) {
 	var o Owed
 	_, _, ok := o.Take()
 	require.False(t, ok)
-	po, pl, total := o.Add(0, 64)
+	_, pl, total := o.Add(0, 64)
 	require.Zero(t, pl)
 	require.Equal(t, uint32(64), total)
 	_, pl, total = o.Add(64, 128)
 	require.Zero(t, pl, "adjacent: coalesced")
 	require.Equal(t, uint32(192), total)
-	po, pl, total = o.Add(1024, 64) // not adjacent: the older range goes back
+	po, pl, total := o.Add(1024, 64) // not adjacent: the older range goes back
 	require.Equal(t, [2]uint32{0, 192}, [2]uint32{po, pl})
 	require.Equal(t, uint32(64), total)
 	_, _, ok = o.TakeBefore(2048)

@@ -89,12 +89,6 @@ func (x coll) peer(i int) int {
 	return x.v.ranks[i]
 }
 
-// over returns x running over v (nil: all of c).
-func (x coll) over(v *view) coll {
-	x.v = v
-	return x
-}
-
 // collPB tracks the largest tool value among the messages a rank received
 // in one collective, and forwards it on the messages it sends, so that each
 // participant learns the largest delay among the ranks it depends on

@@ -147,15 +147,6 @@ func TestPackUnpackRoundTrip(t *testing.T) {
 	require.ErrorIs(t, err, ErrTruncate)
 }
 
-// typedCase is a layout sent between two ranks: count instances of send's
-// datatype in a buffer of sendLen float64s, received as recv's.
-type typedCase struct {
-	name              string
-	send, recv        func(t testing.TB, n int) (*Datatype, int, int) // datatype, count, buffer length (float64s)
-	n                 int                                             // elements that travel
-	contigSend, total bool
-}
-
 // column is every other element of a buffer of 2n: n float64s, strided.
 func column(t testing.TB, n int) (*Datatype, int, int) {
 	return must(t)(TypeVector(n, 1, 2, Float64)), 1, 2 * n

@@ -72,7 +72,7 @@ func run(w *mpiam.Comm) error {
 	err := mpiam.Allreduce(w, []int64{1}, sum, mpiam.Sum[int64]())
 	var pe *mpiam.ProcFailedError
 	if !errors.As(err, &pe) {
-		return fmt.Errorf("Allreduce after the node was lost: %v", err)
+		return fmt.Errorf("the Allreduce after the node was lost: %v", err)
 	}
 	fmt.Printf("nodecheck: rank %d: ErrProcFailed rank %d lost=%v: %v\n", me, pe.Rank, lost[pe.Rank], err)
 	return nil
