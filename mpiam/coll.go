@@ -246,6 +246,9 @@ func Bcast[T any](c *Comm, buf []T, root int) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
+	if err := agreeType[T](c, CallBcast, len(buf)); err != nil {
+		return err
+	}
 	return c.runColl(CallBcast, root, len(raw(buf)), func(x coll) error {
 		if err := checkRoot(c, root); err != nil {
 			return err
@@ -352,6 +355,9 @@ func Reduce[T any](c *Comm, send, recv []T, op Op[T], root int) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
+	if err := agreeType[T](c, CallReduce, max(len(send), len(recv)*btoi(send == nil))); err != nil {
+		return err
+	}
 	return c.runColl(CallReduce, root, len(raw(send)), func(x coll) error {
 		if err := checkRoot(c, root); err != nil {
 			return err
@@ -435,6 +441,9 @@ func reduceBinomial[T any](x coll, send, recv []T, op Op[T], root, step int) err
 // place (recv holds the contribution).
 func Allreduce[T any](c *Comm, send, recv []T, op Op[T]) error {
 	if err := plain[T](); err != nil {
+		return err
+	}
+	if err := agreeType[T](c, CallAllreduce, len(recv)); err != nil {
 		return err
 	}
 	return c.runColl(CallAllreduce, AnySource, len(raw(recv)), func(x coll) error {
@@ -660,6 +669,9 @@ func Gather[T any](c *Comm, send, recv []T, root int) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
+	if err := agreeType[T](c, CallGather, rootBlock(c, root, len(send), len(recv))); err != nil {
+		return err
+	}
 	return c.runColl(CallGather, root, len(raw(send)), func(x coll) error {
 		if err := checkRoot(c, root); err != nil {
 			return err
@@ -753,6 +765,9 @@ func Scatter[T any](c *Comm, send, recv []T, root int) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
+	if err := agreeType[T](c, CallScatter, rootBlock(c, root, len(recv), len(send))); err != nil {
+		return err
+	}
 	return c.runColl(CallScatter, root, len(raw(recv)), func(x coll) error {
 		if err := checkRoot(c, root); err != nil {
 			return err
@@ -821,6 +836,9 @@ func Scatterv[T any](c *Comm, send []T, counts, displs []int, recv []T, root int
 // is already in recv).
 func Allgather[T any](c *Comm, send, recv []T) error {
 	if err := plain[T](); err != nil {
+		return err
+	}
+	if err := agreeType[T](c, CallAllgather, perRank(c, len(recv))); err != nil {
 		return err
 	}
 	return c.runColl(CallAllgather, AnySource, len(raw(send)), func(x coll) error {
@@ -907,6 +925,9 @@ func Allgatherv[T any](c *Comm, send, recv []T, counts, displs []int) error {
 // exchange above ((p-1)·(α + nβ)). A nil send means in place.
 func Alltoall[T any](c *Comm, send, recv []T) error {
 	if err := plain[T](); err != nil {
+		return err
+	}
+	if err := agreeType[T](c, CallAlltoall, perRank(c, len(recv))); err != nil {
 		return err
 	}
 	return c.runColl(CallAlltoall, AnySource, len(raw(send)), func(x coll) error {
@@ -1011,6 +1032,9 @@ func ReduceScatterBlock[T any](c *Comm, send, recv []T, op Op[T]) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
+	if err := agreeType[T](c, CallReduceScatterBlock, len(recv)/max(1, c.sizeIf(send == nil))); err != nil {
+		return err
+	}
 	return c.runColl(CallReduceScatterBlock, AnySource, len(raw(send)), func(x coll) error {
 		p := c.size
 		k := len(recv)
@@ -1080,6 +1104,9 @@ func scan[T any](c *Comm, send, recv []T, op Op[T], exclusive bool) error {
 	call := CallScan
 	if exclusive {
 		call = CallExscan
+	}
+	if err := agreeType[T](c, call, len(recv)); err != nil {
+		return err
 	}
 	return c.runColl(call, AnySource, len(raw(send)), func(x coll) error {
 		if send == nil {

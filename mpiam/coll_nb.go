@@ -156,7 +156,7 @@ func Ibcast[T any](c *Comm, buf []T, root int) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf[T](CallIbcast, buf, nil, nil, root), CallIbcast, root, len(raw(buf)), bcastSched(buf, root))
+	return c.startSchedKey(keyOf[T](CallIbcast, buf, nil, nil, root), CallIbcast, root, len(raw(buf)), checkedSched[T](c, CallIbcast, len(buf), bcastSched(buf, root)))
 }
 
 // BcastInit makes a persistent broadcast request (MPI_Bcast_init, MPI-4.1
@@ -165,7 +165,7 @@ func BcastInit[T any](c *Comm, buf []T, root int) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.initSched(CallBcastInit, root, len(raw(buf)), bcastSched(buf, root))
+	return c.initSched(CallBcastInit, root, len(raw(buf)), checkedSched[T](c, CallIbcast, len(buf), bcastSched(buf, root)))
 }
 
 // reduceSched builds Reduce's schedule: a binomial tree.
@@ -198,7 +198,7 @@ func Ireduce[T any](c *Comm, send, recv []T, op Op[T], root int) (*Request, erro
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIreduce, send, recv, &op, root), CallIreduce, root, len(raw(send)), reduceSched(send, recv, op, root))
+	return c.startSchedKey(keyOf(CallIreduce, send, recv, &op, root), CallIreduce, root, len(raw(send)), checkedSched[T](c, CallIreduce, max(len(send), len(recv)*btoi(send == nil)), reduceSched(send, recv, op, root)))
 }
 
 // ReduceInit makes a persistent reduction request (MPI_Reduce_init,
@@ -207,7 +207,7 @@ func ReduceInit[T any](c *Comm, send, recv []T, op Op[T], root int) (*Request, e
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.initSched(CallReduceInit, root, len(raw(send)), reduceSched(send, recv, op, root))
+	return c.initSched(CallReduceInit, root, len(raw(send)), checkedSched[T](c, CallIreduce, max(len(send), len(recv)*btoi(send == nil)), reduceSched(send, recv, op, root)))
 }
 
 // allreduceSched builds Allreduce's schedule: recursive doubling, the ring
@@ -242,7 +242,7 @@ func Iallreduce[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIallreduce, send, recv, &op, 0), CallIallreduce, AnySource, len(raw(recv)), allreduceSched(send, recv, op))
+	return c.startSchedKey(keyOf(CallIallreduce, send, recv, &op, 0), CallIallreduce, AnySource, len(raw(recv)), checkedSched[T](c, CallIallreduce, len(recv), allreduceSched(send, recv, op)))
 }
 
 // AllreduceInit makes a persistent allreduce request (MPI_Allreduce_init,
@@ -251,7 +251,7 @@ func AllreduceInit[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.initSched(CallAllreduceInit, AnySource, len(raw(recv)), allreduceSched(send, recv, op))
+	return c.initSched(CallAllreduceInit, AnySource, len(raw(recv)), checkedSched[T](c, CallIallreduce, len(recv), allreduceSched(send, recv, op)))
 }
 
 // gatherSched builds Gather's (v false) or Gatherv's schedule: linear.
@@ -293,7 +293,7 @@ func Igather[T any](c *Comm, send, recv []T, root int) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIgather, send, recv, nil, root), CallIgather, root, len(raw(send)), gatherSched(send, recv, nil, nil, root, false))
+	return c.startSchedKey(keyOf(CallIgather, send, recv, nil, root), CallIgather, root, len(raw(send)), checkedSched[T](c, CallIgather, rootBlock(c, root, len(send), len(recv)), gatherSched(send, recv, nil, nil, root, false)))
 }
 
 // GatherInit makes a persistent gather request (MPI_Gather_init, MPI-4.1
@@ -302,7 +302,7 @@ func GatherInit[T any](c *Comm, send, recv []T, root int) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.initSched(CallGatherInit, root, len(raw(send)), gatherSched(send, recv, nil, nil, root, false))
+	return c.initSched(CallGatherInit, root, len(raw(send)), checkedSched[T](c, CallIgather, rootBlock(c, root, len(send), len(recv)), gatherSched(send, recv, nil, nil, root, false)))
 }
 
 // Igatherv starts a Gatherv (MPI_Igatherv); errors as Igather's.
@@ -352,7 +352,7 @@ func Iscatter[T any](c *Comm, send, recv []T, root int) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIscatter, send, recv, nil, root), CallIscatter, root, len(raw(recv)), scatterSched(send, nil, nil, recv, root, false))
+	return c.startSchedKey(keyOf(CallIscatter, send, recv, nil, root), CallIscatter, root, len(raw(recv)), checkedSched[T](c, CallIscatter, rootBlock(c, root, len(recv), len(send)), scatterSched(send, nil, nil, recv, root, false)))
 }
 
 // ScatterInit makes a persistent scatter request (MPI_Scatter_init,
@@ -361,7 +361,7 @@ func ScatterInit[T any](c *Comm, send, recv []T, root int) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.initSched(CallScatterInit, root, len(raw(recv)), scatterSched(send, nil, nil, recv, root, false))
+	return c.initSched(CallScatterInit, root, len(raw(recv)), checkedSched[T](c, CallIscatter, rootBlock(c, root, len(recv), len(send)), scatterSched(send, nil, nil, recv, root, false)))
 }
 
 // Iscatterv starts a Scatterv (MPI_Iscatterv); errors as Iscatter's.
@@ -411,7 +411,7 @@ func Iallgather[T any](c *Comm, send, recv []T) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIallgather, send, recv, nil, 0), CallIallgather, AnySource, len(raw(send)), allgatherSched(send, recv, nil, nil, false))
+	return c.startSchedKey(keyOf(CallIallgather, send, recv, nil, 0), CallIallgather, AnySource, len(raw(send)), checkedSched[T](c, CallIallgather, perRank(c, len(recv)), allgatherSched(send, recv, nil, nil, false)))
 }
 
 // AllgatherInit makes a persistent allgather request (MPI_Allgather_init,
@@ -420,7 +420,7 @@ func AllgatherInit[T any](c *Comm, send, recv []T) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.initSched(CallAllgatherInit, AnySource, len(raw(send)), allgatherSched(send, recv, nil, nil, false))
+	return c.initSched(CallAllgatherInit, AnySource, len(raw(send)), checkedSched[T](c, CallIallgather, perRank(c, len(recv)), allgatherSched(send, recv, nil, nil, false)))
 }
 
 // Iallgatherv starts an Allgatherv (MPI_Iallgatherv); errors as Iallgather's.
@@ -474,7 +474,7 @@ func Ialltoall[T any](c *Comm, send, recv []T) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIalltoall, send, recv, nil, 0), CallIalltoall, AnySource, len(raw(send)), alltoallSched(send, nil, nil, recv, nil, nil))
+	return c.startSchedKey(keyOf(CallIalltoall, send, recv, nil, 0), CallIalltoall, AnySource, len(raw(send)), checkedSched[T](c, CallIalltoall, perRank(c, len(recv)), alltoallSched(send, nil, nil, recv, nil, nil)))
 }
 
 // AlltoallInit makes a persistent all-to-all request (MPI_Alltoall_init,
@@ -483,7 +483,7 @@ func AlltoallInit[T any](c *Comm, send, recv []T) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.initSched(CallAlltoallInit, AnySource, len(raw(send)), alltoallSched(send, nil, nil, recv, nil, nil))
+	return c.initSched(CallAlltoallInit, AnySource, len(raw(send)), checkedSched[T](c, CallIalltoall, perRank(c, len(recv)), alltoallSched(send, nil, nil, recv, nil, nil)))
 }
 
 // Ialltoallv starts an Alltoallv (MPI_Ialltoallv); errors as Ialltoall's. A
@@ -583,7 +583,7 @@ func IreduceScatterBlock[T any](c *Comm, send, recv []T, op Op[T]) (*Request, er
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIreduceScatterBlock, send, recv, &op, 0), CallIreduceScatterBlock, AnySource, len(raw(send)), reduceScatterSched(send, recv, nil, op))
+	return c.startSchedKey(keyOf(CallIreduceScatterBlock, send, recv, &op, 0), CallIreduceScatterBlock, AnySource, len(raw(send)), checkedSched[T](c, CallIreduceScatterBlock, len(recv)/max(1, c.sizeIf(send == nil)), reduceScatterSched(send, recv, nil, op)))
 }
 
 // ReduceScatterBlockInit makes a persistent ReduceScatterBlock request
@@ -593,7 +593,7 @@ func ReduceScatterBlockInit[T any](c *Comm, send, recv []T, op Op[T]) (*Request,
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.initSched(CallReduceScatterBlockInit, AnySource, len(raw(send)), reduceScatterSched(send, recv, nil, op))
+	return c.initSched(CallReduceScatterBlockInit, AnySource, len(raw(send)), checkedSched[T](c, CallIreduceScatterBlock, len(recv)/max(1, c.sizeIf(send == nil)), reduceScatterSched(send, recv, nil, op)))
 }
 
 // scanSched builds Scan's or Exscan's schedule: recursive doubling.
@@ -617,7 +617,7 @@ func Iscan[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIscan, send, recv, &op, 0), CallIscan, AnySource, len(raw(recv)), scanSched(send, recv, op, false))
+	return c.startSchedKey(keyOf(CallIscan, send, recv, &op, 0), CallIscan, AnySource, len(raw(recv)), checkedSched[T](c, CallIscan, len(recv), scanSched(send, recv, op, false)))
 }
 
 // Iexscan starts an exclusive prefix reduction (MPI_Iexscan); see Exscan;
@@ -626,5 +626,5 @@ func Iexscan[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIexscan, send, recv, &op, 0), CallIexscan, AnySource, len(raw(recv)), scanSched(send, recv, op, true))
+	return c.startSchedKey(keyOf(CallIexscan, send, recv, &op, 0), CallIexscan, AnySource, len(raw(recv)), checkedSched[T](c, CallIexscan, len(recv), scanSched(send, recv, op, true)))
 }

@@ -78,7 +78,7 @@ func ScanInit[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.initSched(CallScanInit, AnySource, len(raw(recv)), scanSched(send, recv, op, false))
+	return c.initSched(CallScanInit, AnySource, len(raw(recv)), checkedSched[T](c, CallScanInit, len(recv), scanSched(send, recv, op, false)))
 }
 
 // ExscanInit makes a persistent exclusive prefix reduction request
@@ -87,7 +87,7 @@ func ExscanInit[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.initSched(CallExscanInit, AnySource, len(raw(recv)), scanSched(send, recv, op, true))
+	return c.initSched(CallExscanInit, AnySource, len(raw(recv)), checkedSched[T](c, CallExscanInit, len(recv), scanSched(send, recv, op, true)))
 }
 
 // initNeighbor is initSched for a neighborhood collective: a missing

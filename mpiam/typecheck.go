@@ -6,6 +6,7 @@ import (
 
 	"github.com/amgo-hpc/amgo/handlers"
 	"github.com/amgo-hpc/amgo/mpiam/internal/dtype"
+	"github.com/amgo-hpc/amgo/mpiam/internal/sched"
 )
 
 // EnvCheckTypes turns on the type-signature checking mode when set to "1"
@@ -111,4 +112,113 @@ func (p *proc) sendWithSig(r *reqState, world int, rndv bool, pb handlers.Piggyb
 		data = s.b
 	}
 	return p.ep.RequestMediumWith(world, hEagerSig, data, pb, a0, a1, a2, r.sig)
+}
+
+// Collectives in the checking mode. Every rank of a collective call
+// contributes blocks of the same type signature (a Bcast's buffer, each
+// rank's block of a Gather or Alltoall, the vector of a reduction): before
+// the operation the ranks agree on the hash of one block's signature, with
+// an Allreduce of (hash, ^hash) under Max, and a disagreement fails the call
+// on every rank with ErrType. Untyped blocks ([]byte) contribute (0, 0) and
+// match anything. The v collectives and the typed forms are not checked
+// this way (their blocks differ by rank, or are staged as bytes).
+
+// blockSig is the Allreduce contribution of a block of k elements of T.
+func blockSig[T any](k int) [2]uint64 {
+	mt := sliceType[T](k)
+	if mt.untyped() {
+		return [2]uint64{}
+	}
+	h := mt.t.PackedHash(int64(k))
+	return [2]uint64{h, ^h}
+}
+
+// sigsDisagree reports whether the Max-reduced contributions show two
+// typed blocks of different signatures.
+func sigsDisagree(v [2]uint64) bool { return v[1] != 0 && v[0] != ^v[1] }
+
+// sigErrColl is the error of a collective call whose ranks' blocks differ.
+func sigErrColl(call Call) error {
+	return fmt.Errorf("%w: the ranks' blocks of %s have different type signatures (MPI-4.1 §6.1; %s=1)", ErrType, call, EnvCheckTypes)
+}
+
+// agreeType runs the agreement of a blocking collective call on c whose
+// blocks are k elements of T (checking mode only).
+func agreeType[T any](c *Comm, call Call, k int) error {
+	if !c.checking() {
+		return nil
+	}
+	x, err := c.startColl(CallAllreduce, false)
+	if err != nil {
+		return err
+	}
+	mine, all := blockSig[T](k), [2]uint64{}
+	if err := allreduce(x, mine[:], all[:], Max[uint64]()); err != nil {
+		return err
+	}
+	if sigsDisagree(all) {
+		return sigErrColl(call)
+	}
+	return nil
+}
+
+// checkedSched prepends the agreement to a nonblocking or persistent
+// collective's schedule (checking mode only): the contributions are
+// reduced in rounds of their own, and a disagreement ends the schedule
+// with ErrType before any data moves.
+func checkedSched[T any](c *Comm, call Call, k int, build func(x coll, b *sched.Builder) error) func(x coll, b *sched.Builder) error {
+	if !c.checking() {
+		return build
+	}
+	mine := blockSig[T](k)
+	return func(x coll, b *sched.Builder) error {
+		in, out := b.Temp(16), b.Temp(16)
+		b.Call(func() error { copy(in, raw(mine[:])); return nil })
+		sched.Allreduce(b, x.group(), in, out, reduction(Max[uint64]()), checkSteps)
+		b.Call(func() error {
+			if sigsDisagree([2]uint64(fromRaw[uint64](out))) {
+				return sigErrColl(call)
+			}
+			return nil
+		})
+		b.Fence()
+		return build(x, b)
+	}
+}
+
+// checkSteps is the step base of the agreement's messages, clear of every
+// algorithm's and level's steps (coll_node.go).
+const checkSteps = 200
+
+// rootBlock is the block of a rooted collective: mine elements away from
+// root, at root all/p (its receive or send buffer holds p blocks).
+func rootBlock(c *Comm, root, mine, all int) int {
+	if c == nil || c.rank != root || c.size == 0 {
+		return mine
+	}
+	return all / c.size
+}
+
+// perRank is a buffer of all elements split among c's ranks.
+func perRank(c *Comm, all int) int {
+	if c == nil || c.size == 0 {
+		return all
+	}
+	return all / c.size
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// sizeIf is c's size when cond holds, else 1 (an in-place reduce-scatter's
+// buffer holds every rank's block).
+func (c *Comm) sizeIf(cond bool) int {
+	if !cond || c == nil {
+		return 1
+	}
+	return c.size
 }

@@ -134,3 +134,74 @@ func TestTypeCheckOff(t *testing.T) {
 		}
 	})
 }
+
+// TestTypeCheckCollectives: in the checking mode a collective whose ranks'
+// blocks differ in type signature fails on every rank with ErrType, before
+// any data moves, and the communicator goes on working.
+func TestTypeCheckCollectives(t *testing.T) {
+	t.Setenv(EnvCheckTypes, "1")
+	for _, nw := range []string{"loop", "shm"} {
+		t.Run(nw, func(t *testing.T) {
+			runJob(t, nw, 3, Config{}, func(r *rk, w *Comm) {
+				me := w.Rank()
+				f := []float64{1, 2}
+				i := []int64{1, 2}
+				fo, io := make([]float64, 2), make([]int64, 2)
+				// Same types: fine.
+				r.NoError(Allreduce(w, f, fo, Sum[float64]()))
+				r.Equal([]float64{3, 6}, fo)
+				// Rank 1 reduces int64s, the others float64s.
+				var err error
+				if me == 1 {
+					err = Allreduce(w, i, io, Sum[int64]())
+				} else {
+					err = Allreduce(w, f, fo, Sum[float64]())
+				}
+				r.ErrorIs(err, ErrType, "Allreduce of mixed types")
+				// Bytes match anything.
+				if me == 0 {
+					r.NoError(Bcast(w, make([]byte, 16), 0))
+				} else {
+					r.NoError(Bcast(w, make([]float64, 2), 0))
+				}
+				// A Gather block of another length is another signature.
+				all := make([]float64, 6)
+				send := f
+				if me == 2 {
+					send = []float64{1, 2, 3}
+				}
+				r.ErrorIs(Gather(w, send, all, 0), ErrType, "Gather with a longer block")
+				// Nonblocking and persistent: the request fails.
+				var q *Request
+				if me == 1 {
+					q, err = Iallreduce(w, i, io, Sum[int64]())
+				} else {
+					q, err = Iallreduce(w, f, fo, Sum[float64]())
+				}
+				r.NoError(err)
+				_, err = q.Wait()
+				r.ErrorIs(err, ErrType, "Iallreduce of mixed types")
+				var p *Request
+				if me == 2 {
+					p, err = AllreduceInit(w, i, io, Sum[int64]())
+				} else {
+					p, err = AllreduceInit(w, f, fo, Sum[float64]())
+				}
+				r.NoError(err)
+				for range 2 {
+					r.NoError(p.Start())
+					_, err = p.Wait()
+					r.ErrorIs(err, ErrType, "AllreduceInit of mixed types")
+				}
+				// The communicator still works.
+				r.NoError(Allreduce(w, f, fo, Sum[float64]()))
+				r.Equal([]float64{3, 6}, fo)
+				q, err = Iallreduce(w, f, fo, Sum[float64]())
+				r.NoError(err)
+				_, err = q.Wait()
+				r.NoError(err)
+				r.NoError(w.Barrier())
+			})
+		})
+	}
+}
