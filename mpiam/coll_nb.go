@@ -261,6 +261,10 @@ func gatherSched[T any](send, recv []T, counts, displs []int, root int, v bool) 
 			return err
 		}
 		p, me := x.size(), x.rank()
+		if l := x.nodeLevels(); l != nil && !v && len(send) > 0 && me != root {
+			gatherNodesSched(b, x, raw(send), nil, len(raw(send)), root, l)
+			return nil
+		}
 		if me != root {
 			sched.Gatherv(b, x.group(), raw(send), nil, nil, nil, root, 0)
 			return nil
@@ -282,6 +286,15 @@ func gatherSched[T any](send, recv []T, counts, displs []int, root int, v bool) 
 			return fmt.Errorf("%w: %s of %d elements into a block of %d", ErrCount, what, len(send), counts[me])
 		}
 		bc, bd := elemCounts[T](counts, displs)
+		if l := x.nodeLevels(); l != nil && !v && bc[me] > 0 {
+			rb := raw(recv)
+			own := raw(send)
+			if send == nil {
+				own = rb[bd[me] : bd[me]+bc[me]]
+			}
+			gatherNodesSched(b, x, own, rb, bc[me], root, l)
+			return nil
+		}
 		sched.Gatherv(b, x.group(), raw(send), raw(recv), bc, bd, root, 0)
 		return nil
 	}
@@ -395,6 +408,14 @@ func allgatherSched[T any](send, recv []T, counts, displs []int, v bool) func(x 
 			return fmt.Errorf("%w: %s of %d elements into a block of %d", ErrCount, what, len(send), counts[me])
 		}
 		rb := raw(recv)
+		if l := x.nodeLevels(); l != nil && !v && counts[me] > 0 {
+			k := len(rb) / p
+			if send != nil {
+				b.Copy(rb[me*k:(me+1)*k], raw(send))
+			}
+			allgatherNodesSched(b, x, rb, k, l)
+			return nil
+		}
 		if !v && p&(p-1) == 0 && len(rb) <= allgatherRD {
 			sched.AllgatherRecursiveDoubling(b, x.group(), raw(send), rb, len(rb)/p, 0)
 			return nil

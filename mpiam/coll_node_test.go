@@ -243,6 +243,44 @@ func checkNodeNB(r *rk, w *Comm) {
 		if me == root {
 			r.Equal(inOrder(n), out[0].V, "non-commutative Ireduce at root %d", root)
 		}
+		// Igather, and in place at root.
+		blk := []int32{int32(me), int32(-me)}
+		var all []int32
+		if me == root {
+			all = make([]int32, 2*n)
+		}
+		wait(Igather(w, blk, all, root))
+		var inpl []int32
+		send := blk
+		if me == root {
+			inpl = make([]int32, 2*n)
+			copy(inpl[2*me:], blk)
+			send = nil
+		}
+		wait(Igather(w, send, inpl, root))
+		if me == root {
+			for q := range n {
+				r.Equal([]int32{int32(q), int32(-q)}, all[2*q:2*q+2], "Igather root %d rank %d", root, q)
+				r.Equal([]int32{int32(q), int32(-q)}, inpl[2*q:2*q+2], "in-place Igather root %d rank %d", root, q)
+			}
+		}
+	}
+	for _, k := range []int{1, 5, 900} {
+		blk := make([]int16, k)
+		for i := range blk {
+			blk[i] = int16(me*100 + i%50)
+		}
+		all := make([]int16, k*n)
+		wait(Iallgather(w, blk, all))
+		inpl := make([]int16, k*n)
+		copy(inpl[me*k:], blk)
+		wait(Iallgather(w, nil, inpl))
+		for q := range n {
+			for i := 0; i < k; i += 7 {
+				r.EqualValues(q*100+i%50, all[q*k+i], "Iallgather block %d of %d", q, k)
+				r.EqualValues(q*100+i%50, inpl[q*k+i], "in-place Iallgather block %d of %d", q, k)
+			}
+		}
 	}
 	for _, size := range []int{1, 700} {
 		send := make([]int64, size)
