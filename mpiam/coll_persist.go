@@ -152,7 +152,7 @@ func NeighborAlltoallwInit[S, R any](c *Comm, send []S, scounts, sdispls []int, 
 		return nil, err
 	}
 	return c.initNeighbor(CallNeighborAlltoallwInit, argsBytes(sargs), func(x coll, b *sched.Builder) error {
-		neighborSchedule(b, in, rargs, out, sargs)
+		neighborSchedule(b, c, in, rargs, out, sargs)
 		return nil
 	})
 }

@@ -60,10 +60,7 @@ func (c *Comm) startOrInit(init bool, call, initCall Call, peer, bytes int, buil
 }
 
 // stage is n bytes aligned for any element type (8 bytes).
-func stage(n int) []byte {
-	var b sched.Builder
-	return b.Temp(n)
-}
+func stage(n int) []byte { return sched.Alloc(n) }
 
 // inPlace packs an in-place collective's receive buffer into its staging
 // buffer (the data the operation takes from it): a typed gather, allgather
@@ -230,15 +227,11 @@ func ReduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T
 	if err != nil {
 		return err
 	}
-	s.pack(sst)
+	in := fromRaw[T](sst)
 	if send == nil {
-		sst = nil
+		in = nil // in place: recv, packed into rst, is the contribution
 	}
-	if err := Reduce(c, fromRaw[T](sst), fromRaw[T](rst), op, root); err != nil {
-		return err
-	}
-	r.unpack(rst)
-	return nil
+	return runStaged(s, sst, r, rst, func() error { return Reduce(c, in, fromRaw[T](rst), op, root) })
 }
 
 // IreduceTyped starts a ReduceTyped (MPI_Ireduce with a datatype); errors
@@ -276,15 +269,11 @@ func AllreduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op O
 	if err != nil {
 		return err
 	}
-	s.pack(sst)
+	in := fromRaw[T](sst)
 	if send == nil {
-		sst = nil
+		in = nil // in place
 	}
-	if err := Allreduce(c, fromRaw[T](sst), fromRaw[T](rst), op); err != nil {
-		return err
-	}
-	r.unpack(rst)
-	return nil
+	return runStaged(s, sst, r, rst, func() error { return Allreduce(c, in, fromRaw[T](rst), op) })
 }
 
 // IallreduceTyped starts an AllreduceTyped (MPI_Iallreduce with a
@@ -721,10 +710,7 @@ func neighborWArgs[S, R any](c *Comm, send []S, scounts, sdispls []int, stypes [
 	if sargs, err = argsOf(send, scounts, sdispls, stypes, len(out), "NeighborAlltoallw send"); err != nil {
 		return
 	}
-	if rargs, err = argsOf(recv, rcounts, rdispls, rtypes, len(in), "NeighborAlltoallw receive"); err != nil {
-		return
-	}
-	in, rargs = c.recvOrder(in, rargs)
+	rargs, err = argsOf(recv, rcounts, rdispls, rtypes, len(in), "NeighborAlltoallw receive")
 	return
 }
 
@@ -745,7 +731,7 @@ func IneighborAlltoallw[S, R any](c *Comm, send []S, scounts, sdispls []int, sty
 		return nil, err
 	}
 	return c.startNeighbor(CallIneighborAlltoallw, argsBytes(sargs), func(x coll, b *sched.Builder) error {
-		neighborSchedule(b, in, rargs, out, sargs)
+		neighborSchedule(b, c, in, rargs, out, sargs)
 		return nil
 	})
 }

@@ -296,22 +296,18 @@ func scanTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T],
 	if err != nil {
 		return err
 	}
-	s.pack(sst)
 	if exclusive {
 		r.pack(rst) // rank 0's result is what recv held
 	}
+	in := fromRaw[T](sst)
 	if send == nil {
-		sst = nil
+		in = nil // in place
 	}
 	f := Scan[T]
 	if exclusive {
 		f = Exscan[T]
 	}
-	if err := f(c, fromRaw[T](sst), fromRaw[T](rst), op); err != nil {
-		return err
-	}
-	r.unpack(rst)
-	return nil
+	return runStaged(s, sst, r, rst, func() error { return f(c, in, fromRaw[T](rst), op) })
 }
 
 // IscanTyped starts a ScanTyped (MPI_Iscan with a datatype); errors at the
@@ -374,12 +370,7 @@ func ReduceScatterTyped[T any](c *Comm, send, recv []T, rcounts []int, d *Dataty
 	if err != nil {
 		return err
 	}
-	s.pack(sst)
-	if err := ReduceScatter(c, fromRaw[T](sst), fromRaw[T](rst), counts, op); err != nil {
-		return err
-	}
-	r.unpack(rst)
-	return nil
+	return runStaged(s, sst, r, rst, func() error { return ReduceScatter(c, fromRaw[T](sst), fromRaw[T](rst), counts, op) })
 }
 
 // IreduceScatterTyped starts a ReduceScatterTyped (MPI_Ireduce_scatter

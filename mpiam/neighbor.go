@@ -243,10 +243,11 @@ func neighborAlltoall[T any](c *Comm, x coll, b *sched.Builder, send, recv []T) 
 // sends sblocks[i] to out[i] for every i, and waits for the receives;
 // ProcNull neighbors are skipped. Messages between one pair of ranks match
 // in the order of the lists (MPI's non-overtaking order), which is what a
-// multigraph's repeated edges need. A block with a layout (datatypes that
+// multigraph's repeated edges need; the receives are posted in recvOrder. A block with a layout (datatypes that
 // are not one run of bytes) is packed into its message and unpacked from
 // it, with no staging copy.
 func (x coll) neighborExchange(in []int, rblocks []typedArg, out []int, sblocks []typedArg) error {
+	in, rblocks = x.c.recvOrder(in, rblocks)
 	cc := x.cc
 	reqs := make([]*reqState, 0, len(in))
 	defer func() {
@@ -401,9 +402,8 @@ func neighborExchangeV[T any](x coll, b *sched.Builder, in, out []int, send []T,
 	for i := range out {
 		sblocks[i].mem = raw(send[sdispls[i] : sdispls[i]+scounts[i]])
 	}
-	in, rblocks = x.c.recvOrder(in, rblocks)
 	if b != nil {
-		neighborSchedule(b, in, rblocks, out, sblocks)
+		neighborSchedule(b, x.c, in, rblocks, out, sblocks)
 		return nil
 	}
 	return x.neighborExchange(in, rblocks, out, sblocks)
@@ -440,8 +440,10 @@ func (c *Comm) startNeighbor(call Call, bytes int, build func(x coll, b *sched.B
 }
 
 // neighborSchedule is neighborExchange as one round of a schedule: every
-// receive posted, then every send, ProcNull neighbors skipped.
-func neighborSchedule(b *sched.Builder, in []int, rblocks []typedArg, out []int, sblocks []typedArg) {
+// receive posted (in recvOrder), then every send, ProcNull neighbors
+// skipped.
+func neighborSchedule(b *sched.Builder, c *Comm, in []int, rblocks []typedArg, out []int, sblocks []typedArg) {
+	in, rblocks = c.recvOrder(in, rblocks)
 	for i, src := range in {
 		if src != ProcNull {
 			b.RecvExt(src, 0, rblocks[i].mem, rblocks[i].ext())

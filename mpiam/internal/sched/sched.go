@@ -199,7 +199,11 @@ func (b *Builder) Fence() {
 
 // Temp returns n bytes of scratch space for the schedule, aligned for any
 // element type (8 bytes).
-func (b *Builder) Temp(n int) []byte {
+func (b *Builder) Temp(n int) []byte { return Alloc(n) }
+
+// Alloc returns n zero bytes aligned for any element type (8 bytes); nil
+// for n = 0.
+func Alloc(n int) []byte {
 	if n == 0 {
 		return nil
 	}
