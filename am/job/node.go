@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -122,6 +123,18 @@ func (n *nodeBoot) Put(key, value string) error    { return n.b.Put(n.prefix+key
 func (n *nodeBoot) Fence() error                   { return n.b.Fence() }
 func (n *nodeBoot) Get(key string) (string, error) { return n.b.Get(n.prefix + key) }
 
+// netSpin is how long a wait on network name spins before it sleeps in a
+// job over that network alone: AMGO_<NAME>_SPIN when it is a duration, else
+// 20 us (tcp's and udp's default). The routed job's caller polls on for as
+// long while that network is hot (route.Net.Spin), since the network's own
+// Wait runs with no spin there.
+func netSpin(name string) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("AMGO_" + strings.ToUpper(name) + "_SPIN")); err == nil && d >= 0 {
+		return d
+	}
+	return 20 * time.Microsecond
+}
+
 // openRouted opens the networks of a job that spans several nodes: shm
 // among the ranks of this node and AMGO_NET (tcp by default) among all, and
 // routes each peer to its own (package route). With one node it opens shm
@@ -164,7 +177,8 @@ func openRouted(b transport.Bootstrap, l Layout) (transport.Transport, error) {
 			remote = append(remote, r)
 		}
 	}
-	t, err := route.New(me, b.Size(), []route.Net{{T: local, Ranks: mine, Peers: mine}, {T: all, Peers: remote}})
+	t, err := route.New(me, b.Size(), []route.Net{{T: local, Ranks: mine, Peers: mine},
+		{T: all, Peers: remote, Spin: netSpin(between)}})
 	if err != nil {
 		_ = local.Close()
 		_ = all.Close()

@@ -49,6 +49,14 @@ type Net struct {
 	// reached by several networks goes by the first that lists it; every
 	// rank must be listed by one.
 	Peers []int
+	// Spin is how long a caller's Wait keeps returning at once, so that
+	// the caller goes on polling, while this network (not the first) is
+	// hot and nothing has arrived since the first such Wait: the spin that
+	// a job over this network alone would do inside the network's own Wait
+	// before it sleeps (0: none). Waking a caller that sleeps on another
+	// network costs two thread switches (this network's waiter, then the
+	// caller), so a reply due within the spin is better polled for.
+	Spin time.Duration
 }
 
 type member struct {
@@ -56,11 +64,13 @@ type member struct {
 	name     string
 	toJob    []int // network rank -> job rank
 	recv     receiver
-	waker    transport.Waker // the first network's, for the waiter
+	waker    transport.Waker // the network's own Wake, nil when it has none (it is then never slept on)
+	alone    bool            // the network reaches no rank but this one
 	kick     chan struct{}
-	waiting  atomic.Bool  // the waiter sleeps in this network's Wait
-	quiet    atomic.Int32 // Polls since this network last delivered or sent (up to hotPolls)
-	woke     atomic.Bool  // the waiter's Wait saw traffic (Wait makes the network hot)
+	waiting  atomic.Bool   // the waiter sleeps in this network's Wait
+	quiet    atomic.Int32  // Polls since this network last delivered or sent (up to hotPolls)
+	woke     atomic.Bool   // the waiter's Wait saw traffic (Wait makes the network hot)
+	spin     time.Duration // Net.Spin
 	putter   transport.Putter
 	putSend  transport.PutSender
 	getter   transport.Getter
@@ -89,6 +99,9 @@ type Transport struct {
 	polls      uint64           // Polls so far (the cold networks' turn)
 	layout     []int            // by rank: its node, when Build made the job
 	sleeping   atomic.Bool      // the caller is in Wait
+	spinFrom   atomic.Int64     // Unix ns of the first Wait since a Poll last delivered (0: none)
+	last       atomic.Int32     // the network that delivered last (stored on change): Wait sleeps on it
+	primary    atomic.Int32     // the network the caller sleeps on in its current Wait
 	closeOnce  sync.Once
 	closing    atomic.Bool
 	done       chan struct{}
@@ -166,7 +179,11 @@ func New(rank, size int, nets []Net) (*Transport, error) {
 			}
 			tr = w
 		}
-		m := &member{t: tr, name: tr.Caps().Name, toJob: toJobs[i]}
+		m := &member{t: tr, name: tr.Caps().Name, toJob: toJobs[i], spin: nets[i].Spin, alone: true}
+		for _, r := range n.Peers {
+			m.alone = m.alone && r == rank
+		}
+		m.waker, _ = tr.(transport.Waker)
 		names = append(names, m.name)
 		m.recv.toJob = toJobs[i]
 		m.putter, _ = tr.(transport.Putter)
@@ -197,9 +214,7 @@ func New(rank, size int, nets []Net) (*Transport, error) {
 		t.caps.Wakeup = t.caps.Wakeup && c.Wakeup
 	}
 	if len(t.nets) > 1 {
-		w := t.nets[0].t.(transport.Waker) // checked above
-		for _, m := range t.nets[1:] {
-			m.waker = w
+		for _, m := range t.nets {
 			m.kick = make(chan struct{}, 1)
 			t.wg.Add(1)
 			go t.waiter(m)
@@ -325,6 +340,9 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 		n, err := m.t.Poll(&m.recv, max-total)
 		m.recv.up = nil
 		total += n
+		if n > 0 && t.last.Load() != int32(i) {
+			t.last.Store(int32(i))
+		}
 		// The first network's quietness is never read, and a store is a
 		// locked instruction on every look of a rank that spins: count
 		// only the others', and store only a change.
@@ -341,56 +359,134 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 			first = m.jobErr(err)
 		}
 	}
+	if total > 0 && t.spinFrom.Load() != 0 {
+		t.spinFrom.Store(0)
+	}
 	return total, first
 }
 
-// Wait sleeps on the first network until any network has traffic, or about
-// d. With one network it is that network's Wait. Otherwise, when the other
-// networks are cold, it first sleeps on the first network alone for up to
-// firstWait; then every other network's waiter goroutine is asked to sleep
-// in its network's Wait for as long as this one sleeps (unless it still
-// does), and wakes this one through the first network's Wake when that
-// network has traffic. Errors: the first network's (transport.ErrClosed
-// after Close).
+// Wait sleeps until any network has traffic, or about d. With one network
+// it is that network's Wait. Otherwise:
+//
+//   - while a network other than the first is hot and has a Spin, it returns
+//     at once until that spin has passed since its first call with nothing
+//     delivered (the caller polls on, as it would inside that network's own
+//     Wait);
+//   - it sleeps on one network, the primary: the one that delivered last
+//     (a rank alone on its node whose traffic all comes from other nodes
+//     sleeps in the socket network's own Wait, woken by the kernel directly),
+//     else the one it slept on before (a network needs a Wake to be one);
+//   - when every other network is cold, it first sleeps on the primary alone
+//     for up to firstWait;
+//   - then every other network's waiter goroutine is asked to sleep in its
+//     network's Wait for as long as this one sleeps (unless it still does),
+//     and wakes this one through the primary's Wake when that network has
+//     traffic.
+//
+// No two goroutines are ever in one network's Wait. Errors: the primary's
+// (transport.ErrClosed after Close).
 func (t *Transport) Wait(d time.Duration) error {
 	if len(t.nets) == 1 {
 		return t.nets[0].t.Wait(d)
 	}
-	// While the other networks are cold, first a short wait on the
-	// node-local network alone (its spin, then a brief sleep): most waits
-	// end there, and waking a waiter costs a thread switch each time.
-	hot := false
+	// While a network between nodes is hot, the caller first polls on for
+	// that network's spin.
+	var spin time.Duration
 	for _, m := range t.nets[1:] {
-		hot = hot || m.quiet.Load() < hotPolls
+		if m.quiet.Load() < hotPolls {
+			spin = max(spin, m.spin)
+		}
+	}
+	if spin > 0 {
+		now := time.Now().UnixNano()
+		from := t.spinFrom.Load()
+		if from == 0 {
+			t.spinFrom.Store(now)
+			return nil
+		}
+		if time.Duration(now-from) < spin {
+			return nil
+		}
+	}
+	pi := t.pickPrimary()
+	if pi < 0 {
+		// Every network's waiter is still inside its Wait (three networks
+		// or more): let the caller poll again shortly.
+		time.Sleep(min(d, firstWait))
+		return nil
+	}
+	p := t.nets[pi]
+	// While the other networks are cold, first a short wait on the primary
+	// alone (its spin, then a brief sleep): most waits end there, and
+	// waking a waiter costs a thread switch each time. The first network's
+	// quietness is not counted (see Poll): it is hot unless it reaches no
+	// other rank.
+	hot := false
+	for i, m := range t.nets {
+		if i != pi && (i == 0 && !m.alone || i > 0 && m.quiet.Load() < hotPolls) {
+			hot = true
+		}
 	}
 	if !hot {
 		start := time.Now()
-		if err := t.nets[0].t.Wait(min(d, firstWait)); err != nil || time.Since(start) < min(d, firstWait) {
+		if err := p.t.Wait(min(d, firstWait)); err != nil || time.Since(start) < min(d, firstWait) {
 			return err
 		}
 		if d -= time.Since(start); d <= 0 {
 			return nil
 		}
 	}
+	t.primary.Store(int32(pi))
 	t.sleeping.Store(true)
-	for _, m := range t.nets[1:] {
+	pending := false
+	for i, m := range t.nets {
+		if i == pi {
+			continue
+		}
 		if m.waiting.CompareAndSwap(false, true) {
 			m.kick <- struct{}{} // capacity 1, and only the waiter empties it after waiting was false
 		}
+		// A waiter that saw traffic before sleeping was set may not have
+		// woken the primary: do not sleep then.
+		pending = pending || m.woke.Load()
 	}
-	err := t.nets[0].t.Wait(d)
+	var err error
+	if !pending {
+		err = p.t.Wait(d)
+	}
 	t.sleeping.Store(false)
-	for _, m := range t.nets[1:] {
-		if m.woke.Swap(false) {
+	for i, m := range t.nets {
+		if m.woke.Swap(false) && i > 0 {
 			m.quiet.Store(0) // its waiter woke us for it: poll it now
 		}
 	}
 	return err
 }
 
-// waiter sleeps in m's Wait while the caller sleeps (from a kick until
-// the caller wakes), and wakes the caller through the first network when
-// m's Wait sees traffic.
+// pickPrimary chooses the network Wait sleeps on: the one that delivered
+// last, else the one slept on before, else the first, else any, that has a
+// Wake and no waiter inside its Wait (-1: none).
+func (t *Transport) pickPrimary() int {
+	free := func(i int) bool {
+		m := t.nets[i]
+		return m.waker != nil && !m.waiting.Load()
+	}
+	for _, i := range [3]int{int(t.last.Load()), int(t.primary.Load()), 0} {
+		if free(i) {
+			return i
+		}
+	}
+	for i := range t.nets {
+		if free(i) {
+			return i
+		}
+	}
+	return -1
+}
+
+// waiter sleeps in m's Wait while the caller sleeps on another network
+// (from a kick until the caller wakes), and wakes the caller through that
+// network's Wake when m's Wait sees traffic.
 func (t *Transport) waiter(m *member) {
 	defer t.wg.Done()
 	for {
@@ -406,7 +502,7 @@ func (t *Transport) waiter(m *member) {
 			}
 			m.waiting.Store(false)
 			if traffic && t.sleeping.Load() {
-				m.waker.Wake()
+				t.nets[t.primary.Load()].waker.Wake()
 			}
 			// The caller may have begun another Wait while this one ended
 			// and found the waiter still waiting (no kick then): go on.

@@ -12,6 +12,7 @@ import (
 	"github.com/amgo-hpc/amgo/am/transport/loop"
 	"github.com/amgo-hpc/amgo/am/transport/route"
 	"github.com/amgo-hpc/amgo/am/transport/sim"
+	_ "github.com/amgo-hpc/amgo/am/transport/tcp"
 	"github.com/amgo-hpc/amgo/am/transport/transporttest"
 	"github.com/amgo-hpc/amgo/internal/wire"
 )
@@ -199,5 +200,81 @@ func TestNewRefusesBadLayouts(t *testing.T) {
 	} {
 		_, err := route.New(0, 2, nets)
 		require.ErrorIs(t, err, route.ErrLayout, name)
+	}
+}
+
+// A Wait sleeps on the network that delivered last, so that a rank whose
+// traffic comes from other nodes sleeps in the socket network's own Wait
+// (woken by the kernel directly), and still wakes for a packet of its node
+// through that network's Wake. Ranks 0 and 1 share a node (loop), rank 2 is
+// on another, tcp between nodes.
+func TestWaitSleepsWhereTrafficComesFrom(t *testing.T) {
+	bs := transporttest.NewBootstraps(3, "routetest-primary")
+	tcps := make([]transport.Transport, 3)
+	errs := make(chan error, 3)
+	for r := range bs {
+		go func() {
+			var err error
+			tcps[r], err = transport.Open("tcp", bs[r], map[string]string{"iface": "127.0.0.1", "spin": "0s"})
+			errs <- err
+		}()
+	}
+	for range bs {
+		require.NoError(t, <-errs)
+	}
+	locals, err := loop.NewJob(2, nil)
+	require.NoError(t, err)
+	alone, err := loop.NewJob(1, nil)
+	require.NoError(t, err)
+	var ts [3]*route.Transport
+	for r := range 3 {
+		nets := []route.Net{{T: alone[0], Ranks: []int{2}, Peers: []int{2}}, {T: tcps[2], Peers: []int{0, 1}}}
+		if r < 2 {
+			nets = []route.Net{{T: locals[r], Ranks: []int{0, 1}, Peers: []int{0, 1}}, {T: tcps[r], Peers: []int{2}}}
+		}
+		ts[r], err = route.New(r, 3, nets)
+		require.NoError(t, err)
+	}
+	defer func() {
+		for _, tr := range ts {
+			tr.Close()
+		}
+	}()
+	var buf [wire.MaxHeaderLen]byte
+	hdr := buf[:wire.Encode(buf[:], &wire.Header{Kind: wire.KindRequestShort, Handler: 1, NArgs: 1}, []uint64{7})]
+	// Each round: the waiter sleeps, the sender's packet must wake it, and
+	// the Wait after it sleeps on the network that packet came by.
+	for i, c := range []struct{ waiter, sender, primary int }{
+		{1, 2, 1}, {1, 0, 0}, {1, 2, 1}, {1, 2, 1}, {1, 0, 0}, {1, 0, 0}, {2, 1, 1}, {2, 0, 1},
+	} {
+		var got transporttest.Last
+		wait := func() time.Duration {
+			done := make(chan time.Duration, 1)
+			go func() {
+				start := time.Now()
+				for got.N == 0 {
+					_ = ts[c.waiter].Wait(5 * time.Second)
+					if _, err := ts[c.waiter].Poll(&got, 1); err != nil {
+						break
+					}
+				}
+				done <- time.Since(start)
+			}()
+			time.Sleep(20 * time.Millisecond) // let it fall asleep
+			require.NoError(t, transporttest.SendRetry(ts[c.sender], c.waiter, hdr, nil, nil))
+			select {
+			case d := <-done:
+				return d
+			case <-time.After(10 * time.Second):
+				t.Fatalf("round %d: rank %d did not wake for rank %d's packet", i, c.waiter, c.sender)
+				return 0
+			}
+		}
+		d := wait()
+		require.Less(t, d, 4*time.Second, "round %d: rank %d woke for rank %d's packet", i, c.waiter, c.sender)
+		require.Equal(t, c.sender, got.Src)
+		// Sleep once more, briefly, to see which network it picks now.
+		require.NoError(t, ts[c.waiter].Wait(time.Millisecond))
+		require.Equal(t, c.primary, ts[c.waiter].Primary(), "round %d: rank %d after a packet from rank %d", i, c.waiter, c.sender)
 	}
 }

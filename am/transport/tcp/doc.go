@@ -128,6 +128,10 @@
 // on the open connections outside the epoll set, and on the sockets whose
 // queued output waits for room, for at most the timeout. A connection that
 // ends, with or without a goodbye, makes its socket readable and so wakes it.
+// Wake (transport.Waker) ends a Wait in progress from another goroutine, or
+// makes the next one return at once: it sets a flag the readiness check sees
+// and writes the eventfd; package route's waiters use it to wake a rank that
+// sleeps on tcp when its node's shared memory has traffic.
 //
 // # Concurrency
 //

@@ -135,6 +135,7 @@ type Transport struct {
 	direct   atomic.Pointer[[]int32]
 	closed   atomic.Bool
 	sleepers atomic.Int32
+	woken    atomic.Bool // Wake was called: the next look of Wait returns
 	anyDead  atomic.Bool
 	avail    atomic.Bool // complete packets wait in read buffers (set under pollMu)
 	st       counters
@@ -406,6 +407,14 @@ func (t *Transport) Stats() Stats {
 		BytesSent: s.bytesOut.Load(), BytesReceived: s.bytesIn.Load(),
 		PacketsSent: s.pktsOut.Load(), PacketsReceived: s.pktsIn.Load(), WouldBlocks: s.wouldBlock.Load(),
 		PutsSent: s.putsOut.Load(), PutsReceived: s.putsIn.Load(), PutsDropped: s.putsDropped.Load()}
+}
+
+// Wake makes a Wait in progress return, or else the next one return at once
+// (transport.Waker): another goroutine's way to end this network's sleep,
+// as package route's waiters do when another network has traffic.
+func (t *Transport) Wake() {
+	t.woken.Store(true)
+	t.wake()
 }
 
 // wake interrupts a Wait that sleeps in the kernel.
@@ -854,7 +863,8 @@ func (t *Transport) events() {
 	}
 }
 
-// Wait returns at once when packets are waiting; otherwise it polls the
+// Wait returns at once when packets are waiting or Wake was called;
+// otherwise it polls the
 // sockets for up to the spin time (when no other goroutine is polling), then
 // sleeps in ppoll on the epoll descriptor (the listening socket, handshakes,
 // the eventfd that self-sends, new connections and connection changes ring,
@@ -866,6 +876,7 @@ func (t *Transport) Wait(d time.Duration) error {
 		return transport.ErrClosed
 	}
 	if t.ready() {
+		t.woken.Store(false)
 		return nil
 	}
 	start := time.Now()
@@ -879,6 +890,7 @@ func (t *Transport) Wait(d time.Duration) error {
 			t.setAvail()
 			t.pollMu.Unlock()
 			if t.ready() {
+				t.woken.Store(false)
 				return nil
 			}
 		}
@@ -911,13 +923,14 @@ func (t *Transport) Wait(d time.Duration) error {
 	t.sleepers.Add(-1)
 	var b [8]byte
 	unix.Read(t.efd, b[:])
+	t.woken.Store(false)
 	return nil
 }
 
 // ready reports whether Poll has something to deliver or report, or a dial
 // has opened that Poll has not yet taken over (it is in no set Wait sleeps on).
 func (t *Transport) ready() bool {
-	return t.self.n.Load() > 0 || t.avail.Load() || t.anyDead.Load() || t.nNew.Load() > 0
+	return t.self.n.Load() > 0 || t.avail.Load() || t.anyDead.Load() || t.nNew.Load() > 0 || t.woken.Load()
 }
 
 // Close flushes what it can (for up to a second), sends every open
