@@ -90,10 +90,18 @@ type Transport interface {
 
 // Waker is implemented by transports whose Wait another goroutine can end
 // early: Wake makes a Wait in progress return soon, or else the next Wait
-// return at once (a wake is never lost). Package route sleeps on the
-// node-local network and has a waiter of the other network Wake it.
+// return at once (a wake is never lost). Package route sleeps on one network
+// and has a waiter of each other network Wake it.
 type Waker interface {
 	Wake()
+}
+
+// Sleeper is implemented by transports whose Wait spins before it sleeps:
+// Sleep is Wait without the spin, for a goroutine that watches the network
+// on behalf of another (package route's waiters), beside which spinning
+// would only take a processor from the ranks. Errors as Wait's.
+type Sleeper interface {
+	Sleep(d time.Duration) error
 }
 
 // PeerCapser is implemented by transports that reach different peers over

@@ -217,11 +217,16 @@ func (t *Transport) arrived() bool {
 // Wait polls the inbound rings for about the spin time, yielding the processor
 // between looks, then parks until a peer sends or d passes. Errors:
 // transport.ErrClosed.
-func (t *Transport) Wait(d time.Duration) error {
+func (t *Transport) Wait(d time.Duration) error { return t.wait(t.spin, d) }
+
+// Sleep is Wait without the spin: it parks at once (transport.Sleeper).
+func (t *Transport) Sleep(d time.Duration) error { return t.wait(0, d) }
+
+func (t *Transport) wait(spin, d time.Duration) error {
 	if t.closed.Load() {
 		return transport.ErrClosed
 	}
-	t.bell.wait(t.ready, t.spin, d)
+	t.bell.wait(t.ready, spin, d)
 	t.woken.Store(false)
 	return nil
 }

@@ -89,3 +89,12 @@ func TestRingsOnFirstContact(t *testing.T) {
 	require.Equal(t, int32(63), ts[0].(*Transport).nAct.Load())
 	require.Zero(t, ts[1].(*Transport).nAct.Load())
 }
+
+// Sleep is Wait without the spin (transport.Sleeper).
+func TestSleep(t *testing.T) {
+	ts, err := NewJob(2, nil)
+	require.NoError(t, err)
+	defer ts[0].Close()
+	defer ts[1].Close()
+	transporttest.Sleep(t, ts)
+}

@@ -64,8 +64,9 @@ type member struct {
 	name     string
 	toJob    []int // network rank -> job rank
 	recv     receiver
-	waker    transport.Waker // the network's own Wake, nil when it has none (it is then never slept on)
-	alone    bool            // the network reaches no rank but this one
+	waker    transport.Waker           // the network's own Wake, nil when it has none (it is then never slept on)
+	sleep    func(time.Duration) error // the waiter's: Sleep when the network has it (no spin), else Wait
+	alone    bool                      // the network reaches no rank but this one
 	kick     chan struct{}
 	waiting  atomic.Bool   // the waiter sleeps in this network's Wait
 	quiet    atomic.Int32  // Polls since this network last delivered or sent (up to hotPolls)
@@ -184,6 +185,10 @@ func New(rank, size int, nets []Net) (*Transport, error) {
 			m.alone = m.alone && r == rank
 		}
 		m.waker, _ = tr.(transport.Waker)
+		m.sleep = tr.Wait
+		if sl, ok := tr.(transport.Sleeper); ok {
+			m.sleep = sl.Sleep
+		}
 		names = append(names, m.name)
 		m.recv.toJob = toJobs[i]
 		m.putter, _ = tr.(transport.Putter)
@@ -519,7 +524,7 @@ func (t *Transport) waiter(m *member) {
 func (t *Transport) watch(m *member) bool {
 	for {
 		start := time.Now()
-		err := m.t.Wait(waiterSlice)
+		err := m.sleep(waiterSlice)
 		// Returned early: traffic (or a spurious return, which costs the
 		// caller one more look).
 		if err != nil || time.Since(start) < waiterSlice {

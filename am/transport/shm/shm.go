@@ -572,11 +572,17 @@ func (t *Transport) checkPeers(force bool) {
 // rank's doorbell until a peer sends or d passes. When it times out it also
 // looks for dead peers, which the next Poll reports. Errors:
 // transport.ErrClosed, futex failures.
-func (t *Transport) Wait(d time.Duration) error {
+func (t *Transport) Wait(d time.Duration) error { return t.wait(t.spin, d) }
+
+// Sleep is Wait without the spin: it sleeps on the doorbell at once
+// (transport.Sleeper).
+func (t *Transport) Sleep(d time.Duration) error { return t.wait(0, d) }
+
+func (t *Transport) wait(spin, d time.Duration) error {
 	if t.closed.Load() {
 		return transport.ErrClosed
 	}
-	ok, err := t.bell.Wait(t.pending, t.spin, d)
+	ok, err := t.bell.Wait(t.pending, spin, d)
 	if t.woken.Load() {
 		t.woken.Store(false)
 		ok = true

@@ -197,3 +197,11 @@ func TestWakeRace(t *testing.T) {
 	}
 	transporttest.WakeRace(t, openJob(t, 2, map[string]string{"spin": "0s"}), rounds, 1)
 }
+
+// Sleep is Wait without the spin (transport.Sleeper).
+func TestSleep(t *testing.T) {
+	ts := openJob(t, 2, nil)
+	defer ts[0].Close()
+	defer ts[1].Close()
+	transporttest.Sleep(t, ts)
+}

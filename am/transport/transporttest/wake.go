@@ -50,3 +50,42 @@ func WakeRace(t *testing.T, ts []transport.Transport, rounds int, seed uint64) {
 	}
 	t.Logf("%d rounds, slowest %v", rounds, slowest)
 }
+
+// Sleep checks a transport.Sleeper (rank 1 of ts; the test is skipped for a
+// transport that is not one): Sleep with nothing to deliver lasts about its
+// timeout, a packet from rank 0 ends it, and so does Wake from another
+// goroutine when the transport is a transport.Waker.
+func Sleep(t *testing.T, ts []transport.Transport) {
+	sl, ok := ts[1].(transport.Sleeper)
+	if !ok {
+		t.Skip("not a transport.Sleeper")
+	}
+	start := time.Now()
+	require.NoError(t, sl.Sleep(30*time.Millisecond))
+	require.GreaterOrEqual(t, time.Since(start), 15*time.Millisecond, "Sleep with nothing to deliver")
+
+	asleep := func(wake func()) time.Duration {
+		done := make(chan time.Duration, 1)
+		go func() {
+			start := time.Now()
+			_ = sl.Sleep(5 * time.Second)
+			done <- time.Since(start)
+		}()
+		time.Sleep(20 * time.Millisecond) // let it fall asleep
+		wake()
+		select {
+		case d := <-done:
+			return d
+		case <-time.After(10 * time.Second):
+			t.Fatal("Sleep did not end")
+			return 0
+		}
+	}
+	hdr, payload := build(0, 1, 0, 0, 8)
+	require.Less(t, asleep(func() { require.NoError(t, SendRetry(ts[0], 1, hdr, payload, nil)) }), 4*time.Second, "a packet ends Sleep")
+	var got Last
+	require.NoError(t, RecvOne(ts[1], &got, false))
+	if w, ok := ts[1].(transport.Waker); ok {
+		require.Less(t, asleep(w.Wake), 4*time.Second, "Wake ends Sleep")
+	}
+}
