@@ -385,10 +385,10 @@ func planCluster(bin, ref string, c *cluster.Cluster, quick bool) []job {
 		amgo("amgo-2x2", "node1:2,node2:2", 4), amgo("amgo-shm-only-4", "node1:4", 4), amgo("amgo-shm-only-2", "node1", 2))
 	across := []config{amgo("amgo-1x1", "node1:1,node2:1", 2), amgo("amgo-tcp-only", "node1:1,node2:1", 2, "--transport", "tcp"),
 		mpich("mpich-1x1", 2, 1),
-		// Bound by mpirun (its default for two processes) to the first
-		// core of the host, which is outside a node's own CPU here, Open
-		// MPI's pair hung after connecting; each node has one CPU, so
-		// unbound is bound to it.
+		// Bound by mpirun (its default for two processes), both ranks of
+		// the pair went to the host's first core whatever CPU their node
+		// has (--report-bindings), and the busy-polling pair hung after
+		// connecting; each node has one CPU here, so unbound is bound to it.
 		ompi("ompi-1x1", "node1,node2", 2, "--bind-to", "none")}
 	prep = split
 	add("latency-other-node", append([]string{"latency"}, p2p...), across...)
