@@ -103,10 +103,17 @@ type Transport struct {
 	spinFrom   atomic.Int64     // Unix ns of the first Wait since a Poll last delivered (0: none)
 	last       atomic.Int32     // the network that delivered last (stored on change): Wait sleeps on it
 	primary    atomic.Int32     // the network the caller sleeps on in its current Wait
-	closeOnce  sync.Once
-	closing    atomic.Bool
-	done       chan struct{}
-	wg         sync.WaitGroup
+	// A network that reaches only this rank (a rank alone on its node) has
+	// no waiter: what arrives there are this rank's own sends, and one from
+	// another goroutine while the caller sleeps on another network wakes
+	// that network instead. selfAlone: self-sends go over such a network.
+	selfAlone bool
+	selfSends atomic.Uint64 // self-sends over it so far
+	selfSeen  atomic.Uint64 // selfSends when a Poll last began (stored on change)
+	closeOnce sync.Once
+	closing   atomic.Bool
+	done      chan struct{}
+	wg        sync.WaitGroup
 }
 
 // ErrLayout reports networks that do not describe one job: a rank no
@@ -219,7 +226,11 @@ func New(rank, size int, nets []Net) (*Transport, error) {
 		t.caps.Wakeup = t.caps.Wakeup && c.Wakeup
 	}
 	if len(t.nets) > 1 {
+		t.selfAlone = t.nets[t.via[rank]].alone
 		for _, m := range t.nets {
+			if m.alone {
+				continue // no waiter (see selfAlone)
+			}
 			m.kick = make(chan struct{}, 1)
 			t.wg.Add(1)
 			go t.waiter(m)
@@ -302,6 +313,16 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	if err := m.t.Send(l, hdr, payload); err != nil {
 		return m.jobErr(err)
 	}
+	if dst == t.rank && t.selfAlone {
+		// Count it before looking whether the caller sleeps; Wait counts
+		// before it sleeps: one of the two sees the other.
+		t.selfSends.Add(1)
+		if t.sleeping.Load() {
+			if w := t.nets[t.primary.Load()].waker; w != nil {
+				w.Wake()
+			}
+		}
+	}
 	return nil
 }
 
@@ -329,6 +350,11 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 	total := 0
 	var first error
 	t.polls++
+	if t.selfAlone {
+		if v := t.selfSends.Load(); v != t.selfSeen.Load() {
+			t.selfSeen.Store(v)
+		}
+	}
 	for i, m := range t.nets {
 		if total >= max {
 			break
@@ -445,7 +471,7 @@ func (t *Transport) Wait(d time.Duration) error {
 	t.sleeping.Store(true)
 	pending := false
 	for i, m := range t.nets {
-		if i == pi {
+		if i == pi || m.alone {
 			continue
 		}
 		if m.waiting.CompareAndSwap(false, true) {
@@ -455,6 +481,9 @@ func (t *Transport) Wait(d time.Duration) error {
 		// woken the primary: do not sleep then.
 		pending = pending || m.woke.Load()
 	}
+	// A self-send from another goroutine since the last Poll began, over a
+	// network with no waiter.
+	pending = pending || t.selfAlone && t.selfSends.Load() != t.selfSeen.Load()
 	var err error
 	if !pending {
 		err = p.t.Wait(d)

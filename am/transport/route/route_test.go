@@ -207,7 +207,8 @@ func TestNewRefusesBadLayouts(t *testing.T) {
 // traffic comes from other nodes sleeps in the socket network's own Wait
 // (woken by the kernel directly), and still wakes for a packet of its node
 // through that network's Wake. Ranks 0 and 1 share a node (loop), rank 2 is
-// on another, tcp between nodes.
+// on another, tcp between nodes; a sender of the same rank as the waiter is
+// another goroutine of that rank.
 func TestWaitSleepsWhereTrafficComesFrom(t *testing.T) {
 	bs := transporttest.NewBootstraps(3, "routetest-primary")
 	tcps := make([]transport.Transport, 3)
@@ -246,6 +247,10 @@ func TestWaitSleepsWhereTrafficComesFrom(t *testing.T) {
 	// the Wait after it sleeps on the network that packet came by.
 	for i, c := range []struct{ waiter, sender, primary int }{
 		{1, 2, 1}, {1, 0, 0}, {1, 2, 1}, {1, 2, 1}, {1, 0, 0}, {1, 0, 0}, {2, 1, 1}, {2, 0, 1},
+		// Rank 2 is alone on its node: its node-local network has no
+		// waiter, and a send to itself from another goroutine wakes it
+		// while it sleeps on tcp.
+		{2, 2, 0}, {2, 1, 1}, {2, 2, 0}, {2, 0, 1},
 	} {
 		var got transporttest.Last
 		wait := func() time.Duration {
