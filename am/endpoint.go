@@ -51,9 +51,12 @@ func (e *PeerError) Unwrap() error { return e.Err }
 
 // Config tunes an endpoint. The zero value gives the defaults.
 type Config struct {
-	// BufferBytes is the receive buffer every endpoint preallocates for every peer
+	// BufferBytes is the receive buffer every endpoint keeps for every peer
 	// (MPI over SP AM keeps one 16 KiB buffer for every other process), in
-	// bytes, a multiple of 64. Default 16 KiB (AMGO_BUFFER_BYTES).
+	// bytes, a multiple of 64 (AMGO_BUFFER_BYTES). 0: each peer's network
+	// chooses (transport.Caps.BufferBytes: 256 KiB over tcp and udp), else
+	// 16 KiB (shm, loop, sim). The buffer bounds what a sender has in flight
+	// to one peer and the largest medium request (MaxMediumTo).
 	BufferBytes int
 	// ReplyReserve is the room, in bytes, that every request reserves for its reply
 	// besides its own size, so that a handler can always reply at once. It must be
@@ -78,22 +81,42 @@ type Config struct {
 }
 
 func (c *Config) fill() error {
-	if c.BufferBytes == 0 {
-		c.BufferBytes = flowctl.DefaultBufferBytes
-	}
 	if c.ReplyReserve == 0 {
 		c.ReplyReserve = wire.MaxHeaderLen
 	}
 	if c.SpinTime == 0 {
 		c.SpinTime = 20 * time.Microsecond
 	}
-	if c.BufferBytes%flowctl.Granule != 0 || c.BufferBytes < 1024 || c.BufferBytes > 1<<30 {
-		return fmt.Errorf("%w: BufferBytes %d (a multiple of %d from 1 KiB to 1 GiB)", ErrConfig, c.BufferBytes, flowctl.Granule)
-	}
-	if c.ReplyReserve < wire.MaxHeaderLen || c.ReplyReserve > c.BufferBytes/2 {
+	if c.ReplyReserve < wire.MaxHeaderLen {
 		return fmt.Errorf("%w: ReplyReserve %d (from %d to half the buffer)", ErrConfig, c.ReplyReserve, wire.MaxHeaderLen)
 	}
+	if c.BufferBytes != 0 {
+		return c.checkBuffer(c.BufferBytes, "BufferBytes")
+	}
+	return c.checkBuffer(flowctl.DefaultBufferBytes, "the default buffer")
+}
+
+// checkBuffer checks a per-peer buffer size (what names it: the
+// configuration's field or a network's choice).
+func (c *Config) checkBuffer(n int, what string) error {
+	if n%flowctl.Granule != 0 || n < 1024 || n > 1<<30 {
+		return fmt.Errorf("%w: %s %d (a multiple of %d from 1 KiB to 1 GiB)", ErrConfig, what, n, flowctl.Granule)
+	}
+	if c.ReplyReserve > n/2 {
+		return fmt.Errorf("%w: ReplyReserve %d (from %d to half the buffer, %s %d)", ErrConfig, c.ReplyReserve, wire.MaxHeaderLen, what, n)
+	}
 	return nil
+}
+
+// bufferFor is the per-peer buffer for a peer over a network with caps c.
+func (c *Config) bufferFor(caps transport.Caps) int {
+	switch {
+	case c.BufferBytes != 0:
+		return c.BufferBytes
+	case caps.BufferBytes != 0:
+		return caps.BufferBytes
+	}
+	return flowctl.DefaultBufferBytes
 }
 
 // Stats are an endpoint's counters since it was created.
@@ -135,6 +158,7 @@ type peerNet struct {
 	put, get  bool // single-copy put and get
 	putSend   bool // PutSender: a store-done leaves with the data
 	name      string
+	buffer    int // per-peer buffer in bytes, both ways (Config.BufferBytes or the network's)
 }
 
 // peer is the sender's state toward one rank, guarded by mu.
@@ -170,6 +194,7 @@ type Endpoint struct {
 	cfg       Config
 	table     handlers.Table
 	maxMedium int
+	maxBuffer int // the largest per-peer buffer
 	maxPacket int
 
 	peers  []peer
@@ -286,16 +311,21 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 		if perPeer {
 			c = pc.PeerCaps(r)
 		}
-		mm := (min(c.MaxPacket, cfg.BufferBytes-cfg.ReplyReserve) - wire.MaxHeaderLen) &^ 7
+		buf := cfg.bufferFor(c)
+		if err := cfg.checkBuffer(buf, c.Name+"'s buffer"); err != nil {
+			return nil, err
+		}
+		mm := (min(c.MaxPacket, buf-cfg.ReplyReserve) - wire.MaxHeaderLen) &^ 7
 		if mm < 512 {
 			return nil, fmt.Errorf("%w: MaxMedium to rank %d over %s would be %d bytes (network packets %d, buffer %d); GASNet requires at least 512",
-				ErrConfig, r, c.Name, mm, c.MaxPacket, cfg.BufferBytes)
+				ErrConfig, r, c.Name, mm, c.MaxPacket, buf)
 		}
 		ep.nets[r] = peerNet{maxMedium: mm, putMin: c.PutMin, put: ep.putter != nil && c.Put,
-			get: ep.getter != nil && c.Get, putSend: ep.putSender != nil && (c.PutSend || !perPeer), name: c.Name}
+			get: ep.getter != nil && c.Get, putSend: ep.putSender != nil && (c.PutSend || !perPeer), name: c.Name, buffer: buf}
 		ep.maxMedium = min(ep.maxMedium, mm)
+		ep.maxBuffer = max(ep.maxBuffer, buf)
 	}
-	fp := flowctl.Params{BufferBytes: cfg.BufferBytes, ReplyReserve: cfg.ReplyReserve,
+	fp := flowctl.Params{BufferBytes: flowctl.DefaultBufferBytes, ReplyReserve: cfg.ReplyReserve,
 		ExtLen: wire.FreeExtLen, MinReply: wire.MaxHeaderLen}
 	var err error
 	if ep.rx.credit, err = flowctl.NewLedger(fp, ep.size); err != nil {
@@ -303,7 +333,14 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 	}
 	ep.rx.acks = cacheline.Slice[flowctl.Ack](ep.size)[:0]
 	for i := range ep.peers {
-		if ep.peers[i].cr, err = flowctl.NewSender(fp, ep.rx.credit.Owed(i)); err != nil {
+		// The peer's network is the same both ways, so the peer sizes its
+		// buffer here as this rank sizes its own there.
+		pp := fp
+		pp.BufferBytes = ep.nets[i].buffer
+		if err := ep.rx.credit.SetBuffer(i, pp.BufferBytes); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		if ep.peers[i].cr, err = flowctl.NewSender(pp, ep.rx.credit.Owed(i)); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 	}
@@ -354,8 +391,19 @@ func (ep *Endpoint) Network(dst int) string {
 // MaxStore is the largest Store payload in bytes (4 GiB - 1: the header's Total field).
 const MaxStore = 1<<32 - 1
 
-// BufferBytes is the per-peer receive buffer size in bytes.
-func (ep *Endpoint) BufferBytes() int { return ep.cfg.BufferBytes }
+// BufferBytes is the largest per-peer receive buffer in bytes (peers over
+// different networks may have different ones: BufferBytesTo).
+func (ep *Endpoint) BufferBytes() int { return ep.maxBuffer }
+
+// BufferBytesTo is the receive buffer in bytes that this rank and peer keep
+// for each other (Config.BufferBytes, else what their network chooses), 0
+// for a rank out of range.
+func (ep *Endpoint) BufferBytesTo(peer int) int {
+	if uint(peer) >= uint(ep.size) {
+		return 0
+	}
+	return ep.nets[peer].buffer
+}
 
 // Register adds a handler to the endpoint's table (see package handlers). It
 // must be called before communication starts, identically on every rank.

@@ -89,7 +89,7 @@ func TestMediumPayloadAndMediumReply(t *testing.T) {
 			}})
 			require.NoError(t, err)
 		}
-		for _, size := range []int{0, 1, 100, 1000, eps[0].MaxMedium()} {
+		for _, size := range []int{0, 1, 100, 1000, eps[0].MaxMedium(), eps[0].MaxMediumTo(1)} {
 			echoed = atomic.Value{}
 			msg := bytes.Repeat([]byte{byte(size)}, size)
 			require.NoError(t, eps[0].RequestMedium(1, 1, msg, uint64(size)))
@@ -537,4 +537,69 @@ func TestGet(t *testing.T) {
 		require.EqualValues(t, 1, eps[0].Stats().Gets)
 		runtime.KeepAlive(src)
 	})
+}
+
+// Each peer's buffer is its network's choice (transport.Caps.BufferBytes:
+// 256 KiB over tcp, 16 KiB over shm) unless Config.BufferBytes sets one for
+// every peer; the largest medium to a peer and the space it may fill follow,
+// and a window of a peer's size fills and drains. Ranks alternate between two
+// nodes: 0 and 2 share shm, 1 is across tcp.
+func TestBufferByNetwork(t *testing.T) {
+	open := func(cfg Config) []*Endpoint {
+		var eps []*Endpoint
+		for _, tr := range openJob(t, "shm+tcp", 4) {
+			ep, err := New(tr, cfg)
+			require.NoError(t, err)
+			eps = append(eps, ep)
+		}
+		t.Cleanup(func() {
+			for _, ep := range eps {
+				_ = ep.tr.Close()
+			}
+		})
+		return eps
+	}
+	eps := open(Config{})
+	require.Equal(t, flowctl.DefaultBufferBytes, eps[0].BufferBytesTo(2), "shm")
+	require.Equal(t, 256<<10, eps[0].BufferBytesTo(1), "tcp")
+	require.Equal(t, 256<<10, eps[1].BufferBytesTo(0), "the same both ways")
+	require.Equal(t, 256<<10, eps[0].BufferBytes())
+	require.Zero(t, eps[0].BufferBytesTo(9))
+	require.Greater(t, eps[0].MaxMediumTo(1), 100<<10)
+	require.Less(t, eps[0].MaxMediumTo(2), 16<<10)
+	require.Equal(t, eps[0].MaxMediumTo(2), eps[0].MaxMedium())
+
+	var got atomic.Int64
+	for _, ep := range eps {
+		_, err := ep.Register(handlers.Entry{Index: 1, Name: "count", NArgs: 0, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+			got.Add(int64(len(p)))
+		}})
+		require.NoError(t, err)
+	}
+	big := make([]byte, 100<<10)
+	require.ErrorIs(t, eps[0].RequestMedium(2, 1, big), ErrTooLarge, "over shm")
+	// Twelve fill more than 256 KiB four times: the sender waits for credit
+	// from the receiver's polls.
+	done := make(chan error, 1)
+	go func() {
+		for range 12 {
+			if err := eps[0].RequestMedium(1, 1, big); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for got.Load() < 12*int64(len(big)) {
+		_, err := eps[1].Poll()
+		require.NoError(t, err)
+		require.True(t, time.Now().Before(deadline), "timed out at %d bytes", got.Load())
+	}
+	require.NoError(t, <-done)
+	pollAll(t, eps, func() bool { return eps[0].Drain(0) == 0 })
+
+	eps = open(Config{BufferBytes: 32 << 10})
+	require.Equal(t, 32<<10, eps[0].BufferBytesTo(1), "Config.BufferBytes for every peer")
+	require.Equal(t, 32<<10, eps[0].BufferBytesTo(2))
 }

@@ -124,7 +124,7 @@ func (ep *Endpoint) deliver(src int, pkt []byte) {
 	case wire.KindRequestShort, wire.KindRequestMedium, wire.KindRequestStore, wire.KindStoreDone:
 		// Room for the reply, the same whether the request carried credit or
 		// not (flowctl.Ledger.Arrival).
-		room, err := rx.credit.Arrival(flowctl.Range{Off: h.Off, Len: h.Reserve}, len(pkt), h.Flags&wire.FlagFree != 0)
+		room, err := rx.credit.Arrival(src, flowctl.Range{Off: h.Off, Len: h.Reserve}, len(pkt), h.Flags&wire.FlagFree != 0)
 		if err != nil {
 			ep.drop(fmt.Errorf("am: %s from rank %d: %w", h.Kind, src, err))
 			return
@@ -217,7 +217,7 @@ func (r *replier) Retain(tok *handlers.Token) ([]byte, handlers.Retained, error)
 		ep.rx.retain = make([][]byte, ep.size)
 	}
 	if ep.rx.retain[src] == nil {
-		ep.rx.retain[src] = make([]byte, ep.cfg.BufferBytes)
+		ep.rx.retain[src] = make([]byte, ep.nets[src].buffer)
 	}
 	buf := ep.rx.retain[src][int(tok.ReqOff) : int(tok.ReqOff)+len(ep.rx.payload)]
 	copy(buf, ep.rx.payload)
@@ -233,7 +233,7 @@ func (ep *Endpoint) Release(r handlers.Retained) error {
 	if err := ep.checkDst(r.Src); err != nil {
 		return err
 	}
-	if r.Len == 0 || r.Off%flowctl.Granule != 0 || r.Len%flowctl.Granule != 0 || uint64(r.Off)+uint64(r.Len) > uint64(ep.cfg.BufferBytes) {
+	if r.Len == 0 || r.Off%flowctl.Granule != 0 || r.Len%flowctl.Granule != 0 || uint64(r.Off)+uint64(r.Len) > uint64(ep.nets[r.Src].buffer) {
 		return fmt.Errorf("%w: not a retained payload: [%d,+%d) from rank %d", ErrConfig, r.Off, r.Len, r.Src)
 	}
 	h := wire.Header{Kind: wire.KindAck, Src: uint32(ep.rank), Flags: wire.FlagFree, Off: r.Off, Reserve: r.Len}

@@ -166,6 +166,7 @@ type owedSlot struct {
 // by that peer's Sender.
 type Ledger struct {
 	p       Params
+	bufs    []int // by peer: its buffer's size (p.BufferBytes unless SetBuffer)
 	owed    []owedSlot
 	dirty   []int  // peers owed credit (possibly taken since)
 	isDirty []bool // by peer: in dirty
@@ -180,14 +181,37 @@ func NewLedger(p Params, peers int) (*Ledger, error) {
 	}
 	l := cacheline.New[Ledger]()
 	*l = Ledger{p: p, owed: cacheline.Slice[owedSlot](peers), dirty: cacheline.Slice[int](peers)[:0],
-		isDirty: cacheline.Slice[bool](peers)}
+		isDirty: cacheline.Slice[bool](peers), bufs: make([]int, peers)}
+	for i := range l.bufs {
+		l.bufs[i] = p.BufferBytes
+	}
 	return l, nil
 }
+
+// SetBuffer sets the size of peer's buffer, in bytes, when it differs from
+// the Params' (a peer over another network): the peer's Sender must use the
+// same size. Call it before the first packet from peer. Errors: ErrBadSize
+// for a size the Params would refuse, or a peer out of range.
+func (l *Ledger) SetBuffer(peer, bytes int) error {
+	q := l.p
+	q.BufferBytes = bytes
+	if err := q.Check(); err != nil {
+		return err
+	}
+	if peer < 0 || peer >= len(l.bufs) {
+		return fmt.Errorf("%w: peer %d of %d", ErrBadSize, peer, len(l.bufs))
+	}
+	l.bufs[peer] = bytes
+	return nil
+}
+
+// Buffer is the size of peer's buffer in bytes.
+func (l *Ledger) Buffer(peer int) int { return l.bufs[peer] }
 
 // Owed is what this rank owes peer, for that peer's Sender to carry back.
 func (l *Ledger) Owed(peer int) *Owed { return &l.owed[peer].Owed }
 
-// Arrival checks the reservation space of a request from a peer, whose
+// Arrival checks the reservation space of a request from peer src, whose
 // packet is pktLen bytes and carries a range back or not, and returns the
 // room left for its reply (bytes, at least MinReply): the reservation less
 // the packet, and less the extension's room when the packet does not use it,
@@ -195,12 +219,12 @@ func (l *Ledger) Owed(peer int) *Owed { return &l.owed[peer].Owed }
 // Errors: ErrNotAllocated for a reservation outside the buffer, not in whole
 // granules, or without room for a reply (a malformed request: the caller
 // drops it; its space cannot be trusted, so it is not owed).
-func (l *Ledger) Arrival(space Range, pktLen int, carries bool) (replyRoom int, err error) {
+func (l *Ledger) Arrival(src int, space Range, pktLen int, carries bool) (replyRoom int, err error) {
 	replyRoom = int(space.Len) - pktLen
 	if !carries {
 		replyRoom -= l.p.ExtLen
 	}
-	if uint64(space.Off)+uint64(space.Len) > uint64(l.p.BufferBytes) || space.Off%Granule != 0 ||
+	if uint64(space.Off)+uint64(space.Len) > uint64(l.bufs[src]) || space.Off%Granule != 0 ||
 		space.Len%Granule != 0 || replyRoom < l.p.MinReply {
 		return 0, fmt.Errorf("%w: reservation [%d,+%d) for a packet of %d bytes", ErrNotAllocated, space.Off, space.Len, pktLen)
 	}
@@ -218,7 +242,7 @@ func (l *Ledger) Consumed(src int, space Range) (now Range) {
 		l.isDirty[src] = true
 		l.dirty = append(l.dirty, src)
 	}
-	if Urgent(total, l.p.BufferBytes) {
+	if Urgent(total, l.bufs[src]) {
 		l.urgent = true
 	}
 	return Range{prevOff, prevLen}
@@ -249,7 +273,7 @@ func (l *Ledger) TakeUrgent(acks []Ack) []Ack {
 	dirty := l.dirty[:0]
 	for _, src := range l.dirty {
 		o := &l.owed[src].Owed
-		if Urgent(o.Len(), l.p.BufferBytes) {
+		if Urgent(o.Len(), l.bufs[src]) {
 			if off, n, ok := o.Take(); ok {
 				acks = append(acks, Ack{src, Range{off, n}})
 			}

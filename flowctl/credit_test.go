@@ -111,14 +111,14 @@ func TestArrivalRoomDoesNotDependOnCarry(t *testing.T) {
 	require.NoError(t, err)
 	const hdr, payload = 24, 100
 	space := Range{0, uint32(testParams.Reservation(hdr, payload))}
-	bare, err := l.Arrival(space, hdr+payload, false)
+	bare, err := l.Arrival(0, space, hdr+payload, false)
 	require.NoError(t, err)
-	carrying, err := l.Arrival(space, hdr+testParams.ExtLen+payload, true)
+	carrying, err := l.Arrival(0, space, hdr+testParams.ExtLen+payload, true)
 	require.NoError(t, err)
 	require.Equal(t, bare, carrying)
 	require.GreaterOrEqual(t, bare, testParams.ReplyReserve)
 	for _, bad := range []Range{{4096 - 64, 128}, {32, 128}, {0, 100}, {0, 64}} {
-		_, err := l.Arrival(bad, hdr+payload, false)
+		_, err := l.Arrival(0, bad, hdr+payload, false)
 		require.ErrorIs(t, err, ErrNotAllocated, "%+v", bad)
 	}
 }
@@ -203,7 +203,7 @@ func TestCreditEngineAgainstReferenceModel(t *testing.T) {
 			if !pk.request {
 				return
 			}
-			room, err := rk[to].l.Arrival(pk.space, pk.pktLen, pk.free.Len != 0)
+			room, err := rk[to].l.Arrival(from, pk.space, pk.pktLen, pk.free.Len != 0)
 			require.NoError(t, err, "seed %d", seed)
 			require.GreaterOrEqual(t, room, testParams.ReplyReserve)
 			switch k := rng.IntN(10); {
@@ -296,4 +296,42 @@ func TestCreditEngineAgainstReferenceModel(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A peer over another network may have a buffer of another size: its
+// reservations are checked against its own size, and its owed credit turns
+// urgent at its own threshold.
+func TestLedgerBufferPerPeer(t *testing.T) {
+	l, err := NewLedger(testParams, 3)
+	require.NoError(t, err)
+	big := 4 * testParams.BufferBytes
+	require.NoError(t, l.SetBuffer(2, big))
+	require.Equal(t, big, l.Buffer(2))
+	require.Equal(t, testParams.BufferBytes, l.Buffer(1))
+	const hdr, payload = 24, 100
+	n := uint32(testParams.Reservation(hdr, payload))
+	beyond := Range{uint32(testParams.BufferBytes), n} // past the default buffer
+	_, err = l.Arrival(2, beyond, hdr+payload, false)
+	require.NoError(t, err, "inside peer 2's buffer")
+	_, err = l.Arrival(1, beyond, hdr+payload, false)
+	require.ErrorIs(t, err, ErrNotAllocated, "outside peer 1's")
+
+	// As much owed as makes peer 1's credit urgent is not urgent for peer 2.
+	for off := uint32(0); !Urgent(off, testParams.BufferBytes); off += n {
+		l.Consumed(2, Range{off, n})
+	}
+	require.False(t, l.Urgent())
+	require.Empty(t, l.TakeUrgent(nil))
+
+	for _, bad := range []struct{ peer, bytes int }{{0, 100}, {0, 0}, {3, big}, {-1, big}} {
+		require.ErrorIs(t, l.SetBuffer(bad.peer, bad.bytes), ErrBadSize, "%+v", bad)
+	}
+	s, err := NewSender(Params{BufferBytes: big, ReplyReserve: testParams.ReplyReserve, ExtLen: testParams.ExtLen,
+		MinReply: testParams.MinReply}, l.Owed(2))
+	require.NoError(t, err)
+	g, ok, err := s.Reserve(hdr, big/2)
+	require.NoError(t, err)
+	require.True(t, ok, "a reservation only the larger buffer holds")
+	_, err = l.Arrival(2, g.Space, hdr+big/2, false)
+	require.NoError(t, err)
 }

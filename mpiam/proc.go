@@ -33,6 +33,16 @@ const EnvEagerLimit = "AMGO_EAGER_LIMIT"
 // uses the same 4 KiB.
 const DefaultGetEagerLimit = 4 << 10
 
+// DefaultEagerLimit is the default eager limit, in bytes, towards a peer
+// whose memory this rank cannot read with a single copy (another node's,
+// over tcp or udp), unless its network's largest medium request is smaller
+// (am.Endpoint.MaxMediumTo; 16 KiB less headers with a 16 KiB buffer). There
+// a rendezvous costs a round trip more than eager's two copies, up to the
+// size at which four messages fill the 256 KiB buffer of those networks; Open
+// MPI's TCP eager limit is the same 64 KiB (docs/mpi.md has the
+// measurements).
+const DefaultEagerLimit = 64 << 10
+
 // EnvUnexpectedLimit sets how many bytes of unexpected messages from one
 // source, payload and records, a rank holds before it tells that source to
 // send it every message by rendezvous (default 1 MiB); below half of it, the
@@ -204,7 +214,13 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		return nil, err
 	}
 	p.rndvSplit = split
-	p.eagerLimit, p.eagerNoGet = min(DefaultGetEagerLimit, ep.MaxMedium()), ep.MaxMedium()
+	// Towards a peer without a single-copy read, eager up to
+	// DefaultEagerLimit or its network's largest medium, whichever is less
+	// (eager checks MaxMediumTo per peer).
+	p.eagerLimit, p.eagerNoGet = min(DefaultGetEagerLimit, ep.MaxMedium()), 0
+	for r := range ep.Size() {
+		p.eagerNoGet = max(p.eagerNoGet, min(DefaultEagerLimit, ep.MaxMediumTo(r)))
+	}
 	if v := os.Getenv(EnvEagerLimit); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {

@@ -11,7 +11,8 @@ import (
 // single-copy get: a pull just past the eager limit, a pull below the split
 // size, and splits (one of an odd size).
 func rndvSizes(w *Comm) []int {
-	return []int{eagerMaxNext(w) + 1000, 100 << 10, DefaultRndvSplitBytes, 1<<20 + 3}
+	e := eagerMaxNext(w)
+	return []int{e + 1000, max(100<<10, e+8<<10), max(DefaultRndvSplitBytes, e+1), 1<<20 + 3}
 }
 
 // Every rendezvous path moves the data intact and completes both sides: the
@@ -212,8 +213,9 @@ func TestEagerLimitByPeer(t *testing.T) {
 		r.False(rendezvous(r, w, DefaultGetEagerLimit, 1), "at the limit: eager")
 		r.Equal(canGet, rendezvous(r, w, DefaultGetEagerLimit+1, 2), "above it: rendezvous where the receiver can get")
 		r.Equal(canGet, rendezvous(r, w, 8<<10, 3))
-		r.Equal(canGet, rendezvous(r, w, w.p.ep.MaxMedium(), 4), "MaxMedium: eager without a get")
-		r.True(rendezvous(r, w, w.p.ep.MaxMedium()+1, 5), "above MaxMedium: rendezvous everywhere")
+		mm := min(DefaultEagerLimit, w.p.ep.MaxMediumTo(1-w.Rank())) // the peer's network's
+		r.Equal(canGet, rendezvous(r, w, mm, 4), "the limit: eager without a get")
+		r.True(rendezvous(r, w, mm+1, 5), "above it: rendezvous everywhere")
 		// A collective's exchange steps stay eager up to MaxMedium: an
 		// Allreduce of 16 KiB on 2 ranks exchanges halves of 8 KiB.
 		before := w.p.ep.Stats()

@@ -46,6 +46,13 @@ type Caps struct {
 	// PutSend: the transport implements PutSender (put data travels in the
 	// packet stream, and a packet can leave with its last piece).
 	PutSend bool
+	// BufferBytes is the per-peer receive buffer, in bytes, that package am
+	// keeps for the peers of this network unless its Config sets one for
+	// every peer; 0: am's default (16 KiB). Its size bounds what a sender
+	// has in flight to one peer and the largest medium request, and so the
+	// MPI layer's eager limit towards peers without a single-copy read: a
+	// network whose hop costs microseconds asks for more (tcp, udp).
+	BufferBytes int
 }
 
 // Receiver takes arrived packets from Poll. An interface rather than a func so

@@ -38,6 +38,14 @@ const (
 	// (several times the bandwidth from 16 KiB on; docs/performance.md);
 	// below it the extra frame and the receiver's lookup cost more.
 	PutMin = 4 << 10
+	// BufferBytes is the per-peer receive buffer package am keeps for tcp
+	// peers (transport.Caps.BufferBytes), sixteen times shared memory's: a
+	// hop costs microseconds here, so medium requests of up to 64 KiB (one
+	// copy into the socket and one out) beat a rendezvous's extra round
+	// trip, as with Open MPI's TCP eager limit, and four of them fit in
+	// flight (docs/mpi.md). It is credit, not memory: the data waits in the
+	// sockets' buffers.
+	BufferBytes = 256 << 10
 	// DefaultSendQueue is the default bound of each peer's user-space send
 	// queue, in bytes (option "sendq_bytes").
 	DefaultSendQueue = 4 << 20
@@ -295,7 +303,7 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 		t.addrs[r] = sockaddr(ap)
 	}
 	t.caps = transport.Caps{Name: "tcp", Ordered: true, Reliable: true, MaxPacket: MaxPacket, PutSend: true,
-		Put: true, PutMin: PutMin, Wakeup: true}
+		Put: true, PutMin: PutMin, Wakeup: true, BufferBytes: BufferBytes}
 	return t, nil
 }
 

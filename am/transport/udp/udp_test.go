@@ -93,7 +93,7 @@ func pollFor(t *testing.T, tr *Transport, r *rec, want int) {
 
 func TestSendPollRaw(t *testing.T) {
 	ts := openJob(t, 2, nil)
-	require.Equal(t, transport.Caps{Name: "udp", MaxPacket: MaxPacket, Wakeup: true}, ts[0].Caps())
+	require.Equal(t, transport.Caps{Name: "udp", MaxPacket: MaxPacket, Wakeup: true, BufferBytes: BufferBytes}, ts[0].Caps())
 	require.NotEqual(t, ts[0].Addr(), ts[1].Addr())
 	require.True(t, strings.HasPrefix(ts[0].Addr(), "127.0.0.1:"))
 	big := make([]byte, MaxPacket-3)
