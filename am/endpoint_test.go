@@ -545,21 +545,7 @@ func TestGet(t *testing.T) {
 // and a window of a peer's size fills and drains. Ranks alternate between two
 // nodes: 0 and 2 share shm, 1 is across tcp.
 func TestBufferByNetwork(t *testing.T) {
-	open := func(cfg Config) []*Endpoint {
-		var eps []*Endpoint
-		for _, tr := range openJob(t, "shm+tcp", 4) {
-			ep, err := New(tr, cfg)
-			require.NoError(t, err)
-			eps = append(eps, ep)
-		}
-		t.Cleanup(func() {
-			for _, ep := range eps {
-				_ = ep.tr.Close()
-			}
-		})
-		return eps
-	}
-	eps := open(Config{})
+	eps := openEndpoints(t, "shm+tcp", 4, Config{})
 	require.Equal(t, flowctl.DefaultBufferBytes, eps[0].BufferBytesTo(2), "shm")
 	require.Equal(t, 256<<10, eps[0].BufferBytesTo(1), "tcp")
 	require.Equal(t, 256<<10, eps[1].BufferBytesTo(0), "the same both ways")
@@ -599,7 +585,7 @@ func TestBufferByNetwork(t *testing.T) {
 	require.NoError(t, <-done)
 	pollAll(t, eps, func() bool { return eps[0].Drain(0) == 0 })
 
-	eps = open(Config{BufferBytes: 32 << 10})
+	eps = openEndpoints(t, "shm+tcp", 4, Config{BufferBytes: 32 << 10})
 	require.Equal(t, 32<<10, eps[0].BufferBytesTo(1), "Config.BufferBytes for every peer")
 	require.Equal(t, 32<<10, eps[0].BufferBytesTo(2))
 }

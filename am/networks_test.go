@@ -122,22 +122,28 @@ func openBooted(t testing.TB, n int, id string, open func(transport.Bootstrap) (
 	return trs
 }
 
+// openEndpoints opens n endpoints over network with cfg, closed when the
+// test ends.
+func openEndpoints(t *testing.T, network string, n int, cfg Config) []*Endpoint {
+	var eps []*Endpoint
+	for _, tr := range openJob(t, network, n) {
+		ep, err := New(tr, cfg)
+		require.NoError(t, err)
+		eps = append(eps, ep)
+	}
+	t.Cleanup(func() {
+		for _, ep := range eps {
+			_ = ep.tr.Close()
+		}
+	})
+	return eps
+}
+
 // forEachNetwork runs body on n fresh endpoints over every network.
 func forEachNetwork(t *testing.T, n int, cfg Config, body func(t *testing.T, eps []*Endpoint)) {
 	for _, network := range networks {
 		t.Run(network, func(t *testing.T) {
-			var eps []*Endpoint
-			for _, tr := range openJob(t, network, n) {
-				ep, err := New(tr, cfg)
-				require.NoError(t, err)
-				eps = append(eps, ep)
-			}
-			t.Cleanup(func() {
-				for _, ep := range eps {
-					_ = ep.tr.Close()
-				}
-			})
-			body(t, eps)
+			body(t, openEndpoints(t, network, n, cfg))
 		})
 	}
 }
