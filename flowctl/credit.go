@@ -26,7 +26,9 @@ type Range struct {
 func (r Range) End() uint32 { return r.Off + r.Len }
 
 // Params are the sizes of the packets the engine reserves room for, in
-// bytes. Every rank of a job uses the same.
+// bytes. Every rank of a job uses the same, except that BufferBytes may
+// differ between pairs of ranks (a pair over another network): the two ends
+// of a pair use the same (Ledger.SetBuffer on the receiving side).
 type Params struct {
 	// BufferBytes is the per-peer receive buffer (DefaultBufferBytes).
 	BufferBytes int

@@ -1,7 +1,8 @@
 // Package flowctl is the credit of the buffered protocol of MPI over
 // SP AM (Chang, Czajkowski, Hawblitzel, Hu and von Eicken, "Low-Latency
 // Communication on the IBM RISC System/6000 SP", Supercomputing 1996): every
-// receiver holds one buffer (16 KiB) for every other process; a sender
+// receiver holds one buffer (16 KiB there; here its size may differ from
+// peer to peer, the same at both ends of a pair) for every other process; a sender
 // allocates space in its buffer at the receiver on its own, with no
 // communication, and the receiver's reply, once it has consumed the message,
 // frees that space.
