@@ -59,13 +59,29 @@ func tuneSlack() error {
 	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(d.Nanoseconds()), 0, 0, 0); err != nil {
 		slog.Debug("am: setting the timer slack", "err", err)
 	}
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return nil
-	}
-	for _, t := range tasks {
-		if err := os.WriteFile("/proc/self/task/"+t.Name()+"/timerslack_ns", []byte(ns), 0); err != nil {
-			slog.Debug("am: setting a thread's timer slack", "tid", t.Name(), "err", err)
+	// The slack is per thread, and a thread the runtime starts copies it
+	// from the thread that starts it. Pass over the threads until a pass
+	// finds none not yet set: every thread alive at that last listing has
+	// been set, so every later one inherits the slack.
+	done := map[string]bool{}
+	for range 100 {
+		tasks, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			return nil
+		}
+		fresh := false
+		for _, t := range tasks {
+			if done[t.Name()] {
+				continue
+			}
+			fresh = true
+			done[t.Name()] = true
+			if err := os.WriteFile("/proc/self/task/"+t.Name()+"/timerslack_ns", []byte(ns), 0); err != nil {
+				slog.Debug("am: setting a thread's timer slack", "tid", t.Name(), "err", err)
+			}
+		}
+		if !fresh {
+			break
 		}
 	}
 	return nil
