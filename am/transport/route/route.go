@@ -407,9 +407,7 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 //     (a rank alone on its node whose traffic all comes from other nodes
 //     sleeps in the socket network's own Wait, woken by the kernel directly),
 //     else the one it slept on before (a network needs a Wake to be one);
-//   - when every other network is cold, it first sleeps on the primary alone
-//     for up to firstWait;
-//   - then every other network's waiter goroutine is asked to sleep in its
+//   - every other network's waiter goroutine is asked to sleep in its
 //     network's Wait for as long as this one sleeps (unless it still does),
 //     and wakes this one through the primary's Wake when that network has
 //     traffic.
@@ -443,30 +441,15 @@ func (t *Transport) Wait(d time.Duration) error {
 	if pi < 0 {
 		// Every network's waiter is still inside its Wait (three networks
 		// or more): let the caller poll again shortly.
-		time.Sleep(min(d, firstWait))
+		time.Sleep(min(d, retryWait))
 		return nil
 	}
 	p := t.nets[pi]
-	// While the other networks are cold, first a short wait on the primary
-	// alone (its spin, then a brief sleep): most waits end there, and
-	// waking a waiter costs a thread switch each time. The first network's
-	// quietness is not counted (see Poll): it is hot unless it reaches no
-	// other rank.
-	hot := false
-	for i, m := range t.nets {
-		if i != pi && (i == 0 && !m.alone || i > 0 && m.quiet.Load() < hotPolls) {
-			hot = true
-		}
-	}
-	if !hot {
-		start := time.Now()
-		if err := p.t.Wait(min(d, firstWait)); err != nil || time.Since(start) < min(d, firstWait) {
-			return err
-		}
-		if d -= time.Since(start); d <= 0 {
-			return nil
-		}
-	}
+	// Every other network gets a waiter, even a cold one: a sleep on the
+	// primary alone for a short while first would end on its timeout, and a
+	// timed sleep ends up to the thread's timer slack late (a millisecond in
+	// ranks that amrun starts, see docs/launch.md), which is how late a
+	// packet from another node would then be seen.
 	t.primary.Store(int32(pi))
 	t.sleeping.Store(true)
 	pending := false
@@ -618,11 +601,9 @@ func (t *Transport) SetPutResolver(r transport.PutResolver) {
 	}
 }
 
-// firstWait is how long Wait sleeps on the node-local network before it
-// wakes the other networks' waiters, when they are cold: packets from
-// other nodes that arrive meanwhile wait for the next Poll, at most this
-// long.
-const firstWait = 50 * time.Microsecond
+// retryWait is how long Wait sleeps when every network's waiter is still
+// inside its Wait (three networks or more) before the caller polls again.
+const retryWait = 50 * time.Microsecond
 
 // waiterSlice is the longest a waiter sleeps in its network's Wait before
 // it looks whether the caller still sleeps and the transport is not closing.

@@ -3,6 +3,7 @@ package route_test
 import (
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -282,4 +283,92 @@ func TestWaitSleepsWhereTrafficComesFrom(t *testing.T) {
 		require.NoError(t, ts[c.waiter].Wait(time.Millisecond))
 		require.Equal(t, c.primary, ts[c.waiter].Primary(), "round %d: rank %d after a packet from rank %d", i, c.waiter, c.sender)
 	}
+}
+
+// recordWaits is a network whose Waits are recorded: how long each was
+// asked to sleep.
+type recordWaits struct {
+	transport.Transport
+	mu    sync.Mutex
+	waits []time.Duration
+}
+
+func (r *recordWaits) Wait(d time.Duration) error {
+	r.mu.Lock()
+	r.waits = append(r.waits, d)
+	r.mu.Unlock()
+	return r.Transport.Wait(d)
+}
+
+func (r *recordWaits) Wake() { r.Transport.(transport.Waker).Wake() }
+
+func (r *recordWaits) Sleep(d time.Duration) error { return r.Transport.(transport.Sleeper).Sleep(d) }
+
+// A rank that sleeps on its node's network while the network between nodes
+// is cold hands the whole wait to it, with the other network watched from
+// the start: a shorter timed sleep on the node's network alone first would
+// end up to the thread's timer slack late (a millisecond in ranks amrun
+// starts), and a packet from another node would wait that long.
+func TestWaitIsNeverATimedSliceOnOneNetwork(t *testing.T) {
+	bs := transporttest.NewBootstraps(3, "routetest-slice")
+	tcps := make([]transport.Transport, 3)
+	errs := make(chan error, 3)
+	for r := range bs {
+		go func() {
+			var err error
+			tcps[r], err = transport.Open("tcp", bs[r], map[string]string{"iface": "127.0.0.1", "spin": "0s"})
+			errs <- err
+		}()
+	}
+	for range bs {
+		require.NoError(t, <-errs)
+	}
+	// Ranks 0 and 1 share a node; rank 2 is on another.
+	locals, err := loop.NewJob(2, nil)
+	require.NoError(t, err)
+	alone, err := loop.NewJob(1, nil)
+	require.NoError(t, err)
+	rec := &recordWaits{Transport: locals[0]}
+	var ts [3]*route.Transport
+	for r, nets := range [][]route.Net{
+		{{T: rec, Ranks: []int{0, 1}, Peers: []int{0, 1}}, {T: tcps[0], Peers: []int{2}}},
+		{{T: locals[1], Ranks: []int{0, 1}, Peers: []int{0, 1}}, {T: tcps[1], Peers: []int{2}}},
+		{{T: alone[0], Ranks: []int{2}, Peers: []int{2}}, {T: tcps[2], Peers: []int{0, 1}}},
+	} {
+		ts[r], err = route.New(r, 3, nets)
+		require.NoError(t, err)
+		defer ts[r].Close()
+	}
+	me := ts[0]
+
+	var buf [wire.MaxHeaderLen]byte
+	hdr := buf[:wire.Encode(buf[:], &wire.Header{Kind: wire.KindRequestShort, Handler: 1, NArgs: 1}, []uint64{7})]
+	// A packet from its node makes the node's network the one that
+	// delivered last; polls with nothing more let the network between nodes
+	// go cold.
+	require.NoError(t, transporttest.SendRetry(ts[1], 0, hdr, nil, nil))
+	var got transporttest.Last
+	for range 4096 {
+		_, err := me.Poll(&got, 1)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 1, got.Src)
+	rec.mu.Lock()
+	rec.waits = nil
+	rec.mu.Unlock()
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		_ = transporttest.SendRetry(ts[2], 0, hdr, nil, nil)
+	}()
+	got = transporttest.Last{}
+	for got.N == 0 {
+		require.NoError(t, me.Wait(10*time.Second))
+		_, err := me.Poll(&got, 1)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 2, got.Src)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.NotEmpty(t, rec.waits)
+	require.Equal(t, 10*time.Second, rec.waits[0], "the node's network was asked to sleep %v first", rec.waits)
 }
