@@ -238,7 +238,9 @@ func plan(bin, ref string, quick bool) []job {
 	}
 	mpich := func(network string, env ...string) config {
 		return config{Name: "mpich-" + network, Impl: "mpich", Prog: filepath.Join(ref, "osu_ref_mpich"),
-			Launch: []string{"mpiexec.mpich", "-n", "2"}, Env: env}
+			// Bound to a core each, as amrun and mpirun bind theirs
+			// (Hydra leaves ranks unbound unless asked).
+			Launch: []string{"mpiexec.mpich", "-n", "2", "-bind-to", "core"}, Env: env}
 	}
 	amgoNets := []string{"loop", "shm", "tcp"}
 	all := []config{amgo("loop", 2), amgo("shm", 2), amgo("tcp", 2),
