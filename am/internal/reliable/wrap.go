@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/amgo-hpc/amgo/am/transport"
@@ -27,7 +28,8 @@ const drainBudget = 1024
 // hands up in-order packets. A peer that acknowledges nothing for DeadAfter while
 // packets to it are outstanding is dead: Send to it returns an error wrapping
 // transport.ErrPeer and ErrPeerDead that names the rank, and the Poll that
-// notices it returns that error once.
+// notices it returns that error once. When tr is a transport.Waker the result
+// is one too: Wake wakes tr.
 //
 // Progress: Send, Poll and Wait run the protocol. When none of them has run
 // for cfg.ProgressInterval (default 1 ms), a goroutine does it instead: it
@@ -52,17 +54,34 @@ func Wrap(tr transport.Transport, cfg Config, clock func() time.Time) (transport
 		caps:    transport.Caps{Name: c.Name + "+reliable", Ordered: true, Reliable: true, MaxPacket: c.MaxPacket - wire.SeqExtLen, Wakeup: c.Wakeup},
 		deadErr: make([]error, tr.Size())}
 	w.feed.w = w
+	w.waker, _ = tr.(transport.Waker)
 	if e.Config().ProgressInterval > 0 {
 		w.interval = e.Config().ProgressInterval
 		w.stop = make(chan struct{})
 		w.done = make(chan struct{})
 		go w.progress()
 	}
+	if w.waker != nil {
+		return wakingWrapped{w}, nil
+	}
 	return w, nil
+}
+
+// wakingWrapped is the result of Wrap over a transport.Waker.
+type wakingWrapped struct{ *wrapped }
+
+// Wake makes a Wait in progress return, or else the next one return at once
+// (transport.Waker): it wakes the underlying transport, whose Wait the
+// wrapper's Wait sleeps in.
+func (w wakingWrapped) Wake() {
+	w.woken.Store(true)
+	w.waker.Wake()
 }
 
 type wrapped struct {
 	tr    transport.Transport
+	waker transport.Waker // tr, when it is one
+	woken atomic.Bool     // Wake was called: Wait returns
 	clock func() time.Time
 	caps  transport.Caps
 
@@ -99,6 +118,11 @@ func (w *wrapped) progress() {
 			w.now = now
 			w.pump()
 			w.transmit() // errors reach the caller through its own calls; deaths through Poll
+			if w.waker != nil && w.eng.HasReady() {
+				// A caller asleep in tr's Wait would see what was taken in
+				// only at the end of its slice.
+				w.waker.Wake()
+			}
 		} else {
 			wait = w.interval - idle
 		}
@@ -279,8 +303,10 @@ func (w *wrapped) Wait(d time.Duration) error {
 		if err := w.tr.Wait(slice); err != nil {
 			return err
 		}
-		if time.Since(start) < slice {
-			return nil // the underlying transport saw traffic
+		// A Wake ends the underlying Wait, but one late in a slice looks
+		// like the slice's end: the flag tells.
+		if w.woken.Swap(false) || time.Since(start) < slice {
+			return nil // the underlying transport saw traffic, or a Wake
 		}
 	}
 }

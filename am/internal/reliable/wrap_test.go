@@ -15,6 +15,7 @@ import (
 
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/am/transport/transporttest"
+	_ "github.com/amgo-hpc/amgo/am/transport/udp"
 	"github.com/amgo-hpc/amgo/internal/wire"
 )
 
@@ -321,5 +322,53 @@ func BenchmarkWrapSendPoll(b *testing.B) {
 			ws[0].Poll(rx, 16)
 		}
 		ws[1].Poll(rx, 16)
+	}
+}
+
+// Wrap over a transport.Waker is one (Wake ends the wrapper's Wait, which
+// sleeps in the underlying transport's); over a transport that has no Wake
+// it is not one.
+func TestWrapWake(t *testing.T) {
+	_, raw := newLossyJob(2, 1, 0, 0, 0)
+	w, err := Wrap(raw[0], Config{}, nil)
+	require.NoError(t, err)
+	_, ok := w.(transport.Waker)
+	require.False(t, ok, "a wrapper over a network without Wake")
+	require.NoError(t, w.Close())
+
+	bs := transporttest.NewBootstraps(2, "reliable-wake")
+	ts := make([]transport.Transport, 2)
+	errs := make(chan error, 2)
+	for r := range bs {
+		go func() {
+			u, err := transport.Open("udp", bs[r], map[string]string{"iface": "127.0.0.1", "spin": "0s"})
+			if err == nil {
+				ts[r], err = Wrap(u, wrapCfg, nil)
+			}
+			errs <- err
+		}()
+	}
+	for range bs {
+		require.NoError(t, <-errs)
+	}
+	defer ts[0].Close()
+	defer ts[1].Close()
+	transporttest.Wake(t, ts)
+
+	// The wrapper's Wait sleeps in slices of ProgressInterval (1 ms): a
+	// Wake at any point of a slice, its end included, ends the Wait.
+	rng := rand.New(rand.NewPCG(7, 1))
+	for i := range 100 {
+		delay := time.Duration(rng.IntN(3000)) * time.Microsecond
+		done := make(chan time.Duration, 1)
+		go func() {
+			start := time.Now()
+			_ = ts[0].Wait(5 * time.Second)
+			done <- time.Since(start)
+		}()
+		for start := time.Now(); time.Since(start) < delay; {
+		}
+		ts[0].(transport.Waker).Wake()
+		require.Less(t, <-done, time.Second, "round %d: a Wake %v into the Wait was lost", i, delay)
 	}
 }

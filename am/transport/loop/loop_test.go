@@ -98,3 +98,13 @@ func TestSleep(t *testing.T) {
 	defer ts[1].Close()
 	transporttest.Sleep(t, ts)
 }
+
+// Wake ends a Wait in progress, and makes the next Wait return at once when
+// no Wait is in progress (transport.Waker).
+func TestWake(t *testing.T) {
+	ts, err := NewJob(2, map[string]string{"spin": "0s"})
+	require.NoError(t, err)
+	defer ts[0].Close()
+	defer ts[1].Close()
+	transporttest.Wake(t, ts)
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -56,26 +55,5 @@ func TestWakeEndsWait(t *testing.T) {
 	ts := openJob(t, 2, map[string]string{"spin": "0s"})
 	defer ts[0].Close()
 	defer ts[1].Close()
-	var _ transport.Waker = ts[0]
-	done := make(chan time.Duration, 1)
-	go func() {
-		start := time.Now()
-		_ = ts[0].Wait(5 * time.Second)
-		done <- time.Since(start)
-	}()
-	time.Sleep(20 * time.Millisecond) // let it fall asleep
-	ts[0].Wake()
-	select {
-	case d := <-done:
-		require.Less(t, d, 4*time.Second)
-	case <-time.After(10 * time.Second):
-		t.Fatal("Wake did not end the Wait")
-	}
-	ts[0].Wake()
-	start := time.Now()
-	require.NoError(t, ts[0].Wait(5*time.Second))
-	require.Less(t, time.Since(start), 4*time.Second, "a Wake before the Wait")
-	start = time.Now()
-	require.NoError(t, ts[0].Wait(50*time.Millisecond))
-	require.GreaterOrEqual(t, time.Since(start), 40*time.Millisecond, "a Wake counts once")
+	transporttest.Wake(t, []transport.Transport{ts[0], ts[1]})
 }

@@ -89,3 +89,36 @@ func Sleep(t *testing.T, ts []transport.Transport) {
 		require.Less(t, asleep(w.Wake), 4*time.Second, "Wake ends Sleep")
 	}
 }
+
+// Wake checks a transport.Waker (rank 0 of ts; the test is skipped for a
+// transport that is not one): Wake from another goroutine ends a Wait in
+// progress; a Wake before a Wait makes that Wait return at once; and a Wake
+// counts once (the Wait after it sleeps again). ts should be opened with a
+// spin of zero so that each Wait sleeps at once.
+func Wake(t *testing.T, ts []transport.Transport) {
+	w, ok := ts[0].(transport.Waker)
+	if !ok {
+		t.Skip("not a transport.Waker")
+	}
+	done := make(chan time.Duration, 1)
+	go func() {
+		start := time.Now()
+		_ = ts[0].Wait(5 * time.Second)
+		done <- time.Since(start)
+	}()
+	time.Sleep(20 * time.Millisecond) // let it fall asleep
+	w.Wake()
+	select {
+	case d := <-done:
+		require.Less(t, d, 4*time.Second, "Wake ends a Wait in progress")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wake did not end the Wait")
+	}
+	w.Wake()
+	start := time.Now()
+	require.NoError(t, ts[0].Wait(5*time.Second))
+	require.Less(t, time.Since(start), 4*time.Second, "a Wake before the Wait")
+	start = time.Now()
+	require.NoError(t, ts[0].Wait(50*time.Millisecond))
+	require.GreaterOrEqual(t, time.Since(start), 40*time.Millisecond, "a Wake counts once")
+}

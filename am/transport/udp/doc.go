@@ -70,7 +70,9 @@
 //
 // Wait polls the socket with ppoll and a zero timeout for up to the spin
 // time (option "spin", default 20 us), then sleeps in ppoll until the socket
-// is readable or the timeout passes (Caps.Wakeup).
+// is readable or the timeout passes (Caps.Wakeup). Wake (transport.Waker)
+// writes an eventfd that the same ppoll watches, and sets a flag, so that a
+// Wake before a Wait makes that Wait return at once.
 //
 // # Failures
 //

@@ -84,6 +84,8 @@ type Transport struct {
 	rank, size int
 	caps       transport.Caps
 	fd         int
+	efd        int // eventfd: Wake ends a Wait that sleeps in ppoll
+	woken      atomic.Bool
 	family     int
 	laddr      string
 	spin       time.Duration
@@ -170,13 +172,18 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("udp: rank %d: %w", rank, err)
 	}
-	t := &Transport{rank: rank, size: size, fd: -1, spin: spin, peers: make([]peer, size),
+	t := &Transport{rank: rank, size: size, fd: -1, efd: -1, spin: spin, peers: make([]peer, size),
 		rbuf: make([]byte, 1<<16)}
 	fail := func(err error) (*Transport, error) {
-		if t.fd >= 0 {
-			unix.Close(t.fd)
+		for _, fd := range []int{t.fd, t.efd} {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
 		}
 		return nil, fmt.Errorf("udp: rank %d: %w", rank, err)
+	}
+	if t.efd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+		return fail(fmt.Errorf("eventfd: %w", err))
 	}
 	if err := t.bind(ip, port, bufBytes); err != nil {
 		return fail(err)
@@ -447,20 +454,25 @@ func (t *Transport) count(err error) {
 	}
 }
 
-// Wait returns when a datagram may have arrived, or after about d: it polls
-// the socket (ppoll with a zero timeout) for up to the spin time, then sleeps
-// in ppoll until the socket is readable or d passes. Errors:
+// Wait returns when a datagram may have arrived, when Wake is called (or was
+// called since the last Wait), or after about d: it polls the socket (ppoll
+// with a zero timeout) for up to the spin time, then sleeps in ppoll until
+// the socket or the wake eventfd is readable or d passes. Errors:
 // transport.ErrClosed.
 func (t *Transport) Wait(d time.Duration) error {
 	if t.closed.Load() {
 		return transport.ErrClosed
 	}
-	var fds [1]unix.PollFd
-	fds[0] = unix.PollFd{Fd: int32(t.fd), Events: unix.POLLIN}
+	if t.woken.Load() {
+		t.drainWake(&unix.PollFd{Revents: unix.POLLIN})
+		return nil
+	}
+	fds := [2]unix.PollFd{{Fd: int32(t.fd), Events: unix.POLLIN}, {Fd: int32(t.efd), Events: unix.POLLIN}}
+	defer t.drainWake(&fds[1])
 	start := time.Now()
 	var ts unix.Timespec
 	for i := 0; ; i++ {
-		fds[0].Revents = 0
+		fds[0].Revents, fds[1].Revents = 0, 0
 		if k, _ := unix.Ppoll(fds[:], &ts, nil); k > 0 {
 			return nil
 		}
@@ -477,7 +489,7 @@ func (t *Transport) Wait(d time.Duration) error {
 		return nil
 	}
 	ts = unix.NsecToTimespec(int64(left))
-	fds[0].Revents = 0
+	fds[0].Revents, fds[1].Revents = 0, 0
 	if _, err := unix.Ppoll(fds[:], &ts, nil); err != nil && err != unix.EINTR {
 		if t.closed.Load() {
 			return transport.ErrClosed
@@ -487,11 +499,32 @@ func (t *Transport) Wait(d time.Duration) error {
 	return nil
 }
 
+// Wake makes a Wait in progress return, or else the next one return at once
+// (transport.Waker): another goroutine's way to end this network's sleep,
+// as package route's waiters do when another network has traffic.
+func (t *Transport) Wake() {
+	t.woken.Store(true)
+	var one = [8]byte{1}
+	unix.Write(t.efd, one[:])
+}
+
+// drainWake consumes the wake that ended a Wait (the eventfd was readable)
+// and clears the flag, so that a Wake counts once. A Wake after the flag is
+// cleared leaves the eventfd readable: the next Wait returns at once.
+func (t *Transport) drainWake(efd *unix.PollFd) {
+	if efd.Revents&unix.POLLIN != 0 || t.woken.Load() {
+		t.woken.Store(false)
+		var b [8]byte
+		unix.Read(t.efd, b[:])
+	}
+}
+
 // Close closes the socket; datagrams in flight are lost. It must not run
 // concurrently with the other methods. Closing twice is a no-op.
 func (t *Transport) Close() error {
 	if t.closed.Swap(true) {
 		return nil
 	}
+	unix.Close(t.efd)
 	return unix.Close(t.fd)
 }

@@ -267,3 +267,12 @@ func TestConformanceSmallDatagrams(t *testing.T) {
 		return ts
 	})
 }
+
+// Wake ends a Wait in progress, and makes the next Wait return at once when
+// no Wait is in progress (transport.Waker).
+func TestWakeEndsWait(t *testing.T) {
+	ts := openJob(t, 2, map[string]string{"spin": "0s"})
+	defer ts[0].Close()
+	defer ts[1].Close()
+	transporttest.Wake(t, []transport.Transport{ts[0], ts[1]})
+}
