@@ -588,4 +588,9 @@ func TestBufferByNetwork(t *testing.T) {
 	eps = openEndpoints(t, "shm+tcp", 4, Config{BufferBytes: 32 << 10})
 	require.Equal(t, 32<<10, eps[0].BufferBytesTo(1), "Config.BufferBytes for every peer")
 	require.Equal(t, 32<<10, eps[0].BufferBytesTo(2))
+
+	// The reliability layer over udp keeps udp's buffer size.
+	eps = openEndpoints(t, "udp", 2, Config{})
+	require.Equal(t, 256<<10, eps[0].BufferBytesTo(1), "udp under the reliability layer")
+	require.Greater(t, eps[0].MaxMediumTo(1), 60<<10)
 }

@@ -22,7 +22,7 @@ const drainBudget = 1024
 // time (nil: time.Now).
 //
 // The result's Caps: Ordered and Reliable true, MaxPacket tr's less the 8-byte sequence extension (wire.SeqExtLen), no Put, Name
-// tr's name with "+reliable". Send returns transport.ErrWouldBlock when Window
+// tr's name with "+reliable", Wakeup and BufferBytes tr's. Send returns transport.ErrWouldBlock when Window
 // packets to dst are unacknowledged (after first taking in acknowledgements that
 // have arrived). Poll takes in tr's arrivals, runs the timers, transmits and
 // hands up in-order packets. A peer that acknowledges nothing for DeadAfter while
@@ -51,7 +51,8 @@ func Wrap(tr transport.Transport, cfg Config, clock func() time.Time) (transport
 	}
 	c := tr.Caps()
 	w := &wrapped{tr: tr, eng: e, clock: clock,
-		caps:    transport.Caps{Name: c.Name + "+reliable", Ordered: true, Reliable: true, MaxPacket: c.MaxPacket - wire.SeqExtLen, Wakeup: c.Wakeup},
+		caps: transport.Caps{Name: c.Name + "+reliable", Ordered: true, Reliable: true, MaxPacket: c.MaxPacket - wire.SeqExtLen,
+			Wakeup: c.Wakeup, BufferBytes: c.BufferBytes},
 		deadErr: make([]error, tr.Size())}
 	w.feed.w = w
 	w.waker, _ = tr.(transport.Waker)
