@@ -3,12 +3,11 @@
 package udp
 
 import (
-	"crypto/sha256"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
 	"net/netip"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -90,17 +89,25 @@ type Transport struct {
 	laddr      string
 	spin       time.Duration
 	key        []byte
+	pr         *Prover
+	seq        atomic.Uint64 // the number of the next datagram sent (the proof's nonce)
+	bufs       sync.Pool     // *sendBuf: datagrams being sent
 	closed     atomic.Bool
 	st         counters
 
 	peers []peer
 
 	// Owned by Poll (one goroutine at a time).
-	rmac  hash.Hash
-	rsum  [sha256.Size]byte
-	rbuf  []byte
-	rsa   unix.RawSockaddrAny
-	rslen uint32
+	rbuf   []byte
+	rnonce [NonceLen]byte
+	rsa    unix.RawSockaddrAny
+	rslen  uint32
+}
+
+// sendBuf is where Send builds a datagram (its proof needs it contiguous).
+type sendBuf struct {
+	d     [MaxDatagram]byte
+	nonce [NonceLen]byte
 }
 
 // peer is the sending side towards one rank; padded against false sharing
@@ -110,10 +117,7 @@ type peer struct {
 	mu    sync.Mutex
 	sa    unix.RawSockaddrAny // the peer's address, also to check arrivals
 	salen uint32
-	frame [FrameHeader]byte
-	mac   hash.Hash
-	sum   [sha256.Size]byte
-	iov   [4]unix.Iovec
+	iov   unix.Iovec
 	msg   unix.Msghdr
 	_     [64]byte
 }
@@ -201,7 +205,15 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 		}
 	}
 	t.key = DeriveKey(secret)
-	t.rmac = newMAC(t.key)
+	if t.pr, err = NewProver(t.key); err != nil {
+		return fail(err)
+	}
+	var seed [8]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return fail(fmt.Errorf("a random first datagram number: %w", err))
+	}
+	t.seq.Store(binary.LittleEndian.Uint64(seed[:]))
+	t.bufs.New = func() any { return new(sendBuf) }
 	for r := 0; r < size; r++ {
 		v := t.laddr
 		if r != rank {
@@ -219,13 +231,10 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 		}
 		p := &t.peers[r]
 		p.salen = rawSockaddr(&p.sa, ap)
-		putFrame(&p.frame, rank, r)
-		p.mac = newMAC(t.key)
 		p.msg.Name = (*byte)(unsafe.Pointer(&p.sa))
 		p.msg.Namelen = p.salen
-		p.msg.Iov = &p.iov[0]
-		p.iov[0].Base = &p.frame[0]
-		p.iov[0].SetLen(FrameHeader)
+		p.msg.Iov = &p.iov
+		p.msg.Iovlen = 1
 	}
 	t.caps = transport.Caps{Name: "udp", MaxPacket: maxPacket, Wakeup: true, BufferBytes: BufferBytes}
 	return t, nil
@@ -334,13 +343,14 @@ func (t *Transport) Stats() Stats {
 		Short: s.short.Load(), Foreign: s.foreign.Load(), Misdirected: s.misdirected.Load(), BadProof: s.badProof.Load()}
 }
 
-// Send sends one datagram to dst with one sendmsg(MSG_DONTWAIT), gathered
-// from the frame header, hdr, payload and the proof, without copying. A
-// datagram the kernel drops for a transient reason (no buffer, no route) is
-// lost and counted, as a lossy network may lose it. It does not allocate.
-// Errors: transport.ErrTooLarge, transport.ErrWouldBlock (the socket's send
-// buffer is full: poll and retry), transport.ErrPeer (dst out of range),
-// transport.ErrClosed, and unexpected socket errors.
+// Send sends one datagram to dst with one sendmsg(MSG_DONTWAIT): the frame
+// header, hdr and payload are copied into a pooled buffer, whose proof
+// (GMAC) needs them contiguous. A datagram the kernel drops for a transient
+// reason (no buffer, no route) is lost and counted, as a lossy network may
+// lose it. It does not allocate. Errors: transport.ErrTooLarge,
+// transport.ErrWouldBlock (the socket's send buffer is full: poll and
+// retry), transport.ErrPeer (dst out of range), transport.ErrClosed, and
+// unexpected socket errors.
 func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	if t.closed.Load() {
 		return transport.ErrClosed
@@ -352,40 +362,36 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	if n > t.caps.MaxPacket {
 		return fmt.Errorf("udp: send %d bytes to rank %d, max %d: %w", n, dst, t.caps.MaxPacket, transport.ErrTooLarge)
 	}
+	sb := t.bufs.Get().(*sendBuf)
+	defer t.bufs.Put(sb)
+	d := sb.d[:FrameHeader]
+	putFrame(d, t.rank, dst, t.seq.Add(1))
+	d = t.pr.seal(append(append(d, hdr...), payload...), &sb.nonce)
 	p := &t.peers[dst]
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	pr := proof(p.mac, &p.sum, p.frame[:], hdr, payload)
-	k := 1
-	for _, s := range [2][]byte{hdr, payload} {
-		if len(s) > 0 {
-			p.iov[k].Base = &s[0]
-			p.iov[k].SetLen(len(s))
-			k++
-		}
-	}
-	p.iov[k].Base = &pr[0]
-	p.iov[k].SetLen(ProofLen)
-	p.msg.Iovlen = uint64(k + 1)
+	p.iov.Base = &d[0]
+	p.iov.SetLen(len(d))
 	for {
 		_, _, e := unix.Syscall(unix.SYS_SENDMSG, uintptr(t.fd), uintptr(unsafe.Pointer(&p.msg)), unix.MSG_DONTWAIT)
-		runtime.KeepAlive(hdr)
-		runtime.KeepAlive(payload)
 		switch e {
 		case 0:
 			t.st.sent.Add(1)
-			t.st.bytesOut.Add(uint64(n + Overhead))
-			p.iov[1], p.iov[2], p.iov[3] = unix.Iovec{}, unix.Iovec{}, unix.Iovec{}
+			t.st.bytesOut.Add(uint64(len(d)))
+			p.iov = unix.Iovec{}
 			return nil
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
 			t.st.wouldBlock.Add(1)
+			p.iov = unix.Iovec{}
 			return transport.ErrWouldBlock
 		case unix.ENOBUFS, unix.ENOMEM, unix.ECONNREFUSED, unix.EHOSTUNREACH, unix.ENETUNREACH, unix.EHOSTDOWN, unix.ENETDOWN:
 			t.st.sendErrs.Add(1)
+			p.iov = unix.Iovec{}
 			return nil
 		}
+		p.iov = unix.Iovec{}
 		if t.closed.Load() {
 			return transport.ErrClosed
 		}
@@ -424,7 +430,7 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 			continue
 		}
 		d := t.rbuf[:n]
-		src, pkt, err := DecodeDatagram(d, t.rank, t.size, t.rmac, &t.rsum)
+		src, pkt, err := DecodeDatagram(d, t.rank, t.size, t.pr, &t.rnonce)
 		if err == nil && !sameAddr(&t.rsa, t.rslen, &t.peers[src]) {
 			err = ErrForeign
 		}

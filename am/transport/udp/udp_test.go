@@ -131,9 +131,9 @@ func TestSendPollRaw(t *testing.T) {
 func TestRejectsOutsiders(t *testing.T) {
 	secret := hex.EncodeToString([]byte("0123456789abcdef"))
 	ts := openJob(t, 2, map[string]string{"secret": secret})
-	mac := newMAC(DeriveKey([]byte("0123456789abcdef")))
-	other := newMAC(DeriveKey([]byte("another job's secret")))
-	good := AppendDatagram(nil, mac, 0, 1, []byte("hello"))
+	mac := mustProver(t, DeriveKey([]byte("0123456789abcdef")))
+	other := mustProver(t, DeriveKey([]byte("another job's secret")))
+	good := AppendDatagram(nil, mac, 0, 1, 7, []byte("hello"))
 
 	// An outsider's socket, on loopback too.
 	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -145,9 +145,9 @@ func TestRejectsOutsiders(t *testing.T) {
 		[]byte("garbage"),
 		make([]byte, 200),
 		good[:len(good)-1],
-		AppendDatagram(nil, other, 0, 1, []byte("hello")),
-		AppendDatagram(nil, mac, 5, 1, []byte("hello")),
-		AppendDatagram(nil, mac, 0, 0, []byte("hello")),
+		AppendDatagram(nil, other, 0, 1, 8, []byte("hello")),
+		AppendDatagram(nil, mac, 5, 1, 9, []byte("hello")),
+		AppendDatagram(nil, mac, 0, 0, 10, []byte("hello")),
 		good, // valid, but not from rank 0's address
 		{},
 	}
@@ -180,9 +180,9 @@ func TestSecretMismatch(t *testing.T) {
 	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	require.NoError(t, err)
 	defer c.Close()
-	mac := newMAC(a[0].key)
+	mac := mustProver(t, a[0].key)
 	dst, _ := net.ResolveUDPAddr("udp4", b[0].Addr())
-	_, err = c.WriteToUDP(AppendDatagram(nil, mac, 0, 0, []byte("x")), dst)
+	_, err = c.WriteToUDP(AppendDatagram(nil, mac, 0, 0, 1, []byte("x")), dst)
 	require.NoError(t, err)
 	var r rec
 	pollFor(t, b[0], &r, 1)
@@ -257,7 +257,7 @@ func TestConformanceSmallDatagrams(t *testing.T) {
 		t.Skip("-short")
 	}
 	transporttest.Run(t, func(t *testing.T, n int) []transport.Transport {
-		raw := openJob(t, n, map[string]string{"max_packet": "1452"})
+		raw := openJob(t, n, map[string]string{"max_packet": "1436"})
 		ts := make([]transport.Transport, n)
 		for r := range raw {
 			w, err := reliable.Wrap(raw[r], wrapCfg, nil)
@@ -275,4 +275,11 @@ func TestWakeEndsWait(t *testing.T) {
 	defer ts[0].Close()
 	defer ts[1].Close()
 	transporttest.Wake(t, []transport.Transport{ts[0], ts[1]})
+}
+
+// mustProver is NewProver for tests.
+func mustProver(t testing.TB, key []byte) *Prover {
+	pr, err := NewProver(key)
+	require.NoError(t, err)
+	return pr
 }
