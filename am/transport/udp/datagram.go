@@ -123,7 +123,7 @@ func putFrame(b []byte, src, dst int, seq uint64) {
 // capacity.
 func (pr *Prover) seal(d []byte, n *[NonceLen]byte) []byte {
 	d = slices.Grow(d, ProofLen)
-	tag := pr.aead.Seal(d[len(d):len(d)], nonce(n, d), nil, d)
+	tag := pr.aead.Seal(d[len(d):], nonce(n, d), nil, d)
 	return d[:len(d)+len(tag)]
 }
 
