@@ -205,11 +205,31 @@ func TestNewRefusesBadLayouts(t *testing.T) {
 	}
 }
 
+// openSockets opens an n-rank job over a socket network (tcp or udp) on
+// loopback, its Wait without spin, each rank on its own goroutine (the
+// networks fence while they open).
+func openSockets(t *testing.T, network, jobID string, n int) []transport.Transport {
+	bs := transporttest.NewBootstraps(n, jobID)
+	ts := make([]transport.Transport, n)
+	errs := make(chan error, n)
+	for r := range bs {
+		go func() {
+			var err error
+			ts[r], err = transport.Open(network, bs[r], map[string]string{"iface": "127.0.0.1", "spin": "0s"})
+			errs <- err
+		}()
+	}
+	for range bs {
+		require.NoError(t, <-errs)
+	}
+	return ts
+}
+
 // A Wait sleeps on the network that delivered last, so that a rank whose
 // traffic comes from other nodes sleeps in the socket network's own Wait
 // (woken by the kernel directly), and still wakes for a packet of its node
 // through that network's Wake. Ranks 0 and 1 share a node (loop), rank 2 is
-// on another, tcp between nodes; a sender of the same rank as the waiter is
+// on another, tcp or udp between nodes; a sender of the same rank as the waiter is
 // another goroutine of that rank.
 func TestWaitSleepsWhereTrafficComesFrom(t *testing.T) {
 	// udp is wrapped in the reliability layer, which has a Wake over a
@@ -220,19 +240,7 @@ func TestWaitSleepsWhereTrafficComesFrom(t *testing.T) {
 }
 
 func waitSleepsWhereTrafficComesFrom(t *testing.T, between string) {
-	bs := transporttest.NewBootstraps(3, "routetest-primary-"+between)
-	tcps := make([]transport.Transport, 3)
-	errs := make(chan error, 3)
-	for r := range bs {
-		go func() {
-			var err error
-			tcps[r], err = transport.Open(between, bs[r], map[string]string{"iface": "127.0.0.1", "spin": "0s"})
-			errs <- err
-		}()
-	}
-	for range bs {
-		require.NoError(t, <-errs)
-	}
+	tcps := openSockets(t, between, "routetest-primary-"+between, 3)
 	locals, err := loop.NewJob(2, nil)
 	require.NoError(t, err)
 	alone, err := loop.NewJob(1, nil)
@@ -326,19 +334,7 @@ func (r *recordWaits) Sleep(d time.Duration) error { return r.Transport.(transpo
 // end up to the thread's timer slack late (a millisecond in ranks amrun
 // starts), and a packet from another node would wait that long.
 func TestWaitIsNeverATimedSliceOnOneNetwork(t *testing.T) {
-	bs := transporttest.NewBootstraps(3, "routetest-slice")
-	tcps := make([]transport.Transport, 3)
-	errs := make(chan error, 3)
-	for r := range bs {
-		go func() {
-			var err error
-			tcps[r], err = transport.Open("tcp", bs[r], map[string]string{"iface": "127.0.0.1", "spin": "0s"})
-			errs <- err
-		}()
-	}
-	for range bs {
-		require.NoError(t, <-errs)
-	}
+	tcps := openSockets(t, "tcp", "routetest-slice", 3)
 	// Ranks 0 and 1 share a node; rank 2 is on another.
 	locals, err := loop.NewJob(2, nil)
 	require.NoError(t, err)
