@@ -58,10 +58,12 @@
 //
 // # Sending
 //
-// Send copies the frame header and the caller's two slices into a pooled
-// buffer (GMAC needs the bytes it proves contiguous; copying 64 KiB costs a
-// fraction of proving it), appends the proof and writes the datagram with one
-// sendmsg(MSG_DONTWAIT): no allocation. A full socket send buffer (EAGAIN) returns
+// Send copies the frame header and the caller's two slices into one of 8
+// send buffers (the one of dst modulo 8, made on first use; GMAC needs the
+// bytes it proves contiguous, and copying 64 KiB costs a fraction of proving
+// it), appends the proof and writes the datagram with one
+// sendmsg(MSG_DONTWAIT): no allocation, and at most 8 × 64 KiB of buffers
+// whatever the job's size. A full socket send buffer (EAGAIN) returns
 // transport.ErrWouldBlock (Stats.WouldBlocks; the reliability layer counts
 // such a packet as lost and retransmits it); ENOBUFS, unreachable hosts and
 // the like lose the datagram silently (Stats.SendErrors), as the network may.
@@ -93,8 +95,9 @@
 // # Concurrency
 //
 // As transport.Transport says: Sends to different destinations, Poll and
-// Wait may run concurrently (each Send builds its datagram in a buffer of
-// its own from a pool; each destination has its own lock). Close must not run concurrently with anything else.
+// Wait may run concurrently (Sends to destinations of the same send buffer
+// take turns at its lock). Close must not run concurrently with anything
+// else.
 //
 // # Options
 //

@@ -91,7 +91,7 @@ type Transport struct {
 	key        []byte
 	pr         *Prover
 	seq        atomic.Uint64 // the number of the next datagram sent (the proof's nonce)
-	bufs       sync.Pool     // *sendBuf: datagrams being sent
+	stripes    [sendStripes]sendStripe
 	closed     atomic.Bool
 	st         counters
 
@@ -104,22 +104,28 @@ type Transport struct {
 	rslen  uint32
 }
 
-// sendBuf is where Send builds a datagram (its proof needs it contiguous).
-type sendBuf struct {
-	d     [MaxDatagram]byte
-	nonce [NonceLen]byte
-}
+// sendStripes is the number of buffers Sends build datagrams in: a Send to
+// rank dst uses stripe dst % sendStripes, so Sends to different ranks
+// seldom wait for one another, and a rank's send buffers take at most
+// sendStripes × 64 KiB whatever the job's size.
+const sendStripes = 8
 
-// peer is the sending side towards one rank; padded against false sharing
-// between Sends to different ranks.
-type peer struct {
+// sendStripe is where Sends build a datagram (its proof needs it
+// contiguous) and send it; padded against false sharing between stripes.
+type sendStripe struct {
 	_     [64]byte
 	mu    sync.Mutex
-	sa    unix.RawSockaddrAny // the peer's address, also to check arrivals
-	salen uint32
+	buf   []byte // MaxDatagram bytes, made by the first Send through this stripe
+	nonce [NonceLen]byte
 	iov   unix.Iovec
 	msg   unix.Msghdr
 	_     [64]byte
+}
+
+// peer is a rank's address.
+type peer struct {
+	sa    unix.RawSockaddrAny // the peer's address, also to check arrivals
+	salen uint32
 }
 
 // New opens rank b.Rank()'s UDP transport for a job of b.Size() ranks; the
@@ -213,7 +219,6 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 		return fail(fmt.Errorf("a random first datagram number: %w", err))
 	}
 	t.seq.Store(binary.LittleEndian.Uint64(seed[:]))
-	t.bufs.New = func() any { return new(sendBuf) }
 	for r := 0; r < size; r++ {
 		v := t.laddr
 		if r != rank {
@@ -231,10 +236,6 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 		}
 		p := &t.peers[r]
 		p.salen = rawSockaddr(&p.sa, ap)
-		p.msg.Name = (*byte)(unsafe.Pointer(&p.sa))
-		p.msg.Namelen = p.salen
-		p.msg.Iov = &p.iov
-		p.msg.Iovlen = 1
 	}
 	t.caps = transport.Caps{Name: "udp", MaxPacket: maxPacket, Wakeup: true, BufferBytes: BufferBytes}
 	return t, nil
@@ -344,8 +345,8 @@ func (t *Transport) Stats() Stats {
 }
 
 // Send sends one datagram to dst with one sendmsg(MSG_DONTWAIT): the frame
-// header, hdr and payload are copied into a pooled buffer, whose proof
-// (GMAC) needs them contiguous. A datagram the kernel drops for a transient
+// header, hdr and payload are copied into one of sendStripes buffers, since
+// the proof (GMAC) needs them contiguous. A datagram the kernel drops for a transient
 // reason (no buffer, no route) is lost and counted, as a lossy network may
 // lose it. It does not allocate. Errors: transport.ErrTooLarge,
 // transport.ErrWouldBlock (the socket's send buffer is full: poll and
@@ -362,36 +363,38 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	if n > t.caps.MaxPacket {
 		return fmt.Errorf("udp: send %d bytes to rank %d, max %d: %w", n, dst, t.caps.MaxPacket, transport.ErrTooLarge)
 	}
-	sb := t.bufs.Get().(*sendBuf)
-	defer t.bufs.Put(sb)
-	d := sb.d[:FrameHeader]
+	st := &t.stripes[dst%sendStripes]
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.buf == nil {
+		st.buf = make([]byte, MaxDatagram)
+	}
+	d := st.buf[:FrameHeader]
 	putFrame(d, t.rank, dst, t.seq.Add(1))
-	d = t.pr.seal(append(append(d, hdr...), payload...), &sb.nonce)
+	d = t.pr.seal(append(append(d, hdr...), payload...), &st.nonce)
 	p := &t.peers[dst]
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.iov.Base = &d[0]
-	p.iov.SetLen(len(d))
+	st.msg.Name = (*byte)(unsafe.Pointer(&p.sa))
+	st.msg.Namelen = p.salen
+	st.msg.Iov = &st.iov
+	st.msg.Iovlen = 1
+	st.iov.Base = &d[0]
+	st.iov.SetLen(len(d))
 	for {
-		_, _, e := unix.Syscall(unix.SYS_SENDMSG, uintptr(t.fd), uintptr(unsafe.Pointer(&p.msg)), unix.MSG_DONTWAIT)
+		_, _, e := unix.Syscall(unix.SYS_SENDMSG, uintptr(t.fd), uintptr(unsafe.Pointer(&st.msg)), unix.MSG_DONTWAIT)
 		switch e {
 		case 0:
 			t.st.sent.Add(1)
 			t.st.bytesOut.Add(uint64(len(d)))
-			p.iov = unix.Iovec{}
 			return nil
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
 			t.st.wouldBlock.Add(1)
-			p.iov = unix.Iovec{}
 			return transport.ErrWouldBlock
 		case unix.ENOBUFS, unix.ENOMEM, unix.ECONNREFUSED, unix.EHOSTUNREACH, unix.ENETUNREACH, unix.EHOSTDOWN, unix.ENETDOWN:
 			t.st.sendErrs.Add(1)
-			p.iov = unix.Iovec{}
 			return nil
 		}
-		p.iov = unix.Iovec{}
 		if t.closed.Load() {
 			return transport.ErrClosed
 		}
