@@ -67,6 +67,14 @@ type Config struct {
 	// shared-memory reply, while waking a halted virtual CPU costs tens of
 	// microseconds (docs/performance.md).
 	SpinTime time.Duration
+	// Yield makes a blocking wait give its processor away between polls
+	// (sched_yield(2)) while it spins, instead of polling flat out, and sleep
+	// on the transport without the transport's own spin: for a node with
+	// more ranks than processors, where a spinning rank keeps the rank it
+	// waits for off the processor (Open MPI's mpi_yield_when_idle).
+	// package job sets it when this node has more ranks than the rank may
+	// use processors, or from AMGO_YIELD.
+	Yield bool
 	// OnDrop, if set, is called on the polling goroutine for every incoming packet
 	// that is dropped (malformed, unknown handler, bad reservation). By default
 	// drops are logged with log/slog at warning level, at most once per second.

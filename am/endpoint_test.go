@@ -594,3 +594,43 @@ func TestBufferByNetwork(t *testing.T) {
 	require.Equal(t, 256<<10, eps[0].BufferBytesTo(1), "udp under the reliability layer")
 	require.Greater(t, eps[0].MaxMediumTo(1), 60<<10)
 }
+
+// With Config.Yield a blocking wait yields its processor while it spins and
+// then sleeps on the network without the network's own spin: it still ends
+// as soon as its packet arrives, after a short wait (within the spin) and
+// after a long one (asleep), on every network.
+func TestYieldingWaits(t *testing.T) {
+	forEachNetwork(t, 2, Config{Yield: true}, func(t *testing.T, eps []*Endpoint) {
+		var got [2]atomic.Int64
+		for i, ep := range eps {
+			_, err := ep.Register(handlers.Entry{Index: 1, Name: "ping", NArgs: 1, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+				got[i].Add(1)
+			}})
+			require.NoError(t, err)
+		}
+		// The other rank polls in the background so that credit returns.
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, _ = eps[1].Poll()
+			}
+		}()
+		for i, pause := range []time.Duration{0, 5 * time.Millisecond, 0, 30 * time.Millisecond} {
+			go func() {
+				time.Sleep(pause)
+				_ = eps[1].RequestShort(0, 1, uint64(i))
+			}()
+			want := int64(i + 1)
+			require.NoError(t, eps[0].PollUntil(func() bool { return got[0].Load() >= want }))
+		}
+		close(stop)
+		<-done
+	})
+}

@@ -5,10 +5,19 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/amgo-hpc/amgo/am/transport"
 )
 
 // Waiting: the backoff of blocking calls, PollUntil, Drain, and the optional
 // progress goroutine.
+
+// osYield gives the processor to another runnable thread, if any
+// (sched_yield(2)); a raw call, since it returns at once or after the other
+// thread's turn and the Go scheduler need not know (Config.Yield).
+func osYield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // backoff paces a blocking wait: poll hot, then poll and yield the processor
 // now and then, for SpinTime, then sleep on the transport's wake-up so that a
@@ -88,8 +97,11 @@ func (ep *Endpoint) progress(b *backoff) error {
 		}
 	}
 	if b.spins%64 != 0 || time.Since(b.start) < ep.cfg.SpinTime || time.Now().UnixNano() < ep.expect.Load() {
+		if ep.cfg.Yield {
+			osYield() // another process's thread
+		}
 		if b.spins%16 == 0 && b.spins >= b.yieldAt {
-			runtime.Gosched()
+			runtime.Gosched() // another goroutine of this one
 		}
 		return nil
 	}
@@ -101,7 +113,12 @@ func (ep *Endpoint) progress(b *backoff) error {
 		}
 	}
 	if ep.pollMu.TryLock() {
-		err := ep.tr.Wait(time.Millisecond)
+		var err error
+		if sl, ok := ep.tr.(transport.Sleeper); ok && ep.cfg.Yield {
+			err = sl.Sleep(time.Millisecond) // its spin would not yield
+		} else {
+			err = ep.tr.Wait(time.Millisecond)
+		}
 		ep.pollMu.Unlock()
 		return err
 	}

@@ -52,6 +52,10 @@ const (
 	EnvProgress = "AMGO_PROGRESS"
 	// EnvBufferBytes sets am.Config.BufferBytes.
 	EnvBufferBytes = "AMGO_BUFFER_BYTES"
+	// EnvYield sets am.Config.Yield: "1" yields the processor while
+	// waiting, "0" never does; unset, a rank yields when its node has more
+	// ranks than it may use processors (oversubscribed).
+	EnvYield = "AMGO_YIELD"
 )
 
 // configFromEnv applies EnvProgress and EnvBufferBytes to the fields of cfg
@@ -70,6 +74,13 @@ func configFromEnv(cfg *am.Config) error {
 			return fmt.Errorf("%w: %s=%q", am.ErrConfig, EnvBufferBytes, v)
 		}
 		cfg.BufferBytes = n
+	}
+	switch v := os.Getenv(EnvYield); v {
+	case "", "0":
+	case "1":
+		cfg.Yield = true
+	default:
+		return fmt.Errorf("%w: %s=%q (0 or 1)", am.ErrConfig, EnvYield, v)
 	}
 	return nil
 }
@@ -196,6 +207,9 @@ func Open(cfg am.Config) (*am.Endpoint, error) {
 			return nil, fmt.Errorf("am: rank %d: %w", boot.Rank(), err)
 		}
 		tuneBind(layout, boot.Rank())
+		if os.Getenv(EnvYield) == "" && oversubscribed(layout, boot.Rank()) {
+			cfg.Yield = true
+		}
 	}
 	var tr transport.Transport
 	switch name := os.Getenv(EnvTransport); {

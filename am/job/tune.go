@@ -108,6 +108,33 @@ func tuneBind(l Layout, rank int) {
 	}
 }
 
+// oversubscribed reports whether rank's node has more ranks than rank may
+// use processors (after any binding): its waits should then give their
+// processor away (am.Config.Yield).
+func oversubscribed(l Layout, rank int) bool {
+	if l.Node == nil || rank < 0 || rank >= len(l.Node) {
+		return false
+	}
+	var allowed unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
+		return false
+	}
+	return moreRanksThanCPUs(len(l.Ranks(l.Node[rank])), allowed.Count(), onlineCPUs())
+}
+
+// moreRanksThanCPUs reports whether a node's n ranks have fewer processors
+// than ranks, for a rank that may run on cpus of the online ones (0:
+// unknown). A rank bound to one CPU counts the node's processors instead:
+// amrun binds each rank to a CPU of its own when there are enough, so a
+// rank alone on its CPU is oversubscribed only if the node has more ranks
+// than CPUs (a launcher that binds several ranks to each core).
+func moreRanksThanCPUs(n, cpus, online int) bool {
+	if cpus == 1 {
+		return online > 0 && n > online
+	}
+	return n > cpus
+}
+
 // bindCPU is the CPU that rank binds itself to, given the CPUs it may run
 // on (allowed, ascending) and the number of online CPUs: none (ok false)
 // when the launcher bound it (it may not run on every online CPU), when the

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/amgo-hpc/amgo/am"
 )
 
 func TestBindCPU(t *testing.T) {
@@ -40,6 +42,41 @@ func TestBindCPU(t *testing.T) {
 	_, ok := bindCPU(Layout{}, 0, []int{0}, 1)
 	require.False(t, ok, "no layout")
 	require.Positive(t, onlineCPUs())
+}
+
+// A rank yields while it waits when its node has more ranks than it may use
+// processors, counting the node's processors when it is bound to one CPU.
+func TestOversubscribed(t *testing.T) {
+	for _, c := range []struct {
+		n, cpus, online int
+		want            bool
+	}{
+		{4, 2, 2, true},  // amrun -n 4 on 2 CPUs: left unbound
+		{2, 2, 2, false}, // as many ranks as CPUs
+		{2, 1, 2, false}, // bound by amrun, a CPU each
+		{3, 1, 2, true},  // a launcher bound 3 ranks to 2 cores
+		{1, 1, 0, false}, // online CPUs unknown
+		{8, 1, 0, false}, // the same
+		{3, 4, 8, false}, // a cpuset of 4 for 3 ranks
+		{5, 4, 8, true},  // and for 5
+	} {
+		require.Equal(t, c.want, moreRanksThanCPUs(c.n, c.cpus, c.online), "%+v", c)
+	}
+	require.False(t, oversubscribed(Layout{}, 0), "no layout")
+	require.False(t, oversubscribed(Layout{Node: []int{0}}, 3), "no such rank")
+	require.False(t, oversubscribed(Layout{Node: []int{0}}, 0), "one rank")
+}
+
+// AMGO_YIELD sets am.Config.Yield; anything but 0 or 1 is an error.
+func TestYieldFromEnv(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "0": false, "1": true} {
+		t.Setenv(EnvYield, v)
+		var cfg am.Config
+		require.NoError(t, configFromEnv(&cfg))
+		require.Equal(t, want, cfg.Yield, "%s=%q", EnvYield, v)
+	}
+	t.Setenv(EnvYield, "yes")
+	require.ErrorIs(t, configFromEnv(&am.Config{}), am.ErrConfig)
 }
 
 // A rank whose launcher left the kernel's timer slack sets its own: on the
