@@ -37,21 +37,7 @@ func TestDeadPeerReleasesBlockedWait(t *testing.T) {
 				}
 			})
 			// Rank 1 keeps polling for the live traffic.
-			stop := make(chan struct{})
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					_, _ = eps[1].Poll()
-					time.Sleep(50 * time.Microsecond)
-				}
-			}()
-			defer func() { close(stop); <-done }()
+			defer pollInBackground(eps[1], 50*time.Microsecond)()
 
 			start := time.Now()
 			go func() {

@@ -609,19 +609,7 @@ func TestYieldingWaits(t *testing.T) {
 			require.NoError(t, err)
 		}
 		// The other rank polls in the background so that credit returns.
-		stop := make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				_, _ = eps[1].Poll()
-			}
-		}()
+		stopPolling := pollInBackground(eps[1], 0)
 		for i, pause := range []time.Duration{0, 5 * time.Millisecond, 0, 30 * time.Millisecond} {
 			go func() {
 				time.Sleep(pause)
@@ -630,7 +618,28 @@ func TestYieldingWaits(t *testing.T) {
 			want := int64(i + 1)
 			require.NoError(t, eps[0].PollUntil(func() bool { return got[0].Load() >= want }))
 		}
-		close(stop)
-		<-done
+		stopPolling()
 	})
+}
+
+// pollInBackground polls ep on a goroutine of its own, pausing pause
+// between polls, until the returned stop is called (which waits for it).
+func pollInBackground(ep *Endpoint, pause time.Duration) (stop func()) {
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			_, _ = ep.Poll()
+			if pause > 0 {
+				time.Sleep(pause)
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
 }
