@@ -192,7 +192,8 @@ type peer struct {
 type Endpoint struct {
 	tr        transport.Transport
 	putter    transport.Putter
-	putSender transport.PutSender // the putter, when it can send a packet with a put's data
+	putSender transport.PutSender       // the putter, when it can send a packet with a put's data
+	sleep     func(time.Duration) error // a blocked wait's sleep: tr.Wait, or tr's Sleep with Config.Yield
 	getter    transport.Getter
 	noGet     []atomic.Bool // by rank: single-copy get refused by the network for that peer
 	gets      atomic.Uint64 // completed Gets
@@ -291,6 +292,10 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 		cfg:   cfg,
 		peers: cacheline.Slice[peer](tr.Size()),
 		dead:  make([]atomic.Pointer[PeerError], tr.Size()),
+	}
+	ep.sleep = tr.Wait
+	if sl, ok := tr.(transport.Sleeper); ok && cfg.Yield {
+		ep.sleep = sl.Sleep // the network's spin would not yield
 	}
 	if p, ok := tr.(transport.Putter); ok && caps.Put {
 		ep.putter = p

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/amgo-hpc/amgo/am/transport"
 )
 
 // Waiting: the backoff of blocking calls, PollUntil, Drain, and the optional
@@ -113,12 +111,7 @@ func (ep *Endpoint) progress(b *backoff) error {
 		}
 	}
 	if ep.pollMu.TryLock() {
-		var err error
-		if sl, ok := ep.tr.(transport.Sleeper); ok && ep.cfg.Yield {
-			err = sl.Sleep(time.Millisecond) // its spin would not yield
-		} else {
-			err = ep.tr.Wait(time.Millisecond)
-		}
+		err := ep.sleep(time.Millisecond)
 		ep.pollMu.Unlock()
 		return err
 	}

@@ -93,9 +93,21 @@ func tuneBind(l Layout, rank int) {
 	if os.Getenv(EnvBindCPU) != "" || os.Getenv(EnvBind) == "none" {
 		return
 	}
+	cpus, ok := allowedCPUs()
+	if !ok {
+		return
+	}
+	if cpu, ok := bindCPU(l, rank, cpus, onlineCPUs()); ok {
+		bindTo(cpu)
+	}
+}
+
+// allowedCPUs lists the CPUs this process may run on, ascending (false when
+// the kernel would not say).
+func allowedCPUs() ([]int, bool) {
 	var allowed unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
-		return
+		return nil, false
 	}
 	var cpus []int
 	for cpu := 0; cpu < len(allowed)*64; cpu++ {
@@ -103,9 +115,7 @@ func tuneBind(l Layout, rank int) {
 			cpus = append(cpus, cpu)
 		}
 	}
-	if cpu, ok := bindCPU(l, rank, cpus, onlineCPUs()); ok {
-		bindTo(cpu)
-	}
+	return cpus, true
 }
 
 // oversubscribed reports whether rank's node has more ranks than rank may
@@ -115,11 +125,8 @@ func oversubscribed(l Layout, rank int) bool {
 	if l.Node == nil || rank < 0 || rank >= len(l.Node) {
 		return false
 	}
-	var allowed unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
-		return false
-	}
-	return moreRanksThanCPUs(len(l.Ranks(l.Node[rank])), allowed.Count(), onlineCPUs())
+	cpus, ok := allowedCPUs()
+	return ok && moreRanksThanCPUs(len(l.Ranks(l.Node[rank])), len(cpus), onlineCPUs())
 }
 
 // moreRanksThanCPUs reports whether a node's n ranks have fewer processors

@@ -62,7 +62,7 @@
 // send buffers (the one of dst modulo 8, made on first use; GMAC needs the
 // bytes it proves contiguous, and copying 64 KiB costs a fraction of proving
 // it), appends the proof and writes the datagram with one
-// sendmsg(MSG_DONTWAIT): no allocation, and at most 8 × 64 KiB of buffers
+// sendto(MSG_DONTWAIT): no allocation, and at most 8 × 64 KiB of buffers
 // whatever the job's size. A full socket send buffer (EAGAIN) returns
 // transport.ErrWouldBlock (Stats.WouldBlocks; the reliability layer counts
 // such a packet as lost and retransmits it); ENOBUFS, unreachable hosts and

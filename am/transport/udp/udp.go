@@ -111,14 +111,12 @@ type Transport struct {
 const sendStripes = 8
 
 // sendStripe is where Sends build a datagram (its proof needs it
-// contiguous) and send it; padded against false sharing between stripes.
+// contiguous); padded against false sharing between stripes.
 type sendStripe struct {
 	_     [64]byte
 	mu    sync.Mutex
 	buf   []byte // MaxDatagram bytes, made by the first Send through this stripe
 	nonce [NonceLen]byte
-	iov   unix.Iovec
-	msg   unix.Msghdr
 	_     [64]byte
 }
 
@@ -344,7 +342,7 @@ func (t *Transport) Stats() Stats {
 		Short: s.short.Load(), Foreign: s.foreign.Load(), Misdirected: s.misdirected.Load(), BadProof: s.badProof.Load()}
 }
 
-// Send sends one datagram to dst with one sendmsg(MSG_DONTWAIT): the frame
+// Send sends one datagram to dst with one sendto(MSG_DONTWAIT): the frame
 // header, hdr and payload are copied into one of sendStripes buffers, since
 // the proof (GMAC) needs them contiguous. A datagram the kernel drops for a transient
 // reason (no buffer, no route) is lost and counted, as a lossy network may
@@ -373,14 +371,9 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	putFrame(d, t.rank, dst, t.seq.Add(1))
 	d = t.pr.seal(append(append(d, hdr...), payload...), &st.nonce)
 	p := &t.peers[dst]
-	st.msg.Name = (*byte)(unsafe.Pointer(&p.sa))
-	st.msg.Namelen = p.salen
-	st.msg.Iov = &st.iov
-	st.msg.Iovlen = 1
-	st.iov.Base = &d[0]
-	st.iov.SetLen(len(d))
 	for {
-		_, _, e := unix.Syscall(unix.SYS_SENDMSG, uintptr(t.fd), uintptr(unsafe.Pointer(&st.msg)), unix.MSG_DONTWAIT)
+		_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(t.fd), uintptr(unsafe.Pointer(&d[0])), uintptr(len(d)),
+			unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&p.sa)), uintptr(p.salen))
 		switch e {
 		case 0:
 			t.st.sent.Add(1)
@@ -473,11 +466,11 @@ func (t *Transport) Wait(d time.Duration) error {
 		return transport.ErrClosed
 	}
 	if t.woken.Load() {
-		t.drainWake(&unix.PollFd{Revents: unix.POLLIN})
+		t.drainWake(true)
 		return nil
 	}
 	fds := [2]unix.PollFd{{Fd: int32(t.fd), Events: unix.POLLIN}, {Fd: int32(t.efd), Events: unix.POLLIN}}
-	defer t.drainWake(&fds[1])
+	defer func() { t.drainWake(fds[1].Revents&unix.POLLIN != 0) }()
 	start := time.Now()
 	var ts unix.Timespec
 	for i := 0; ; i++ {
@@ -517,11 +510,12 @@ func (t *Transport) Wake() {
 	unix.Write(t.efd, one[:])
 }
 
-// drainWake consumes the wake that ended a Wait (the eventfd was readable)
-// and clears the flag, so that a Wake counts once. A Wake after the flag is
-// cleared leaves the eventfd readable: the next Wait returns at once.
-func (t *Transport) drainWake(efd *unix.PollFd) {
-	if efd.Revents&unix.POLLIN != 0 || t.woken.Load() {
+// drainWake consumes the wake that ended a Wait (fired: the eventfd was
+// readable, or the flag was seen set) and clears the flag, so that a Wake
+// counts once. A Wake after the flag is cleared leaves the eventfd
+// readable: the next Wait returns at once.
+func (t *Transport) drainWake(fired bool) {
+	if fired || t.woken.Load() {
 		t.woken.Store(false)
 		var b [8]byte
 		unix.Read(t.efd, b[:])
