@@ -13,6 +13,7 @@ import (
 	"github.com/amgo-hpc/amgo/flowctl"
 	"github.com/amgo-hpc/amgo/handlers"
 	"github.com/amgo-hpc/amgo/internal/cacheline"
+	"github.com/amgo-hpc/amgo/internal/locks"
 	"github.com/amgo-hpc/amgo/internal/wire"
 )
 
@@ -27,6 +28,9 @@ var (
 	ErrInHandler = errors.New("am: request from inside a handler would block")
 	ErrConfig    = errors.New("am: invalid configuration")
 	ErrNotMedium = errors.New("am: only a medium request's payload can be retained")
+	// ErrSeq: under Config.Seq, two goroutines called into the endpoint at
+	// once; its state may be corrupt, and every call after fails.
+	ErrSeq = errors.New("am: two goroutines inside an endpoint that was promised one call at a time (Config.Seq)")
 	// ErrPeerDead is matched by a *PeerError: a rank of the job has failed.
 	ErrPeerDead = errors.New("am: peer failed")
 )
@@ -86,6 +90,17 @@ type Config struct {
 	// proposes for programs with long gaps between MPI calls).
 	// 0: off. AMGO_PROGRESS (a Go duration, e.g. 100us) sets it.
 	Progress time.Duration
+	// Seq is the client's promise to make one call into the endpoint at a
+	// time, from one goroutine or from several in turn with a
+	// happens-before edge between them (GASNet-EX's GASNET_SEQ and
+	// GASNET_PARSYNC modes; what mpiam declares for MPI's ThreadSingle to
+	// ThreadSerialized). The endpoint then guards its per-peer send state
+	// and its poll with plain flags instead of locks: no locked
+	// instruction on a message's path. A call that finds another
+	// goroutine inside the endpoint is recorded, and every later call
+	// fails with ErrSeq. Ignored when Progress is set: the progress
+	// goroutine polls beside the client (Sequential reports what holds).
+	Seq bool
 }
 
 func (c *Config) fill() error {
@@ -171,7 +186,7 @@ type peerNet struct {
 
 // peer is the sender's state toward one rank, guarded by mu.
 type peer struct {
-	mu sync.Mutex
+	mu locks.Mutex // a plain flag under Config.Seq
 	// cr is the credit toward the peer: the space this rank holds in the
 	// peer's buffer, and the credit it owes the peer and carries back on
 	// requests (whose flowctl.Owed the poller's Ledger adds to without mu:
@@ -188,7 +203,8 @@ type peer struct {
 
 // Endpoint is one rank's attachment to the AM network: its handler table, its
 // per-peer receive buffers and send windows, and the transport underneath.
-// All methods are safe for concurrent use; handlers run only inside Poll.
+// All methods are safe for concurrent use, unless Config.Seq promised one
+// call at a time; handlers run only inside Poll.
 type Endpoint struct {
 	tr        transport.Transport
 	putter    transport.Putter
@@ -214,8 +230,9 @@ type Endpoint struct {
 	segs    []segment
 	pinners []*runtime.Pinner // unpinned, for reuse: registering allocates nothing in steady state
 
-	pollMu sync.Mutex
-	rx     rxState // guarded by pollMu
+	pollMu locks.Mutex // a plain flag under Config.Seq
+	rx     rxState     // guarded by pollMu
+	seq    *locks.Seq  // Config.Seq in force (nil: locks)
 
 	backlogged atomic.Int32  // peers with a non-empty backlog
 	polls      atomic.Uint64 // about every 16th completed poll: a waiter that sees none for long is inside a handler
@@ -293,6 +310,13 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 		peers: cacheline.Slice[peer](tr.Size()),
 		dead:  make([]atomic.Pointer[PeerError], tr.Size()),
 	}
+	if cfg.Seq && cfg.Progress <= 0 {
+		ep.seq = locks.NewSeq()
+		ep.pollMu.SetSeq(ep.seq)
+		for i := range ep.peers {
+			ep.peers[i].mu.SetSeq(ep.seq)
+		}
+	}
 	ep.sleep = tr.Wait
 	if sl, ok := tr.(transport.Sleeper); ok && cfg.Yield {
 		ep.sleep = sl.Sleep // the network's spin would not yield
@@ -369,6 +393,10 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 
 // Rank is this endpoint's rank, 0..Size-1.
 func (ep *Endpoint) Rank() int { return ep.rank }
+
+// Sequential reports whether the endpoint runs under Config.Seq's promise
+// (asked for, and no progress goroutine beside the client).
+func (ep *Endpoint) Sequential() bool { return ep.seq != nil }
 
 // Size is the number of ranks in the job.
 func (ep *Endpoint) Size() int { return ep.size }

@@ -643,3 +643,39 @@ func pollInBackground(ep *Endpoint, pause time.Duration) (stop func()) {
 	}()
 	return func() { close(quit); <-done }
 }
+
+// Under Config.Seq the endpoint's locks are plain flags: requests, replies,
+// credit and back-pressure work as with locks on every network, one
+// goroutine driving both endpoints; a progress goroutine cancels the
+// promise.
+func TestSeqOnEveryNetwork(t *testing.T) {
+	forEachNetwork(t, 2, Config{Seq: true}, func(t *testing.T, eps []*Endpoint) {
+		const hReq, hRep handlers.Index = 10, 11
+		var replies atomic.Int64
+		for _, ep := range eps {
+			require.True(t, ep.Sequential())
+			_, err := ep.Register(handlers.Entry{Index: hReq, Name: "req", NArgs: 1, Fn: func(tok *handlers.Token, a []uint64, p []byte) {
+				require.Len(t, p, int(a[0]))
+				require.NoError(t, tok.ReplyShort(hRep, a[0]))
+			}})
+			require.NoError(t, err)
+			_, err = ep.Register(handlers.Entry{Index: hRep, Name: "rep", NArgs: 1, Fn: func(*handlers.Token, []uint64, []byte) {
+				replies.Add(1)
+			}})
+			require.NoError(t, err)
+		}
+		payload := make([]byte, 1000)
+		const n = 2000 // far more than one buffer's worth: credit must come back
+		for i := 0; i < n; i++ {
+			k := i % len(payload)
+			require.NoError(t, eps[0].RequestMedium(1, hReq, payload[:k], uint64(k)))
+			if i%8 == 7 { // what fits in the smallest per-peer buffer, then its credit back
+				want := int64(i + 1)
+				pollAll(t, eps, func() bool { return replies.Load() == want })
+			}
+		}
+		pollAll(t, eps, func() bool { return replies.Load() == n })
+	})
+	ep := openEndpoints(t, "loop", 1, Config{Seq: true, Progress: time.Millisecond})[0]
+	require.False(t, ep.Sequential(), "a progress goroutine polls beside the client")
+}

@@ -29,6 +29,9 @@ func (ep *Endpoint) Poll() (int, error) {
 const pollBatch = 64
 
 func (ep *Endpoint) pollLocked() (int, error) {
+	if ep.seq.Collided() {
+		return 0, ErrSeq
+	}
 	if !ep.table.Sealed() {
 		ep.table.Seal()
 		ep.startProgress()

@@ -24,6 +24,9 @@ func (ep *Endpoint) checkDst(dst int) error {
 	if pe := ep.dead[dst].Load(); pe != nil {
 		return pe
 	}
+	if ep.seq.Collided() {
+		return ErrSeq
+	}
 	return nil
 }
 

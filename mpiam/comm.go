@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/amgo-hpc/amgo/internal/cacheline"
+	"github.com/amgo-hpc/amgo/internal/release"
 )
 
 // Comm is a communicator (MPI_Comm): a group of ranks and a context that
@@ -25,8 +26,10 @@ type Comm struct {
 	// non-overtaking). A goroutine takes its number and sends without a lock:
 	// one goroutine's sends leave in number order; two goroutines that race
 	// may reach the network out of order, and the receiver holds the early
-	// one until the gap fills (MPI orders only one thread's sends).
-	sendSeq []atomic.Uint32
+	// one until the gap fills (MPI orders only one thread's sends). Taken
+	// with an atomic add, or a load and a plain store at a single-threaded
+	// level (nextSeq).
+	sendSeq []uint32
 
 	collSeq atomic.Uint32 // collective calls started on c: tags of their messages
 	coll    *Comm         // c's collective context (ctx+1), nil for that one itself
@@ -90,6 +93,9 @@ func (c *Comm) valid() error {
 	if c == nil || c.p == nil {
 		return fmt.Errorf("%w: nil communicator", ErrComm)
 	}
+	if c.p.seq.Collided() {
+		return c.p.threadErr()
+	}
 	if c.freed.Load() {
 		return fmt.Errorf("%w: communicator %d was freed", ErrComm, c.ctx)
 	}
@@ -97,6 +103,17 @@ func (c *Comm) valid() error {
 		return ErrFinalized
 	}
 	return nil
+}
+
+// nextSeq takes the sequence number of c's next message to rank dest.
+func (c *Comm) nextSeq(dest int) uint32 {
+	s := &c.sendSeq[dest]
+	if c.p.seq != nil {
+		v := atomic.LoadUint32(s)
+		release.Store32(s, v+1) // a plain store: no other goroutine sends
+		return v
+	}
+	return atomic.AddUint32(s, 1) - 1
 }
 
 // collective returns the hidden communicator of c's collective traffic.
@@ -113,9 +130,9 @@ func (p *proc) newComm(ctx uint32, rank, size int, ranks []int) *Comm {
 	// Off other objects' cache lines: goroutine ranks share one heap
 	// (internal/cacheline).
 	c := cacheline.New[Comm]()
-	*c = Comm{p: p, ctx: ctx, rank: rank, size: size, ranks: ranks, sendSeq: cacheline.Slice[atomic.Uint32](size)}
+	*c = Comm{p: p, ctx: ctx, rank: rank, size: size, ranks: ranks, sendSeq: cacheline.Slice[uint32](size)}
 	c.coll = cacheline.New[Comm]()
-	*c.coll = Comm{p: p, ctx: ctx + 1, rank: rank, size: size, ranks: ranks, sendSeq: cacheline.Slice[atomic.Uint32](size)}
+	*c.coll = Comm{p: p, ctx: ctx + 1, rank: rank, size: size, ranks: ranks, sendSeq: cacheline.Slice[uint32](size)}
 	return c
 }
 

@@ -102,6 +102,12 @@ var (
 	ErrCancelSend error = &classError{ClassUnsupport, "send requests cannot be cancelled (deprecated since MPI-4.0); the send will complete normally"}
 	// ErrFinalized: the call came after Finalize.
 	ErrFinalized error = &classError{ClassOther, "MPI is finalized"}
+	// ErrThreadLevel: two goroutines were inside the library at once on a
+	// rank whose thread level promised one call at a time (ThreadSingle ..
+	// ThreadSerialized); its state may be corrupt, and every later call
+	// fails. Declare ThreadMultiple (the default) to call from several
+	// goroutines at once.
+	ErrThreadLevel error = &classError{ClassOther, "two goroutines called MPI at once at a single-threaded level"}
 )
 
 // ErrorClass returns the MPI error class of err: ClassSuccess for nil, the class

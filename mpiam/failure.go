@@ -81,6 +81,9 @@ func (p *proc) netErr(c *Comm, w int, op string, err error) error {
 	if errors.As(err, &pe) {
 		return &ProcFailedError{Rank: commRankOfOr(c, pe.Rank), WorldRank: pe.Rank, Op: op, Err: pe}
 	}
+	if errors.Is(err, am.ErrSeq) {
+		return fmt.Errorf("%w: %s", p.threadErr(), op)
+	}
 	return fmt.Errorf("%w: %s: %w", ErrOther, op, err)
 }
 

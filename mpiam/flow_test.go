@@ -168,7 +168,7 @@ func TestHeldMessageFreesItsSpace(t *testing.T) {
 	t.Setenv(EnvUnexpectedLimit, "0") // every unexpected message would keep its space
 	eachNetwork(t, 2, func(r *rk, w *Comm) {
 		if w.Rank() == 1 {
-			seq := w.sendSeq[0].Load()
+			seq := atomic.LoadUint32(&w.sendSeq[0])
 			a0, a1, a2 := envelope(w.ctx, w.rank, 5, seq+1, 0) // the number after the next
 			r.NoError(w.p.ep.RequestMedium(0, hEager, []byte("second"), a0, a1, a2))
 			r.Zero(w.p.ep.Drain(10*time.Second), "the held message must not keep its space")

@@ -90,7 +90,7 @@ func (p *proc) startSend(r *reqState) error {
 		p.reqs[r.id] = r
 		p.mu.Unlock()
 	}
-	seq := c.sendSeq[r.peer].Add(1) - 1
+	seq := c.nextSeq(r.peer)
 	a0, a1, a2 := envelope(c.ctx, c.rank, r.tag, seq, flags)
 	var err error
 	pb, hasPB := r.pbOut, r.hasPBOut
@@ -141,7 +141,7 @@ func (p *proc) sendEager(c *Comm, buf []byte, dest, tag int, mode Mode, pb uint6
 	if mode == Ready {
 		flags = flagReady
 	}
-	seq := c.sendSeq[dest].Add(1) - 1
+	seq := c.nextSeq(dest)
 	a0, a1, a2 := envelope(c.ctx, c.rank, tag, seq, flags)
 	err := p.ep.RequestMediumWith(world, hEager, buf, handlers.Piggyback{Value: pb, Set: hasPB}, a0, a1, a2)
 	if err != nil {

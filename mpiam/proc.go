@@ -11,6 +11,7 @@ import (
 	"github.com/amgo-hpc/amgo/am"
 	"github.com/amgo-hpc/amgo/handlers"
 	"github.com/amgo-hpc/amgo/internal/cacheline"
+	"github.com/amgo-hpc/amgo/internal/locks"
 	"github.com/amgo-hpc/amgo/mpiam/internal/match"
 	"github.com/amgo-hpc/amgo/mpiam/internal/proto"
 )
@@ -135,7 +136,7 @@ type proc struct {
 
 	checkTypes bool // AMGO_CHECK_TYPES: messages carry type signatures (typecheck.go)
 
-	mu       sync.Mutex // guards eng, reqs, nextID, work, nextCtx
+	mu       locks.Mutex // guards eng, reqs, nextID, work, nextCtx; a plain flag at a single-threaded level (thread.go)
 	eng      *match.Engine[*reqState, *inMsg]
 	matchBuf []match.Match[*reqState, *inMsg]
 	reqs     map[uint64]*reqState // rendezvous requests waiting for a peer, by id
@@ -172,6 +173,7 @@ type proc struct {
 	finalized atomic.Bool
 
 	thread ThreadLevel // declared level of thread support (thread.go)
+	seq    *locks.Seq  // a single-threaded level in force: p.mu and the request stack are plain flags
 	mainG  uint64      // id of the goroutine that called Init or runs the rank's function
 
 	tools       []Tool        // interposition hooks (tool.go); nil: none, one branch per call
@@ -565,6 +567,9 @@ func (p *proc) waitFor(cond func() bool) error {
 		})
 		if err == nil {
 			return nil
+		}
+		if errors.Is(err, am.ErrSeq) {
+			return p.threadErr()
 		}
 		if !errors.Is(err, am.ErrPeerDead) {
 			return fmt.Errorf("%w: %w", ErrOther, err)

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/amgo-hpc/amgo/internal/cacheline"
+	"github.com/amgo-hpc/amgo/internal/locks"
 )
 
 // reqCacheMax is the most idle operation states a rank keeps for reuse (about
@@ -28,7 +29,7 @@ const handleSlab = 64
 type reqCache struct {
 	pool sync.Pool // states of blocking calls
 
-	mu      sync.Mutex
+	mu      locks.Mutex // a plain flag at a single-threaded level
 	free    []*reqState // idle states of nonblocking calls
 	handles []Request   // the current slab's unused handles
 }

@@ -14,10 +14,11 @@ type Config struct {
 	AM am.Config
 	// Thread is the level of thread support the program declares
 	// (MPI_Init_thread's required, MPI-4.1 §11.6.1): Run, RunLocal and Init
-	// record it for QueryThread. The zero value is ThreadSingle, MPI_Init's.
-	// amgo behaves as ThreadMultiple at every level (see ThreadLevel). Run,
+	// record it for QueryThread, and a single-threaded level takes the
+	// lock-free path that ThreadLevel describes. The zero value declares
+	// nothing and provides ThreadMultiple, safe for any goroutine. Run,
 	// RunLocal and Init return ErrArg for a value outside ThreadSingle ..
-	// ThreadMultiple.
+	// ThreadMultiple other than zero. The level also sets AM.Seq.
 	Thread ThreadLevel
 }
 
@@ -31,6 +32,7 @@ func Run(cfg Config, fn func(world *Comm) error) error {
 	if err := checkThreadLevel(cfg.Thread); err != nil {
 		return err
 	}
+	cfg = seqConfig(cfg)
 	return job.Run(cfg.AM, func(ep *am.Endpoint) error { return runRank(ep, cfg, fn) })
 }
 
@@ -40,6 +42,7 @@ func RunLocal(n int, cfg Config, fn func(world *Comm) error) error {
 	if err := checkThreadLevel(cfg.Thread); err != nil {
 		return err
 	}
+	cfg = seqConfig(cfg)
 	return job.RunLocal(n, cfg.AM, func(ep *am.Endpoint) error { return runRank(ep, cfg, fn) })
 }
 
@@ -84,13 +87,14 @@ func (p *proc) finalize() error {
 // and returns the world communicator. Call Finalize before exiting. A job of
 // goroutine ranks (AMGO_LOOP_SIZE > 1) needs Run or RunLocal instead. The
 // calling goroutine becomes the rank's main one (IsThreadMain), and the level
-// of thread support is cfg.Thread (ThreadSingle unless set; see InitThread).
+// of thread support is cfg.Thread (ThreadMultiple unless set; see InitThread).
 // Errors: ErrArg for an invalid cfg.Thread; bootstrap and network errors,
 // wrapped in ErrOther.
 func Init(cfg Config) (*Comm, error) {
 	if err := checkThreadLevel(cfg.Thread); err != nil {
 		return nil, err
 	}
+	cfg = seqConfig(cfg)
 	ep, err := job.Open(cfg.AM)
 	if err != nil {
 		return nil, fmt.Errorf("%w: Init: %w", ErrOther, err)

@@ -187,12 +187,16 @@ func (p *proc) writePending(w io.Writer) {
 	p.diagMu.Unlock()
 
 	locked := false
-	for deadline := time.Now().Add(100 * time.Millisecond); !locked && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(100 * time.Millisecond); p.seq == nil && !locked && time.Now().Before(deadline); {
 		if locked = p.mu.TryLock(); !locked {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	if !locked {
+	if p.seq != nil {
+		// The rank's locks are plain flags (a single-threaded level): this
+		// goroutine cannot read its state safely while the rank runs.
+		lines = append(lines, fmt.Sprintf("(thread level %v, without locks: receives not listed; ThreadMultiple lists them)", p.thread))
+	} else if !locked {
 		lines = append(lines, "(the rank's matching state stayed locked; receives not listed)")
 	} else {
 		p.eng.Posted(func(s match.Spec, r *reqState) bool {

@@ -2,8 +2,11 @@ package mpiam
 
 import (
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
+	"github.com/amgo-hpc/amgo/am"
 	"github.com/stretchr/testify/require"
 )
 
@@ -12,7 +15,8 @@ func TestThreadLevelDeclared(t *testing.T) {
 		cfg  Config
 		want ThreadLevel
 	}{
-		{Config{}, ThreadSingle}, // MPI_Init's level
+		{Config{}, ThreadMultiple}, // the default: safe for any goroutine
+		{Config{Thread: ThreadSingle}, ThreadSingle},
 		{Config{Thread: ThreadFunneled}, ThreadFunneled},
 		{Config{Thread: ThreadSerialized}, ThreadSerialized},
 		{Config{Thread: ThreadMultiple}, ThreadMultiple},
@@ -55,6 +59,9 @@ func TestIsThreadMain(t *testing.T) {
 
 func TestThreadLevelInvalid(t *testing.T) {
 	for _, l := range []ThreadLevel{-1, ThreadMultiple + 1, 42} {
+		if l == 0 {
+			continue
+		}
 		err := RunLocal(2, Config{Thread: l}, func(*Comm) error {
 			t.Error("ranks ran with an invalid thread level")
 			return nil
@@ -68,7 +75,7 @@ func TestThreadLevelInvalid(t *testing.T) {
 		w, provided, err := InitThread(Config{}, l) // refused before the network is opened
 		require.ErrorIs(t, err, ErrArg)
 		require.Nil(t, w)
-		require.Equal(t, ThreadSingle, provided)
+		require.Zero(t, provided)
 		_, err = Init(Config{Thread: l})
 		require.ErrorIs(t, err, ErrArg)
 	}
@@ -92,4 +99,117 @@ func TestGoroutineID(t *testing.T) {
 	b := make(chan uint64)
 	go func() { b <- goroutineID() }()
 	require.NotEqual(t, a, <-b)
+}
+
+// A single-threaded level takes the lock-free path (the rank's and the
+// endpoint's locks are plain flags), ThreadMultiple and the default keep the
+// locks, and a progress goroutine keeps them at every level.
+func TestThreadLevelChoosesLocks(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want bool
+	}{
+		{Config{}, false},
+		{Config{Thread: ThreadMultiple}, false},
+		{Config{Thread: ThreadSingle}, true},
+		{Config{Thread: ThreadFunneled}, true},
+		{Config{Thread: ThreadSerialized}, true},
+		{Config{Thread: ThreadSingle, AM: am.Config{Progress: time.Millisecond}}, false},
+	} {
+		err := RunLocal(2, tc.cfg, func(w *Comm) error {
+			require.Equal(t, tc.want, w.p.seq != nil, "rank's plain flags")
+			require.Equal(t, tc.want, w.p.ep.Sequential(), "endpoint's plain flags")
+			// Point to point, a rendezvous and a collective on that path.
+			big := make([]byte, 1<<20)
+			for i := range big {
+				big[i] = byte(i)
+			}
+			peer := 1 - w.Rank()
+			got := make([]byte, len(big))
+			if _, err := Sendrecv(w, big, peer, 7, got, peer, 7); err != nil {
+				return err
+			}
+			require.Equal(t, big, got)
+			sum := []int{w.Rank() + 1}
+			if err := Allreduce(w, nil, sum, Sum[int]()); err != nil {
+				return err
+			}
+			require.Equal(t, 3, sum[0])
+			return nil
+		})
+		require.NoError(t, err, "%+v", tc.cfg)
+	}
+}
+
+// Under ThreadSerialized, goroutines may take turns (a happens-before edge
+// between their calls): the lock-free path serves them all.
+func TestThreadSerializedTurns(t *testing.T) {
+	err := RunLocal(2, Config{Thread: ThreadSerialized}, func(w *Comm) error {
+		peer := 1 - w.Rank()
+		for i := 0; i < 50; i++ {
+			done := make(chan error)
+			go func() { // a new goroutine each turn, one at a time
+				buf := []int{i * (w.Rank() + 1)}
+				got := []int{0}
+				_, err := Sendrecv(w, buf, peer, i, got, peer, i)
+				if err == nil && got[0] != i*(peer+1) {
+					err = fmt.Errorf("turn %d: got %d", i, got[0])
+				}
+				done <- err
+			}()
+			if err := <-done; err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+}
+
+// Two goroutines calling at once under ThreadSingle break the promise: once
+// a lock sees them, every call fails with ErrThreadLevel (class
+// ClassOther) instead of running on corrupted state. Under the race
+// detector the plain flags themselves are the reported race, so the test
+// runs without it.
+func TestThreadSingleMisuseIsAnError(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector reports this misuse itself (a data race on the plain flags)")
+	}
+	err := RunLocal(1, Config{Thread: ThreadSingle}, func(w *Comm) error {
+		stop := make(chan struct{})
+		errs := make(chan error, 2)
+		for g := 0; g < 2; g++ {
+			go func() {
+				buf, got := []byte{1}, []byte{0}
+				for {
+					select {
+					case <-stop:
+						errs <- nil
+						return
+					default:
+					}
+					if _, err := Sendrecv(w, buf, 0, g, got, 0, g); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		var err error
+		select {
+		case err = <-errs:
+		case <-time.After(20 * time.Second):
+			close(stop)
+			return errors.New("no collision seen in 20 s of two goroutines calling at once")
+		}
+		close(stop)
+		<-errs
+		require.ErrorIs(t, err, ErrThreadLevel)
+		require.Equal(t, ClassOther, ErrorClass(err))
+		_, err = w.QueryThread() // not a communication call: still answers
+		require.NoError(t, err)
+		require.ErrorIs(t, Send(w, []byte{1}, 0, 0), ErrThreadLevel, "every later call fails")
+		return nil
+	})
+	require.NoError(t, err)
 }

@@ -1,0 +1,74 @@
+package locks
+
+import (
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestMutexModes(t *testing.T) {
+	for _, seq := range []*Seq{nil, {}, NewSeq()} {
+		var m Mutex
+		m.SetSeq(seq)
+		m.Lock()
+		require.False(t, m.TryLock(), "a taken mutex")
+		m.Unlock()
+		require.True(t, m.TryLock())
+		m.Unlock()
+		require.False(t, seq.Collided())
+	}
+}
+
+// The zero Seq (not made by NewSeq) leaves a real mutex: exclusion holds
+// between goroutines.
+func TestZeroSeqIsAMutex(t *testing.T) {
+	var m Mutex
+	m.SetSeq(&Seq{})
+	n := 0
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 1000; i++ {
+				m.Lock()
+				n++
+				m.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, 4000, n)
+}
+
+// A Lock that finds the flag taken records the collision and waits for the
+// holder to let go.
+func TestCollisionIsRecorded(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the plain flag's accesses from two goroutines are the race the detector reports")
+	}
+	s := NewSeq()
+	var m Mutex
+	m.SetSeq(s)
+	m.Lock()
+	locked := make(chan struct{})
+	go func() {
+		m.Lock() // collides, waits
+		close(locked)
+		m.Unlock()
+	}()
+	for !s.Collided() {
+		// the goroutine has not reached its Lock yet
+		runtime.Gosched()
+	}
+	select {
+	case <-locked:
+		t.Fatal("the colliding Lock went on while the flag was held")
+	default:
+	}
+	m.Unlock()
+	<-locked
+	require.True(t, s.Collided())
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package locks
+
+const raceEnabled = true
