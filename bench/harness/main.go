@@ -52,6 +52,7 @@ type config struct {
 	Launch []string // launcher and its arguments, before the program
 	Env    []string // extra environment
 	Prog   string   // the benchmark program
+	Flags  []string // flags of the program after its subcommand (osu's -thread)
 }
 
 // job is one benchmark under one configuration.
@@ -68,6 +69,10 @@ func (j job) name() string { return j.Bench + "/" + j.Cfg.Name }
 
 func (j job) command() []string {
 	c := append(append([]string{}, j.Cfg.Launch...), j.Cfg.Prog)
+	if len(j.Args) > 0 && len(j.Cfg.Flags) > 0 {
+		c = append(append(c, j.Args[0]), j.Cfg.Flags...)
+		return append(c, j.Args[1:]...)
+	}
 	return append(c, j.Args...)
 }
 
@@ -243,9 +248,15 @@ func plan(bin, ref string, quick bool) []job {
 			Launch: []string{"mpiexec.mpich", "-n", "2", "-bind-to", "core"}, Env: env}
 	}
 	amgoNets := []string{"loop", "shm", "tcp"}
+	// amgo's osu declares ThreadSingle, as the C programs' MPI_Init does;
+	// amgo-shm-mt is the same over shm at ThreadMultiple.
+	shmMT := amgo("shm", 2)
+	shmMT.Name, shmMT.Flags = "amgo-shm-mt", []string{"-thread", "multiple"}
 	all := []config{amgo("loop", 2), amgo("shm", 2), amgo("tcp", 2),
 		ompi("self,vader", "shm"), ompi("self,tcp", "tcp"),
 		mpich("shm"), mpich("tcp", "MPIR_CVAR_NOLOCAL=1", "UCX_TLS=tcp,self")}
+	p2p := append(all[:3:3], shmMT)
+	p2p = append(p2p, all[3:]...)
 	var sizes []string
 	mt := []string{"-m", "0:65536", "-i", "1000", "-x", "10"}
 	match := []string{}
@@ -265,10 +276,11 @@ func plan(bin, ref string, quick bool) []job {
 		}
 	}
 	for _, b := range []string{"latency", "bw", "bibw"} {
-		for _, c := range all {
+		for _, c := range p2p {
 			jobs = append(jobs, job{Bench: b, Cfg: c, Args: append([]string{b}, sizes...)})
 		}
 	}
+	jobs = append(jobs, job{Bench: "mbw_mr", Cfg: shmMT, Args: append([]string{"mbw_mr"}, sizes...)})
 	for _, net := range amgoNets {
 		c := amgo(net, 2)
 		jobs = append(jobs,

@@ -39,7 +39,7 @@ func runColl(name string, args []string) error {
 	if err := parse(name, args, &o, nil); err != nil {
 		return err
 	}
-	return mpiam.Run(mpiam.Config{}, func(world *mpiam.Comm) error {
+	return mpiam.Run(mpiConfig(), func(world *mpiam.Comm) error {
 		n, me := world.Size(), world.Rank()
 		titles := map[string]string{"allreduce": "Allreduce", "bcast": "Broadcast", "alltoall": "All-to-All Personalized Exchange", "barrier": "Barrier"}
 		if me == 0 {

@@ -42,7 +42,8 @@ func runLatencyMT(args []string) error {
 	if err != nil {
 		return err
 	}
-	return mpiam.Run(mpiam.Config{}, func(world *mpiam.Comm) error {
+	// Goroutines call at once: osu_latency_mt's MPI_THREAD_MULTIPLE.
+	return mpiam.Run(mpiam.Config{Thread: mpiam.ThreadMultiple}, func(world *mpiam.Comm) error {
 		if err := needRanks(world, 2, false); err != nil {
 			return err
 		}
@@ -148,7 +149,7 @@ func runMatch(args []string) error {
 	}
 	// Every source must be able to leave its share queued at rank 0, and more.
 	perSource := queued + 16
-	cfg := mpiam.Config{AM: am.Config{BufferBytes: flowctl.RoundUp(perSource*matchReservation + 64<<10)}}
+	cfg := mpiam.Config{Thread: thread, AM: am.Config{BufferBytes: flowctl.RoundUp(perSource*matchReservation + 64<<10)}}
 	size := o.MaxSize
 	return mpiam.Run(cfg, func(world *mpiam.Comm) error {
 		if err := needRanks(world, 2, false); err != nil {

@@ -35,7 +35,7 @@ func runNBC(name string, args []string) error {
 	if err := parse(name, args, &o, nil); err != nil {
 		return err
 	}
-	return mpiam.Run(mpiam.Config{}, func(world *mpiam.Comm) error {
+	return mpiam.Run(mpiConfig(), func(world *mpiam.Comm) error {
 		n, me := world.Size(), world.Rank()
 		titles := map[string]string{"iallreduce": "Non-blocking Allreduce", "ialltoall": "Non-blocking All-to-All Personalized Exchange", "ibcast": "Non-blocking Broadcast"}
 		if me == 0 {

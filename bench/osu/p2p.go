@@ -16,10 +16,26 @@ const (
 	tagAck  = 2
 )
 
+// thread is the level of thread support the MPI tests declare (-thread):
+// single, as OSU's C programs do by calling MPI_Init, unless asked.
+var thread = mpiam.ThreadSingle
+
+// mpiConfig is the configuration the MPI tests run with.
+func mpiConfig() mpiam.Config { return mpiam.Config{Thread: thread} }
+
 // parse parses a subcommand's flags with OSU's options o (defaults in o).
 func parse(name string, args []string, o *osu.Options, extra func(fs *flag.FlagSet)) error {
 	fs := flag.NewFlagSet("osu "+name, flag.ContinueOnError)
 	osu.Register(fs, o)
+	fs.Func("thread", "level of thread support declared: single (the default, MPI_Init's), funneled, serialized or multiple", func(s string) error {
+		for l := mpiam.ThreadSingle; l <= mpiam.ThreadMultiple; l++ {
+			if l.String() == s {
+				thread = l
+				return nil
+			}
+		}
+		return fmt.Errorf("unknown thread level %q", s)
+	})
 	if extra != nil {
 		extra(fs)
 	}
@@ -59,7 +75,7 @@ func runLatency(args []string) error {
 	if layout != "" && layout != "vector" {
 		return fmt.Errorf("-d %s: the datatypes are vector", layout)
 	}
-	return mpiam.Run(mpiam.Config{}, func(world *mpiam.Comm) error {
+	return mpiam.Run(mpiConfig(), func(world *mpiam.Comm) error {
 		if err := needRanks(world, 2, false); err != nil {
 			return err
 		}
@@ -260,7 +276,7 @@ func runPairBandwidth(name, title string, args []string, dirs float64, newMeasur
 	if err := parse(name, args, &o, nil); err != nil {
 		return err
 	}
-	return mpiam.Run(mpiam.Config{}, func(world *mpiam.Comm) error {
+	return mpiam.Run(mpiConfig(), func(world *mpiam.Comm) error {
 		if err := needRanks(world, 2, false); err != nil {
 			return err
 		}
@@ -298,7 +314,7 @@ func runMBWMR(args []string) error {
 	if err := parse("mbw_mr", args, &o, nil); err != nil {
 		return err
 	}
-	return mpiam.Run(mpiam.Config{}, func(world *mpiam.Comm) error {
+	return mpiam.Run(mpiConfig(), func(world *mpiam.Comm) error {
 		if err := needRanks(world, 2, true); err != nil {
 			return err
 		}
