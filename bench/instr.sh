@@ -53,6 +53,6 @@ per_op() {
 }
 echo "instructions per iteration, benchmark body (inclusive):"
 callgrind_annotate --inclusive=yes "$dir/cg.out" 2>/dev/null |
-	grep -E '^ *[0-9,]+ .*Benchmark[A-Za-z0-9_]*\.func1 ' | head -1 | per_op
+	grep -E '^ *[0-9,]+ .*[Bb]ench[A-Za-z0-9_]*\.func1 ' | head -1 | per_op
 echo "instructions per iteration, own (exclusive), top $top:"
 callgrind_annotate "$dir/cg.out" 2>/dev/null | grep -E '^ *[0-9,]+ \(' | grep -v 'PROGRAM TOTALS' | head -"$top" | per_op

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 
 	"github.com/amgo-hpc/amgo/internal/cacheline"
-	"github.com/amgo-hpc/amgo/internal/release"
 )
 
 // Comm is a communicator (MPI_Comm): a group of ranks and a context that
@@ -27,7 +26,7 @@ type Comm struct {
 	// one goroutine's sends leave in number order; two goroutines that race
 	// may reach the network out of order, and the receiver holds the early
 	// one until the gap fills (MPI orders only one thread's sends). Taken
-	// with an atomic add, or a load and a plain store at a single-threaded
+	// with an atomic add, or a plain increment at a single-threaded
 	// level (nextSeq).
 	sendSeq []uint32
 
@@ -108,9 +107,9 @@ func (c *Comm) valid() error {
 // nextSeq takes the sequence number of c's next message to rank dest.
 func (c *Comm) nextSeq(dest int) uint32 {
 	s := &c.sendSeq[dest]
-	if c.p.seq != nil {
-		v := atomic.LoadUint32(s)
-		release.Store32(s, v+1) // a plain store: no other goroutine sends
+	if c.p.seq != nil { // one goroutine at a time: a plain increment
+		v := *s
+		*s = v + 1
 		return v
 	}
 	return atomic.AddUint32(s, 1) - 1

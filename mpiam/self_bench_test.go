@@ -7,8 +7,10 @@ import (
 // BenchmarkSelfSendRecv measures the CPU cost of one eager message through the
 // whole MPI path with no core crossing: a rank sends 8 bytes to itself and
 // receives them (send, handler, matching, copy, completion).
-func BenchmarkSelfSendRecv(b *testing.B) {
-	err := RunLocal(1, Config{}, func(w *Comm) error {
+func BenchmarkSelfSendRecv(b *testing.B) { byLevel(b, benchSelfSendRecv) }
+
+func benchSelfSendRecv(b *testing.B, cfg Config) {
+	err := RunLocal(1, cfg, func(w *Comm) error {
 		buf := make([]byte, 8)
 		b.ReportAllocs()
 		b.ResetTimer()
@@ -31,8 +33,10 @@ func BenchmarkSelfSendRecv(b *testing.B) {
 // BenchmarkSelfPosted measures the CPU cost of one eager message that finds its
 // receive posted (a ping-pong's path) with no core crossing: a persistent
 // receive is started, the rank sends 8 bytes to itself and waits.
-func BenchmarkSelfPosted(b *testing.B) {
-	err := RunLocal(1, Config{}, func(w *Comm) error {
+func BenchmarkSelfPosted(b *testing.B) { byLevel(b, benchSelfPosted) }
+
+func benchSelfPosted(b *testing.B, cfg Config) {
+	err := RunLocal(1, cfg, func(w *Comm) error {
 		buf := make([]byte, 8)
 		rbuf := make([]byte, 8)
 		r, err := RecvInit(w, rbuf, 0, 1)
@@ -64,9 +68,11 @@ func BenchmarkSelfPosted(b *testing.B) {
 // with no core crossing: a rank posts a window of 64 receives from itself,
 // starts 64 eager sends of 8 bytes to itself, and waits for all of them
 // (Irecv, Isend, handler, matching, copy, Waitall). ns/op is per message.
-func BenchmarkSelfWindow(b *testing.B) {
+func BenchmarkSelfWindow(b *testing.B) { byLevel(b, benchSelfWindow) }
+
+func benchSelfWindow(b *testing.B, cfg Config) {
 	const window = 64
-	err := RunLocal(1, Config{}, func(w *Comm) error {
+	err := RunLocal(1, cfg, func(w *Comm) error {
 		sbuf := make([]byte, 8)
 		rbuf := make([]byte, 8*window)
 		sreqs := make([]*Request, window)
@@ -140,5 +146,14 @@ func BenchmarkSelfUnexpected(b *testing.B) {
 				b.Fatal(err)
 			}
 		})
+	}
+}
+
+// byLevel runs a benchmark at ThreadSingle (the lock-free path) and at
+// ThreadMultiple (the default), as sub-benchmarks level=single and
+// level=multiple.
+func byLevel(b *testing.B, f func(*testing.B, Config)) {
+	for _, l := range []ThreadLevel{ThreadSingle, ThreadMultiple} {
+		b.Run("level="+l.String(), func(b *testing.B) { f(b, Config{Thread: l}) })
 	}
 }

@@ -9,15 +9,16 @@
 // cross-core round trip per message. A Mutex in sequential mode is a plain
 // flag instead: no atomic instruction, no fence.
 //
-// A client that breaks its promise is caught where that can be cheap: a
-// Lock that finds the flag set (which in sequential mode can only be
-// another goroutine inside the lock, since the owner's code never locks
-// twice) records the collision in the shared Seq, and waits for the flag
-// to clear before going on, so that the common collision costs no
-// corruption; the layer reports Seq.Collided as an error at its next call.
-// Two goroutines that both find the flag clear at once are not caught this
-// way; under the race detector the flag's plain accesses are themselves a
-// reported race, so a test of the misuse fails there.
+// A client that breaks its promise is caught where that is cheap: a Lock
+// that finds the flag set (in sequential mode only another goroutine can
+// have set it, since the owner's code never locks twice) records the
+// collision in the shared Seq and waits for the flag to clear before it
+// goes on, so that the colliding goroutine does not run the critical
+// section beside the other; the layer reports Seq.Collided as an error at
+// its next call. Two goroutines that both find the flag clear at the same
+// instant are not caught this way; under the race detector the flag's plain
+// accesses are themselves a reported race, so a test of the misuse fails
+// there.
 package locks
 
 import (
@@ -29,8 +30,11 @@ import (
 // Seq is the promise of one layer's client to make one call at a time, and
 // what its mutexes found. The zero value is not sequential.
 type Seq struct {
-	on       bool
-	collided atomic.Bool
+	on bool
+	// collided is a plain flag: only the client's one goroutine at a time
+	// reads and writes it, unless the promise is broken, which is what it
+	// records.
+	collided bool
 }
 
 // NewSeq returns the sequential mode of one layer instance: its mutexes
@@ -39,7 +43,7 @@ func NewSeq() *Seq { return &Seq{on: true} }
 
 // Collided reports whether a mutex of this mode was found taken by another
 // goroutine: the client broke its promise.
-func (s *Seq) Collided() bool { return s != nil && s.collided.Load() }
+func (s *Seq) Collided() bool { return s != nil && s.collided }
 
 // Mutex is a sync.Mutex, or a plain flag once SetSeq has put it in a
 // sequential mode. The zero value is an unlocked sync.Mutex.
@@ -58,14 +62,28 @@ func (m *Mutex) SetSeq(s *Seq) {
 	m.seq = s
 }
 
-// Lock locks m.
+// Lock locks m. In sequential mode it inlines to a test and a store of
+// the flag; a flag found set is another goroutine inside (lockSlow).
 func (m *Mutex) Lock() {
+	if m.seq != nil && m.held == 0 {
+		m.held = 1
+		return
+	}
+	m.lockSlow()
+}
+
+// lockSlow is Lock's other cases, out of line so that Lock inlines: a real
+// mutex, or a collision in sequential mode, which is recorded and waits for
+// the other goroutine to let go (the loads are atomic here, off the fast
+// path, so that the loop sees the other goroutine's store).
+func (m *Mutex) lockSlow() {
 	if m.seq == nil {
 		m.mu.Lock()
 		return
 	}
-	if m.held != 0 {
-		m.collide()
+	m.seq.collided = true
+	for atomic.LoadUint32(&m.held) != 0 {
+		runtime.Gosched()
 	}
 	m.held = 1
 }
@@ -86,19 +104,14 @@ func (m *Mutex) TryLock() bool {
 
 // Unlock unlocks m.
 func (m *Mutex) Unlock() {
-	if m.seq == nil {
-		m.mu.Unlock()
+	if m.seq != nil {
+		m.held = 0
 		return
 	}
-	m.held = 0
+	m.unlockMu()
 }
 
-// collide records that another goroutine holds m in sequential mode and
-// waits for it to let go (the loads are atomic here, off the fast path, so
-// that the loop sees the other goroutine's store).
-func (m *Mutex) collide() {
-	m.seq.collided.Store(true)
-	for atomic.LoadUint32(&m.held) != 0 {
-		runtime.Gosched()
-	}
-}
+// unlockMu unlocks the real mutex, out of line so that Unlock inlines.
+//
+//go:noinline
+func (m *Mutex) unlockMu() { m.mu.Unlock() }

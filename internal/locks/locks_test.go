@@ -1,9 +1,9 @@
 package locks
 
 import (
-	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -59,10 +59,11 @@ func TestCollisionIsRecorded(t *testing.T) {
 		close(locked)
 		m.Unlock()
 	}()
-	for !s.Collided() {
-		// the goroutine has not reached its Lock yet
-		runtime.Gosched()
+	deadline := time.Now().Add(10 * time.Second)
+	for !s.Collided() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // the goroutine has not reached its Lock yet
 	}
+	require.True(t, s.Collided())
 	select {
 	case <-locked:
 		t.Fatal("the colliding Lock went on while the flag was held")
@@ -70,5 +71,4 @@ func TestCollisionIsRecorded(t *testing.T) {
 	}
 	m.Unlock()
 	<-locked
-	require.True(t, s.Collided())
 }
