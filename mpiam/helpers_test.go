@@ -178,11 +178,24 @@ var errRankFailed = errors.New("rank failed its assertions")
 // rankBody is what a test runs on every rank.
 type rankBody func(r *rk, w *Comm)
 
-// eachNetwork runs body on n ranks over every network, as subtests.
+// eachNetwork runs body on n ranks over every network, as subtests, at
+// ThreadSingle: the lock-free path the benchmarks take. A body that calls
+// from several goroutines of a rank uses eachNetworkMT.
 func eachNetwork(t *testing.T, n int, body rankBody) {
 	t.Helper()
+	eachNetworkAt(t, n, ThreadSingle, body)
+}
+
+// eachNetworkMT is eachNetwork at ThreadMultiple.
+func eachNetworkMT(t *testing.T, n int, body rankBody) {
+	t.Helper()
+	eachNetworkAt(t, n, ThreadMultiple, body)
+}
+
+func eachNetworkAt(t *testing.T, n int, l ThreadLevel, body rankBody) {
+	t.Helper()
 	for _, nw := range networks {
-		t.Run(nw, func(t *testing.T) { runJob(t, nw, n, Config{}, body) })
+		t.Run(nw, func(t *testing.T) { runJob(t, nw, n, Config{Thread: l}, body) })
 	}
 }
 
@@ -195,11 +208,12 @@ func runJob(t *testing.T, nw string, n int, cfg Config, body rankBody) {
 
 // runRankBody runs body on one rank: a newProc over ep, body, then what
 // MPI_Finalize completes. Assertion failures and panics become errors.
-func runRankBody(t testing.TB, nw string, ep *am.Endpoint, body rankBody) (err error) {
+func runRankBody(t testing.TB, nw string, ep *am.Endpoint, level ThreadLevel, body rankBody) (err error) {
 	p, err := newProc(ep)
 	if err != nil {
 		return err
 	}
+	p.setThread(level)
 	defer func() {
 		if err != nil {
 			p.unpinAfterAbort()
@@ -352,7 +366,7 @@ func runRanks(t testing.TB, nw string, trs []transport.Transport, cfg Config, ep
 	n := len(trs)
 	eps := make([]*am.Endpoint, n)
 	for i, tr := range trs {
-		ep, err := am.New(tr, cfg.AM)
+		ep, err := am.New(tr, seqConfig(cfg).AM)
 		if err != nil {
 			for _, tr := range trs {
 				_ = tr.Close()
@@ -378,7 +392,7 @@ func runRanks(t testing.TB, nw string, trs []transport.Transport, cfg Config, ep
 		wg.Add(1)
 		go func(ep *am.Endpoint) {
 			defer wg.Done()
-			err := runRankBody(t, nw, ep, body)
+			err := runRankBody(t, nw, ep, cfg.Thread, body)
 			if err == nil {
 				err = ep.Barrier()
 			}

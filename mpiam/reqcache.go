@@ -25,11 +25,13 @@ const handleSlab = 64
 // once (osu_bw's window of 64), through a mutex-guarded stack that also hands
 // out the handle in the same critical section and takes a Waitall's states back
 // in one (a sync.Pool keeps all but one of them in per-P dequeues at ~20 ns per
-// Get or Put here). docs/performance.md has the figures.
+// Get or Put here). At a single-threaded level (thread.go) blocking calls use
+// the stack too, without its lock. docs/performance.md has the figures.
 type reqCache struct {
 	pool sync.Pool // states of blocking calls
 
 	mu      locks.Mutex // a plain flag at a single-threaded level
+	seq     bool        // a single-threaded level: blocking calls' states use the stack too
 	free    []*reqState // idle states of nonblocking calls
 	handles []Request   // the current slab's unused handles
 }
@@ -39,7 +41,16 @@ type reqCache struct {
 // pool.
 func (c *reqCache) get(handle bool) (*reqState, *Request) {
 	if !handle {
-		if s, ok := c.pool.Get().(*reqState); ok {
+		if c.seq {
+			// One call at a time: the stack costs a slice pop, where the
+			// pool pins the P and looks in its per-P slot.
+			if n := len(c.free); n > 0 {
+				s := c.free[n-1]
+				c.free[n-1] = nil
+				c.free = c.free[:n-1]
+				return s, nil
+			}
+		} else if s, ok := c.pool.Get().(*reqState); ok {
 			return s, nil
 		}
 		return cacheline.New[reqState](), nil // see internal/cacheline: goroutine ranks share one heap
@@ -69,6 +80,12 @@ func (c *reqCache) get(handle bool) (*reqState, *Request) {
 // more.
 func (c *reqCache) put(s *reqState) {
 	*s = reqState{}
+	if c.seq {
+		if len(c.free) < reqCacheMax {
+			c.free = append(c.free, s)
+		}
+		return
+	}
 	c.pool.Put(s)
 }
 

@@ -76,7 +76,7 @@ func TestConcurrentGoroutines_MPI41_11_6(t *testing.T) {
 	}
 	for _, wildcard := range []bool{false, true} {
 		t.Run(fmt.Sprintf("wildcard=%v", wildcard), func(t *testing.T) {
-			eachNetwork(t, ranks, func(r *rk, w *Comm) {
+			eachNetworkMT(t, ranks, func(r *rk, w *Comm) {
 				e := r.eagerLimit(w)
 				sizes := []int{8, 1000, e + 1, 3 * e}
 				if wildcard {
