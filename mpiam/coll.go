@@ -478,6 +478,9 @@ func allreduce[T any](x coll, send, recv []T, op Op[T]) error {
 		return nil
 	}
 	nb := len(raw(recv))
+	if allreduceAMOK(x, nb, op) {
+		return allreduceAM(x, recv, op)
+	}
 	switch {
 	case nb >= allreduceRing && len(recv) >= p:
 		return allreduceRingAlg(x, recv, op)

@@ -35,6 +35,8 @@ type Comm struct {
 
 	barriers atomic.Uint64                 // Barrier and Ibarrier calls started on c (coll_am.go)
 	bar      atomic.Pointer[barrierCounts] // this rank's arrival counts of c's barrier messages, once looked up
+	ar       atomic.Pointer[arState]       // this rank's small-allreduce slots on c, once looked up (coll_amreduce.go)
+	arCalls  atomic.Uint64                 // small allreduces over active messages started on c
 	lv       atomic.Pointer[levels]        // how c's ranks sit on nodes, once computed (coll_node.go)
 
 	// nbcq is c's nonblocking and persistent collectives under way, in

@@ -63,6 +63,7 @@ const (
 	hStorePart                             // store handler: a chunk of packed rendezvous data has landed, more follow (rndv_typed.go)
 	hEagerSig                              // hEager with the type signature hash after the envelope (typecheck.go)
 	hRTSSig                                // hRTS with the type signature hash after its arguments (typecheck.go)
+	hAllreduce                             // medium request: a small allreduce's partial result (coll_amreduce.go)
 )
 
 // Message flags, in the envelope's third argument (proto.FlagSync, FlagReady).
@@ -149,6 +150,7 @@ type proc struct {
 	pendingRelease []*inMsg
 	nextCtx        uint32
 	barrierCounts  map[uint32]*barrierCounts // by communicator context (coll_am.go)
+	arStates       map[uint32]*arState       // small allreduces' slots by communicator context (coll_amreduce.go; p.mu)
 	rndvSplit      int                       // EnvRndvSplit: smallest rendezvous split between store and get (0: never)
 
 	msgPool sync.Pool
@@ -243,6 +245,7 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		{Index: hStorePart, Name: "mpi.data.part", NArgs: 0, Fn: p.onStorePart},
 		{Index: hEagerSig, Name: "mpi.eager.sig", NArgs: 4, Fn: p.onEagerSig},
 		{Index: hRTSSig, Name: "mpi.rts.sig", NArgs: 7, Fn: p.onRTSSig},
+		{Index: hAllreduce, Name: "mpi.allreduce", NArgs: proto.AllreduceAMArgs, Fn: p.onAllreduceAM},
 	}
 	p.checkTypes = checkTypesFromEnv()
 	for _, e := range entries {

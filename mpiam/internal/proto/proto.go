@@ -42,6 +42,8 @@ const (
 	IDArgs       = 1 // data, fin and pulled notices: one request id
 	BarrierArgs  = 2
 	ThrottleArgs = 2
+	// AllreduceAMArgs: a small allreduce's message over active messages.
+	AllreduceAMArgs = 2
 )
 
 // Envelope is what a point-to-point message is matched on, plus its mode
@@ -181,6 +183,41 @@ func ParseBarrier(a []uint64) (Barrier, error) {
 		return Barrier{}, fmt.Errorf("%w: barrier message for context %d, round %d", ErrMalformed, a[0], a[1])
 	}
 	return Barrier{Context: uint32(a[0]), Round: uint32(a[1])}, nil
+}
+
+// MaxAllreduceSteps bounds the steps of a small allreduce over active
+// messages: the fold-in (step 0), a doubling step per bit of the size, the
+// fold-out.
+const MaxAllreduceSteps = MaxBarrierRounds + 2
+
+// AllreduceAM is one message of a small allreduce over active messages (a
+// medium request whose payload is the sender's partial result): the
+// communicator's context id (even), the step, and the call's number among
+// the communicator's allreduces over active messages.
+//
+// Arguments: a0 = step<<32 | context, a1 = call.
+type AllreduceAM struct {
+	Context uint32
+	Step    uint32
+	Call    uint64
+}
+
+// Args returns the message's two arguments.
+func (m AllreduceAM) Args() (a0, a1 uint64) {
+	return uint64(m.Step)<<32 | uint64(m.Context), m.Call
+}
+
+// ParseAllreduceAM reads an allreduce message with a payload of n bytes: an
+// even context id, a step below MaxAllreduceSteps and at most max bytes.
+func ParseAllreduceAM(a []uint64, n, max int) (AllreduceAM, error) {
+	if len(a) != AllreduceAMArgs {
+		return AllreduceAM{}, fmt.Errorf("%w: allreduce message of %d arguments, want %d", ErrMalformed, len(a), AllreduceAMArgs)
+	}
+	m := AllreduceAM{Context: uint32(a[0]), Step: uint32(a[0] >> 32), Call: a[1]}
+	if m.Context&1 != 0 || m.Step >= MaxAllreduceSteps || n > max {
+		return AllreduceAM{}, fmt.Errorf("%w: allreduce message for context %d, step %d, %d bytes (at most %d)", ErrMalformed, m.Context, m.Step, n, max)
+	}
+	return m, nil
 }
 
 // Throttle is a receiver's word to a sender: stop sending it eagerly (On) or
