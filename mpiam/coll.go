@@ -533,6 +533,18 @@ func foldOut[T any](x coll, buf []T, newRank, rem, step int) error {
 	return nil
 }
 
+// combine folds a partner's data tmp into buf (buf = tmp ∘ buf when the
+// partner's rank is lower, else buf ∘ tmp, tmp clobbered), so that both
+// partners compute the same bits whatever the operation's rounding.
+func combine[T any](op Op[T], buf, tmp []T, partnerLower bool) {
+	if partnerLower {
+		op.Fn(tmp, buf)
+		return
+	}
+	op.Fn(buf, tmp)
+	copy(buf, tmp)
+}
+
 func allreduceRecursiveDoubling[T any](x coll, buf []T, op Op[T]) error {
 	nr, pof2, rem, err := foldIn(x, buf, op, 0)
 	if err != nil {
@@ -546,12 +558,7 @@ func allreduceRecursiveDoubling[T any](x coll, buf []T, op Op[T]) error {
 			if err := x.sendrecv(raw(buf), partner, raw(tmp), partner, 1); err != nil {
 				return err
 			}
-			if nr^mask < nr {
-				op.Fn(tmp, buf)
-			} else {
-				op.Fn(buf, tmp)
-				copy(buf, tmp)
-			}
+			combine(op, buf, tmp, nr^mask < nr)
 		}
 	}
 	return foldOut(x, buf, nr, rem, 2)

@@ -219,12 +219,7 @@ func allreduceAM[T any](x coll, buf []T, op Op[T]) error {
 		if err := recv(step); err != nil {
 			return err
 		}
-		if nr^mask < nr {
-			op.Fn(tmp, buf)
-		} else {
-			op.Fn(buf, tmp)
-			copy(buf, tmp)
-		}
+		combine(op, buf, tmp, nr^mask < nr)
 	}
 	// Fold-out (the last step): the result back to the rank that sat out.
 	if me < 2*rem {
