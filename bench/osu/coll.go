@@ -71,7 +71,7 @@ func runColl(name string, args []string) error {
 			}
 			var elapsed time.Duration
 			for i := 0; i < iters+warmup; i++ {
-				t0 := time.Now()
+				t0 := osu.Now()
 				var err error
 				switch name {
 				case "allreduce":
@@ -87,7 +87,7 @@ func runColl(name string, args []string) error {
 					return err
 				}
 				if i >= warmup {
-					elapsed += time.Since(t0)
+					elapsed += osu.Now() - t0
 				}
 			}
 			mine := []float64{elapsed.Seconds() * 1e6 / float64(iters)}

@@ -202,12 +202,12 @@ func runMatch(args []string) error {
 			for i := 0; i < o.Warmup+o.Iters; i++ {
 				switch me {
 				case 0:
-					t0 := time.Now()
+					t0 := osu.Now()
 					if _, err := mpiam.Recv(world, buf, target, wantTag); err != nil {
 						return err
 					}
 					if i >= o.Warmup {
-						total += time.Since(t0)
+						total += osu.Now() - t0
 					}
 					if err := mpiam.Send(ctl, token, target, tagData); err != nil {
 						return err

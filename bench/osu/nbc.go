@@ -74,16 +74,16 @@ func runNBC(name string, args []string) error {
 				}
 				target := pure / time.Duration(iters)
 				for i := 0; i < iters+warmup; i++ {
-					t0 := time.Now()
+					t0 := osu.Now()
 					req, err := start(size)
 					if err != nil {
 						return err
 					}
 					var c time.Duration
 					if pass == 1 {
-						c0 := time.Now()
+						c0 := osu.Now()
 						compute(target)
-						c = time.Since(c0)
+						c = osu.Now() - c0
 					}
 					if _, err := req.Wait(); err != nil {
 						return err
@@ -92,9 +92,9 @@ func runNBC(name string, args []string) error {
 						continue
 					}
 					if pass == 0 {
-						pure += time.Since(t0)
+						pure += osu.Now() - t0
 					} else {
-						overall += time.Since(t0)
+						overall += osu.Now() - t0
 						busy += c
 					}
 				}
