@@ -3,6 +3,8 @@ package mpiam
 import (
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -212,4 +214,38 @@ func TestThreadSingleMisuseIsAnError(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
+}
+
+// Under the race detector, two goroutines calling at once under ThreadSingle
+// are reported as a data race: the test runs the misuse in a child process
+// of this (race-enabled) test binary and looks for the report.
+func TestThreadSingleMisuseIsARaceReport(t *testing.T) {
+	if !raceEnabled {
+		t.Skip("needs a -race build (without one, TestThreadSingleMisuseIsAnError checks the error)")
+	}
+	if os.Getenv("AMGO_TEST_MISUSE_CHILD") == "1" {
+		_ = RunLocal(1, Config{Thread: ThreadSingle}, func(w *Comm) error {
+			done := make(chan struct{})
+			for g := 0; g < 2; g++ {
+				go func() {
+					defer func() { done <- struct{}{} }()
+					buf, got := []byte{1}, []byte{0}
+					for i := 0; i < 200; i++ {
+						if _, err := Sendrecv(w, buf, 0, g, got, 0, g); err != nil {
+							return
+						}
+					}
+				}()
+			}
+			<-done
+			<-done
+			return nil
+		})
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestThreadSingleMisuseIsARaceReport$", "-test.count", "1")
+	cmd.Env = append(os.Environ(), "AMGO_TEST_MISUSE_CHILD=1", "GORACE=halt_on_error=1")
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "the child should fail on the race report")
+	require.Contains(t, string(out), "WARNING: DATA RACE")
 }
