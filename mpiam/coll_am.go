@@ -61,19 +61,34 @@ type barrierPB struct {
 	has    bool
 }
 
-// barrierCountsLocked returns the counts of context ctx, creating them: a
-// neighbour may enter a barrier on a communicator before this rank has
-// finished creating it. p.mu held.
-func (p *proc) barrierCountsLocked(ctx uint32) *barrierCounts {
-	b := p.barrierCounts[ctx]
-	if b == nil {
-		if p.barrierCounts == nil {
-			p.barrierCounts = map[uint32]*barrierCounts{}
+// byContextLocked returns the entry of context ctx in *m, creating it (and
+// the map): a peer may send a collective's message on a communicator before
+// this rank has finished creating it. Context ids are never reused. p.mu
+// held.
+func byContextLocked[T any](m *map[uint32]*T, ctx uint32) *T {
+	v := (*m)[ctx]
+	if v == nil {
+		if *m == nil {
+			*m = map[uint32]*T{}
 		}
-		b = new(barrierCounts)
-		p.barrierCounts[ctx] = b
+		v = new(T)
+		(*m)[ctx] = v
 	}
-	return b
+	return v
+}
+
+// cachedByContext is c's entry in *m (byContextLocked), looked up once and
+// then kept in c's slot. Goroutines that get here at once all store the same
+// entry.
+func cachedByContext[T any](c *Comm, slot *atomic.Pointer[T], m *map[uint32]*T) *T {
+	v := slot.Load()
+	if v == nil {
+		c.p.mu.Lock()
+		v = byContextLocked(m, c.ctx)
+		c.p.mu.Unlock()
+		slot.Store(v)
+	}
+	return v
 }
 
 // onBarrier counts a barrier message: a[0] is the communicator's context,
@@ -86,7 +101,7 @@ func (p *proc) onBarrier(tok *handlers.Token, a []uint64, _ []byte) {
 	}
 	r := m.Round
 	p.mu.Lock()
-	b := p.barrierCountsLocked(m.Context)
+	b := byContextLocked(&p.barrierCounts, m.Context)
 	if v, ok := tok.Piggyback(); ok {
 		if b.pbs == nil {
 			b.pbs = new([maxBarrierRounds][barrierPBSlots]barrierPB)
@@ -124,13 +139,7 @@ func (x coll) barrier() error {
 	if l := x.nodeLevels(); l != nil {
 		return x.barrierNodes(l)
 	}
-	bar := c.bar.Load()
-	if bar == nil { // Ibarriers may get here concurrently: all store the same counts
-		p.mu.Lock()
-		bar = p.barrierCountsLocked(c.ctx)
-		p.mu.Unlock()
-		c.bar.Store(bar)
-	}
+	bar := cachedByContext(c, &c.bar, &p.barrierCounts)
 	if err := p.collFailed(c); err != nil {
 		return err
 	}

@@ -65,20 +65,6 @@ type arState struct {
 	over  []arMsg
 }
 
-// arStateLocked returns the state of context ctx, creating it: a partner
-// may send before this rank has created the communicator. p.mu held.
-func (p *proc) arStateLocked(ctx uint32) *arState {
-	s := p.arStates[ctx]
-	if s == nil {
-		if p.arStates == nil {
-			p.arStates = map[uint32]*arState{}
-		}
-		s = new(arState)
-		p.arStates[ctx] = s
-	}
-	return s
-}
-
 // slotLocked returns the slot of step for call epoch, growing the steps.
 // p.mu held.
 func (s *arState) slotLocked(step int, epoch uint64) *arSlot {
@@ -129,7 +115,7 @@ func (p *proc) onAllreduceAM(tok *handlers.Token, a []uint64, payload []byte) {
 		return
 	}
 	p.mu.Lock()
-	ok := p.arStateLocked(m.Context).putLocked(int(m.Step), m.Call, payload)
+	ok := byContextLocked(&p.arStates, m.Context).putLocked(int(m.Step), m.Call, payload)
 	p.mu.Unlock()
 	if !ok {
 		p.dropped(fmt.Errorf("from rank %d: allreduce message for communicator %d, step %d, call %d: its slot and the overflow list are full",
@@ -147,13 +133,7 @@ func allreduceAMOK[T any](x coll, nb int, op Op[T]) bool {
 func allreduceAM[T any](x coll, buf []T, op Op[T]) error {
 	c := x.c
 	p := c.p
-	st := c.ar.Load()
-	if st == nil {
-		p.mu.Lock()
-		st = p.arStateLocked(c.ctx)
-		p.mu.Unlock()
-		c.ar.Store(st)
-	}
+	st := cachedByContext(c, &c.ar, &p.arStates)
 	if err := p.collFailed(c); err != nil {
 		return err
 	}

@@ -60,12 +60,7 @@ func (n *nbc) barrierSchedule() *sched.Schedule {
 	}
 	var bar *barrierCounts
 	b.Call(func() error {
-		if bar = c.bar.Load(); bar == nil {
-			p.mu.Lock()
-			bar = p.barrierCountsLocked(c.ctx)
-			p.mu.Unlock()
-			c.bar.Store(bar)
-		}
+		bar = cachedByContext(c, &c.bar, &p.barrierCounts)
 		return p.collFailed(c)
 	})
 	for r, dist := 0, 1; dist < c.size; r, dist = r+1, dist*2 {

@@ -31,7 +31,6 @@ type reqCache struct {
 	pool sync.Pool // states of blocking calls
 
 	mu      locks.Mutex // a plain flag at a single-threaded level
-	seq     bool        // a single-threaded level: blocking calls' states use the stack too
 	free    []*reqState // idle states of nonblocking calls
 	handles []Request   // the current slab's unused handles
 }
@@ -41,27 +40,21 @@ type reqCache struct {
 // pool.
 func (c *reqCache) get(handle bool) (*reqState, *Request) {
 	if !handle {
-		if c.seq {
+		var s *reqState
+		if c.mu.Sequential() {
 			// One call at a time: the stack costs a slice pop, where the
 			// pool pins the P and looks in its per-P slot.
-			if n := len(c.free); n > 0 {
-				s := c.free[n-1]
-				c.free[n-1] = nil
-				c.free = c.free[:n-1]
-				return s, nil
-			}
-		} else if s, ok := c.pool.Get().(*reqState); ok {
-			return s, nil
+			s = c.popLocked()
+		} else {
+			s, _ = c.pool.Get().(*reqState)
 		}
-		return cacheline.New[reqState](), nil // see internal/cacheline: goroutine ranks share one heap
+		if s == nil {
+			s = cacheline.New[reqState]() // see internal/cacheline: goroutine ranks share one heap
+		}
+		return s, nil
 	}
-	var s *reqState
 	c.mu.Lock()
-	if n := len(c.free); n > 0 {
-		s = c.free[n-1]
-		c.free[n-1] = nil
-		c.free = c.free[:n-1]
-	}
+	s := c.popLocked()
 	if len(c.handles) == 0 {
 		c.handles = make([]Request, handleSlab)
 	}
@@ -75,12 +68,25 @@ func (c *reqCache) get(handle bool) (*reqState, *Request) {
 	return s, h
 }
 
+// popLocked takes an idle state off the stack, nil if it is empty; c.mu
+// held (or a single-threaded level).
+func (c *reqCache) popLocked() *reqState {
+	n := len(c.free)
+	if n == 0 {
+		return nil
+	}
+	s := c.free[n-1]
+	c.free[n-1] = nil
+	c.free = c.free[:n-1]
+	return s
+}
+
 // put zeroes the state of a blocking call, dropping what it references, and
 // keeps it for reuse. The caller guarantees that nothing references s any
 // more.
 func (c *reqCache) put(s *reqState) {
 	*s = reqState{}
-	if c.seq {
+	if c.mu.Sequential() {
 		if len(c.free) < reqCacheMax {
 			c.free = append(c.free, s)
 		}

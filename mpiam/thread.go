@@ -148,7 +148,6 @@ func (p *proc) setThread(l ThreadLevel) {
 		p.seq = locks.NewSeq()
 		p.mu.SetSeq(p.seq)
 		p.states.mu.SetSeq(p.seq)
-		p.states.seq = true
 	}
 }
 

@@ -62,6 +62,9 @@ func (m *Mutex) SetSeq(s *Seq) {
 	m.seq = s
 }
 
+// Sequential reports whether m is in a sequential mode (a plain flag).
+func (m *Mutex) Sequential() bool { return m.seq != nil }
+
 // Lock locks m. In sequential mode it inlines to a test and a store of
 // the flag; a flag found set is another goroutine inside (lockSlow).
 func (m *Mutex) Lock() {

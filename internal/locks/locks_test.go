@@ -12,6 +12,7 @@ func TestMutexModes(t *testing.T) {
 	for _, seq := range []*Seq{nil, {}, NewSeq()} {
 		var m Mutex
 		m.SetSeq(seq)
+		require.Equal(t, seq != nil && seq.on, m.Sequential())
 		m.Lock()
 		require.False(t, m.TryLock(), "a taken mutex")
 		m.Unlock()
