@@ -158,8 +158,11 @@ func (w *Window) Free(off, n uint32) error {
 	if n == 0 || uint64(off)+uint64(n) > w.size || off%Granule != 0 {
 		return fmt.Errorf("%w: [%d,+%d) in a %d-byte buffer", ErrNotAllocated, off, n, w.size)
 	}
-	// Validate the whole range before changing anything.
 	end := off + n
+	if w.count > 0 && w.blocks[w.first].off == off && w.freeOldest(off, end) {
+		return nil
+	}
+	// Validate the whole range before changing anything.
 	for o := off; o < end; {
 		i := w.byOff[o/Granule]
 		if i < 0 || w.blocks[i].freed || w.blocks[i].off != o {
@@ -176,6 +179,41 @@ func (w *Window) Free(off, n uint32) error {
 		w.byOff[o/Granule] = -1
 		o += w.blocks[i].n
 	}
+	w.advance()
+	return nil
+}
+
+// freeOldest is Free of [off, end) when the range starts at the oldest
+// outstanding block, the common case (replies come back in the order of
+// the requests): it checks that the range tiles outstanding blocks from
+// there and drops them in one walk, without marking them freed one by one.
+// false: the range is not such a run (nothing changed; Free's general path
+// decides).
+func (w *Window) freeOldest(off, end uint32) bool {
+	j, k := w.first, 0
+	for o := off; o != end; k++ {
+		if k == w.count || o > end {
+			return false
+		}
+		b := &w.blocks[j]
+		if b.off != o || b.freed {
+			return false
+		}
+		o += b.n
+		j = w.next(j)
+	}
+	for j := w.first; k > 0; k-- {
+		w.byOff[w.blocks[j].off/Granule] = -1
+		j = w.next(j)
+		w.first = j
+		w.count--
+	}
+	w.advance()
+	return true
+}
+
+// advance moves the tail past the freed blocks at the front.
+func (w *Window) advance() {
 	for w.count > 0 && w.blocks[w.first].freed {
 		w.first = w.next(w.first)
 		w.count--
@@ -185,5 +223,4 @@ func (w *Window) Free(off, n uint32) error {
 	} else {
 		w.tail = w.head
 	}
-	return nil
 }

@@ -171,3 +171,67 @@ func BenchmarkAllocFreeCoalesced(b *testing.B) {
 		}
 	}
 }
+
+// TestWindowInOrderCoalescedRandomized drives the in-order path of Free
+// (replies freeing the oldest blocks, several at a time) mixed with
+// out-of-order frees and bogus ones (double frees, ranges ending inside a
+// block or running past the outstanding blocks), which must fail and
+// change nothing.
+func TestWindowInOrderCoalescedRandomized(t *testing.T) {
+	seed := int64(20261126)
+	rng := rand.New(rand.NewSource(seed))
+	const size = 32 * Granule
+	w, _ := NewWindow(size)
+	type res struct{ off, n uint32 }
+	var out []res // outstanding, oldest first
+	var gone []res
+	for step := 0; step < 200000; step++ {
+		switch op := rng.Intn(8); {
+		case op < 3 && len(out) > 0:
+			// Coalesce a run of the oldest blocks that are adjacent.
+			k := 1
+			for k < len(out) && k < 1+rng.Intn(6) && out[k].off == out[k-1].off+out[k-1].n {
+				k++
+			}
+			n := out[k-1].off + out[k-1].n - out[0].off
+			require.NoError(t, w.Free(out[0].off, n), "seed %d step %d", seed, step)
+			gone = append(gone, out[:k]...)
+			out = append([]res(nil), out[k:]...)
+		case op == 3 && len(out) > 0:
+			i := rng.Intn(len(out))
+			require.NoError(t, w.Free(out[i].off, out[i].n), "seed %d step %d", seed, step)
+			gone = append(gone, out[i])
+			out = append(out[:i], out[i+1:]...)
+		case op == 4 && len(gone) > 0:
+			g := gone[rng.Intn(len(gone))]
+			owned := false
+			for _, r := range out {
+				owned = owned || r.off == g.off
+			}
+			if !owned {
+				inUse := w.InUse()
+				require.ErrorIs(t, w.Free(g.off, g.n), ErrNotAllocated, "double free, seed %d step %d", seed, step)
+				require.Equal(t, inUse, w.InUse())
+			}
+		case op == 5 && len(out) > 0 && out[0].n > Granule:
+			inUse := w.InUse()
+			require.ErrorIs(t, w.Free(out[0].off, out[0].n-Granule), ErrNotAllocated, "ends inside, seed %d step %d", seed, step)
+			require.Equal(t, inUse, w.InUse())
+		default:
+			n := (1 + rng.Intn(3)) * Granule
+			off, ok, err := w.Alloc(n)
+			require.NoError(t, err)
+			if ok {
+				out = append(out, res{off, uint32(n)})
+			}
+		}
+		if len(gone) > 64 {
+			gone = gone[32:]
+		}
+	}
+	for _, r := range out {
+		require.NoError(t, w.Free(r.off, r.n))
+	}
+	require.Equal(t, 0, w.InUse())
+	require.Equal(t, 0, w.Outstanding())
+}

@@ -335,6 +335,24 @@ func waitall(reqs []*Request, statuses []Status) error {
 	var firstErr error
 	var spent stateBatch
 	for i, r := range reqs {
+		if s := r.state(); s != nil && !s.persistent && !s.reported && s.p.tools == nil && s.done.Load() {
+			// Complete already (a window of eager sends): report and recycle
+			// without the wait's status copies; the same steps as below.
+			s.reported = true
+			if err := s.status.Err; err != nil {
+				failed++
+				if firstErr == nil {
+					firstErr = err
+				}
+			}
+			if statuses != nil {
+				statuses[i] = s.status
+			}
+			r.s = nil
+			spent.add(s)
+			reqs[i] = nil
+			continue
+		}
 		st, err := r.waitKeep()
 		spent.add(r.detach())
 		if statuses != nil {

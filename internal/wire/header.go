@@ -171,16 +171,27 @@ func (h *Header) EncodedLen() int { return HeaderLen + extLen(h.Kind, h.Flags) +
 // extensions h's kind and flags call for, the arguments. It does not allocate.
 func Encode(b []byte, h *Header, args []uint64) int {
 	_ = b[HeaderLen-1]
-	b[0] = Version
-	b[1] = byte(h.Kind)
-	b[2] = h.Handler
-	b[3] = h.NArgs
-	binary.LittleEndian.PutUint16(b[4:], h.Flags)
-	binary.LittleEndian.PutUint16(b[6:], 0)
-	binary.LittleEndian.PutUint32(b[8:], h.Src)
-	binary.LittleEndian.PutUint32(b[12:], h.Len)
-	binary.LittleEndian.PutUint32(b[16:], h.Off)
-	binary.LittleEndian.PutUint32(b[20:], h.Reserve)
+	// The core as three little-endian words: one store each rather than one
+	// per field (every packet passes here).
+	binary.LittleEndian.PutUint64(b, uint64(Version)|uint64(h.Kind)<<8|uint64(h.Handler)<<16|
+		uint64(h.NArgs)<<24|uint64(h.Flags)<<32)
+	binary.LittleEndian.PutUint64(b[8:], uint64(h.Src)|uint64(h.Len)<<32)
+	binary.LittleEndian.PutUint64(b[16:], uint64(h.Off)|uint64(h.Reserve)<<32)
+	n := HeaderLen
+	if h.Flags&(FlagSeq|FlagFree|FlagPiggyback) != 0 || h.Kind.HasStoreExt() {
+		n = encodeExt(b, h)
+	}
+	args = args[:h.NArgs]
+	a := b[n : n+8*len(args)]
+	for i, v := range args {
+		binary.LittleEndian.PutUint64(a[8*i:], v)
+	}
+	return n + len(a)
+}
+
+// encodeExt writes the extensions h's kind and flags call for after the
+// core and returns the offset after them.
+func encodeExt(b []byte, h *Header) int {
 	n := HeaderLen
 	if h.Flags&FlagSeq != 0 {
 		binary.LittleEndian.PutUint32(b[n:], h.Seq)
@@ -202,12 +213,11 @@ func Encode(b []byte, h *Header, args []uint64) int {
 		binary.LittleEndian.PutUint64(b[n:], h.Piggyback)
 		n += PiggybackExtLen
 	}
-	for i := 0; i < int(h.NArgs); i++ {
-		binary.LittleEndian.PutUint64(b[n:], args[i])
-		n += 8
-	}
 	return n
 }
+
+// noPayload has bit k set for the kinds that carry no payload.
+const noPayload = 1<<KindRequestShort | 1<<KindReplyShort | 1<<KindAck | 1<<KindStoreDone
 
 // Decode parses the header at the start of pkt into h and the arguments into
 // args (which must have room for MaxArgs), and returns the payload that follows.
@@ -250,13 +260,14 @@ func Decode(pkt []byte, h *Header, args *[MaxArgs]uint64) (payload []byte, err e
 	} else {
 		h.Seq, h.Ack, h.Addr, h.Frag, h.Total, h.FreeOff, h.FreeLen, h.Piggyback = 0, 0, 0, 0, 0, 0, 0, 0
 	}
-	for i, a := 0, pkt[at:n]; len(a) >= 8; i, a = i+1, a[8:] {
-		args[i&(MaxArgs-1)] = binary.LittleEndian.Uint64(a) // i < nargs <= MaxArgs: the mask only drops the bounds check
+	a := pkt[at:n]
+	for i := range args[:nargs] {
+		args[i] = binary.LittleEndian.Uint64(a[8*i:])
 	}
 	if uint64(len(pkt)-n) != uint64(h.Len) {
 		return nil, fmt.Errorf("%w: header says %d, packet holds %d", ErrLength, h.Len, len(pkt)-n)
 	}
-	if h.Len != 0 && (k == KindRequestShort || k == KindReplyShort || k == KindAck || k == KindStoreDone) {
+	if h.Len != 0 && noPayload>>k&1 != 0 {
 		return nil, fmt.Errorf("%w: %s carries no payload, header says %d", ErrLength, k, h.Len)
 	}
 	return pkt[n:], nil
