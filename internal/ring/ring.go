@@ -186,10 +186,11 @@ type Producer struct {
 	mask    uint64
 	cap     uint64
 	maxData uint64
-	pos     uint64 // position of the next record
-	tail    uint64 // last tail seen
-	zeroed  uint64 // every word in [pos, zeroed) is zero; zeroed <= tail+cap
-	ahead   uint64 // how far past pos Push keeps the area zeroed
+	pos     uint64         // position of the next record
+	tail    uint64         // last tail seen
+	zeroed  uint64         // every word in [pos, zeroed) is zero; zeroed <= tail+cap
+	ahead   uint64         // how far past pos Push keeps the area zeroed
+	base    unsafe.Pointer // &data[0]
 	tailp   *atomic.Uint64
 	err     error
 	fence   atomic.Uint64 // a word of this producer's own for Fence
@@ -206,6 +207,7 @@ func NewProducer(mem []byte) (*Producer, error) {
 	}
 	return &Producer{
 		data:    mem[ControlLen : ControlLen+c : ControlLen+c],
+		base:    unsafe.Pointer(&mem[ControlLen]),
 		mask:    uint64(c - 1),
 		cap:     uint64(c),
 		maxData: uint64(MaxRecord(c)),
@@ -243,12 +245,13 @@ func (p *Producer) Push(hdr, payload []byte) bool {
 		// zero it now, before publishing (only after a full ring or a large record).
 		p.zeroTo(end + 8)
 	}
-	d := p.data[start+8 : start+8+n]
-	copy(d, hdr)
-	copy(d[len(hdr):], payload)
-	release.Store64(wordPtr(p.data, start), validBit|n)
+	// In bounds: start+size <= cap.
+	d := unsafe.Add(p.base, start+8)
+	copy(unsafe.Slice((*byte)(d), len(hdr)), hdr)
+	copy(unsafe.Slice((*byte)(unsafe.Add(d, len(hdr))), len(payload)), payload)
+	release.Store64((*uint64)(unsafe.Add(p.base, start)), validBit|n)
 	if pad > 0 {
-		release.Store64(wordPtr(p.data, off), validBit|padBit|pad)
+		release.Store64((*uint64)(unsafe.Add(p.base, off)), validBit|padBit|pad)
 	}
 	p.pos = end
 	if p.zeroed-end < p.ahead {
@@ -309,8 +312,9 @@ type Consumer struct {
 	mask    uint64
 	cap     uint64
 	maxData uint64
-	head    uint64 // position of the next record
-	cur     uint64 // size of the record returned by Peek, 0 if none
+	head    uint64         // position of the next record
+	cur     uint64         // size of the record returned by Peek, 0 if none
+	base    unsafe.Pointer // &data[0]
 	tailp   *atomic.Uint64
 	err     error
 	_       [64]byte
@@ -330,6 +334,7 @@ func NewConsumer(mem []byte) (*Consumer, error) {
 		maxData: uint64(MaxRecord(c)),
 		tailp:   word(mem, offTail),
 		head:    word(mem, offTail).Load(),
+		base:    unsafe.Pointer(&mem[ControlLen]),
 	}, nil
 }
 
@@ -342,7 +347,7 @@ func (c *Consumer) Peek() ([]byte, bool) {
 		return nil, false
 	}
 	off := c.head & c.mask
-	w := word(c.data, off).Load()
+	w := atomic.LoadUint64((*uint64)(unsafe.Add(c.base, off)))
 	if w == 0 {
 		return nil, false
 	}
@@ -353,7 +358,7 @@ func (c *Consumer) Peek() ([]byte, bool) {
 		}
 		c.head += c.cap - off
 		off = 0
-		w = word(c.data, 0).Load()
+		w = atomic.LoadUint64((*uint64)(c.base))
 		if w == 0 { // impossible for a correct producer, which publishes the record before the pad
 			return nil, false
 		}
@@ -364,7 +369,8 @@ func (c *Consumer) Peek() ([]byte, bool) {
 		return nil, false
 	}
 	c.cur = recordSize(n)
-	return c.data[off+8 : off+8+n : off+8+n], true
+	// In bounds: off+recordSize(n) <= cap was checked above.
+	return unsafe.Slice((*byte)(unsafe.Add(c.base, off+8)), n), true
 }
 
 func (c *Consumer) fail(off, w uint64) {
