@@ -37,6 +37,13 @@ const (
 	ClassNoMem     Class = 34 // MPI_ERR_NO_MEM
 	ClassNotSame   Class = 35 // MPI_ERR_NOT_SAME
 	ClassUnsupport Class = 44 // MPI_ERR_UNSUPPORTED_OPERATION
+	ClassWin       Class = 45 // MPI_ERR_WIN
+	ClassLocktype  Class = 47 // MPI_ERR_LOCKTYPE
+	ClassRMASync   Class = 50 // MPI_ERR_RMA_SYNC
+	ClassSize      Class = 51 // MPI_ERR_SIZE
+	ClassDisp      Class = 52 // MPI_ERR_DISP
+	ClassAssert    Class = 53 // MPI_ERR_ASSERT
+	ClassRMARange  Class = 55 // MPI_ERR_RMA_RANGE
 )
 
 var classNames = map[Class]string{
@@ -47,7 +54,9 @@ var classNames = map[Class]string{
 	ClassUnknown: "MPI_ERR_UNKNOWN", ClassTruncate: "MPI_ERR_TRUNCATE", ClassOther: "MPI_ERR_OTHER",
 	ClassIntern: "MPI_ERR_INTERN", ClassInStatus: "MPI_ERR_IN_STATUS", ClassPending: "MPI_ERR_PENDING",
 	ClassProcFail: "MPI_ERR_PROC_FAILED", ClassNoMem: "MPI_ERR_NO_MEM", ClassNotSame: "MPI_ERR_NOT_SAME",
-	ClassUnsupport: "MPI_ERR_UNSUPPORTED_OPERATION",
+	ClassUnsupport: "MPI_ERR_UNSUPPORTED_OPERATION", ClassWin: "MPI_ERR_WIN", ClassLocktype: "MPI_ERR_LOCKTYPE",
+	ClassRMASync: "MPI_ERR_RMA_SYNC", ClassSize: "MPI_ERR_SIZE", ClassDisp: "MPI_ERR_DISP", ClassAssert: "MPI_ERR_ASSERT",
+	ClassRMARange: "MPI_ERR_RMA_RANGE",
 }
 
 // String gives the class's MPI name.
@@ -90,6 +99,14 @@ var (
 	ErrProcFailed  error = &classError{ClassProcFail, "process failed"}
 	ErrUnsupported error = &classError{ClassUnsupport, "operation not supported"}
 	ErrNotSame     error = &classError{ClassNotSame, "arguments differ across processes"}
+	ErrOp          error = &classError{ClassOp, "invalid operation"}
+	ErrWin         error = &classError{ClassWin, "invalid window"}
+	ErrLocktype    error = &classError{ClassLocktype, "invalid lock type"}
+	ErrRMASync     error = &classError{ClassRMASync, "one-sided operation or synchronization outside its epoch"}
+	ErrSize        error = &classError{ClassSize, "invalid size"}
+	ErrDisp        error = &classError{ClassDisp, "invalid displacement unit"}
+	ErrAssert      error = &classError{ClassAssert, "invalid assertion"}
+	ErrRMARange    error = &classError{ClassRMARange, "one-sided operation outside the target's window"}
 
 	// ErrReadyNotPosted reports an erroneous ready send (MPI-4.1 §3.4: "may be
 	// started only if the matching receive is already posted"): the message was

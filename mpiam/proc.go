@@ -64,6 +64,16 @@ const (
 	hEagerSig                              // hEager with the type signature hash after the envelope (typecheck.go)
 	hRTSSig                                // hRTS with the type signature hash after its arguments (typecheck.go)
 	hAllreduce                             // medium request: a small allreduce's partial result (coll_amreduce.go)
+	hRMAPut                                // store handler: a Put's data has landed in the window (rma.go)
+	hRMAAck                                // short reply: a one-sided operation is done at the target, or failed
+	hRMAAcc                                // medium request: an Accumulate's operands
+	hRMAGet                                // short request: read a range of the window for the origin
+	hRMAGetDone                            // store handler: a Get's data has landed at the origin
+	hRMALock                               // short request: lock the window at the target
+	hRMAGrant                              // short reply or request: the lock is granted
+	hRMAUnlock                             // short request: release the lock
+	hRMAFetch                              // medium request: FetchAndOp or CompareAndSwap; the old value comes back in a medium reply
+	hRMAFetched                            // medium reply: the old value of a FetchAndOp or CompareAndSwap
 )
 
 // Message flags, in the envelope's third argument (proto.FlagSync, FlagReady).
@@ -123,6 +133,8 @@ type deferred struct {
 
 	throttleOn bool   // throttle: stop (true) or resume eager sends
 	epoch      uint64 // throttle: the episode (unexpected.go)
+
+	fn func() // workFunc: the work
 }
 
 // proc is one rank's MPI state: its endpoint, the matching engine, the request
@@ -149,6 +161,7 @@ type proc struct {
 	// handler for another message, recycled once p.mu is dropped.
 	pendingRelease []*inMsg
 	nextCtx        uint32
+	wins           map[uint32]*Win // one-sided windows by id (rma.go), under mu
 	barrierCounts  map[uint32]*barrierCounts // by communicator context (coll_am.go)
 	arStates       map[uint32]*arState       // small allreduces' slots by communicator context (coll_amreduce.go; p.mu)
 	rndvSplit      int                       // EnvRndvSplit: smallest rendezvous split between store and get (0: never)
@@ -247,6 +260,7 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		{Index: hRTSSig, Name: "mpi.rts.sig", NArgs: 7, Fn: p.onRTSSig},
 		{Index: hAllreduce, Name: "mpi.allreduce", NArgs: proto.AllreduceAMArgs, Fn: p.onAllreduceAM},
 	}
+	entries = append(entries, p.rmaHandlers()...)
 	p.checkTypes = checkTypesFromEnv()
 	for _, e := range entries {
 		if _, err := ep.Register(e); err != nil {

@@ -54,6 +54,7 @@ const (
 	workStore                        // store a send's data where the receiver asked
 	workPull                         // receive: optionally a CTS, then get, then the pulled notice
 	workThrottle                     // tell a source to stop or resume eager sends (unexpected.go)
+	workFunc                         // run fn: one-sided communication's target work (rma.go)
 )
 
 // ctsArgs are a clear-to-send's arguments: which send, where and which part of
@@ -471,6 +472,8 @@ func (p *proc) runWork(d deferred) {
 	switch d.kind {
 	case workThrottle:
 		p.sendThrottleMsg(d.dst, d.throttleOn, d.epoch)
+	case workFunc:
+		d.fn()
 	case workCTS:
 		if err := p.sendCTS(&d); err != nil {
 			p.partDone(r, p.wrapNet(err), 0, false)

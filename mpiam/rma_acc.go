@@ -1,0 +1,340 @@
+package mpiam
+
+import (
+	"fmt"
+	"reflect"
+	"unsafe"
+
+	"github.com/amgo-hpc/amgo/handlers"
+	"github.com/amgo-hpc/amgo/mpiam/internal/dtype"
+)
+
+// Accumulate operations travel as a code: the operation's number in
+// rmaOpNames times 256 plus the element kind (dtype.Kind); the target
+// applies the predefined operation to the window's bytes with the code's
+// element type. MPI allows only predefined operations in one-sided
+// accumulates (MPI-4.1 §12.3.4), Replace and NoOp included.
+
+// rmaOpNames are the operations an accumulate may carry, by code.
+var rmaOpNames = []string{"sum", "prod", "max", "min", "land", "lor", "lxor", "band", "bor", "bxor", "replace", "no_op"}
+
+// Replace is MPI_REPLACE: the accumulate's value replaces the target's
+// (MPI-4.1 §12.3.4); as a reduction, inout[i] = in[i].
+func Replace[T any]() Op[T] {
+	return Op[T]{Name: "replace", predefined: true, Fn: func(in, io []T) { copy(io, in) }}
+}
+
+// NoOp is MPI_NO_OP: the target's value is left as it is (GetAccumulate and
+// FetchAndOp then only read it).
+func NoOp[T any]() Op[T] {
+	return Op[T]{Name: "no_op", predefined: true, Fn: func(in, io []T) {}}
+}
+
+// rmaOpCode is op's code on elements of T, or ErrOp for an operation that is
+// not predefined, or ErrType for an element type without one.
+func rmaOpCode[T any](op Op[T]) (uint64, error) {
+	if !op.predefined {
+		return 0, fmt.Errorf("%w: %q is not predefined; one-sided accumulates take predefined operations only (MPI-4.1 §12.3.4)", ErrOp, op.Name)
+	}
+	num := -1
+	for i, n := range rmaOpNames {
+		if n == op.Name {
+			num = i
+		}
+	}
+	if num < 0 {
+		return 0, fmt.Errorf("%w: %q in a one-sided accumulate", ErrOp, op.Name)
+	}
+	k, ok := goKinds[reflect.TypeFor[T]().Kind()]
+	if !ok {
+		return 0, fmt.Errorf("%w: %v in a one-sided accumulate", ErrType, reflect.TypeFor[T]())
+	}
+	return uint64(num)<<8 | uint64(k), nil
+}
+
+// rmaApply applies the operation of code to n elements: inout[i] = in[i] op
+// inout[i] over the window's bytes. false: a code this rank does not know,
+// or lengths that are not whole elements.
+func rmaApply(code uint64, in, inout []byte) bool {
+	op, k := code>>8, dtype.Kind(code&0xff)
+	if op >= uint64(len(rmaOpNames)) || len(in) != len(inout) {
+		return false
+	}
+	switch k {
+	case dtype.Int8:
+		return applyInt[int8](op, in, inout)
+	case dtype.Int16:
+		return applyInt[int16](op, in, inout)
+	case dtype.Int32:
+		return applyInt[int32](op, in, inout)
+	case dtype.Int64:
+		return applyInt[int64](op, in, inout)
+	case dtype.Uint8:
+		return applyInt[uint8](op, in, inout)
+	case dtype.Uint16:
+		return applyInt[uint16](op, in, inout)
+	case dtype.Uint32:
+		return applyInt[uint32](op, in, inout)
+	case dtype.Uint64:
+		return applyInt[uint64](op, in, inout)
+	case dtype.Float32:
+		return applyReal[float32](op, in, inout)
+	case dtype.Float64:
+		return applyReal[float64](op, in, inout)
+	case dtype.Complex64:
+		return applyNum[complex64](op, in, inout)
+	case dtype.Complex128:
+		return applyNum[complex128](op, in, inout)
+	}
+	return false
+}
+
+// elems is b as elements of T; false when b is not whole elements.
+func elems[T any](b []byte) ([]T, bool) {
+	var z T
+	if len(b)%int(unsafe.Sizeof(z)) != 0 {
+		return nil, false
+	}
+	return fromRaw[T](b), true
+}
+
+func applyNum[T Number](op uint64, in, inout []byte) bool {
+	a, ok1 := elems[T](in)
+	b, ok2 := elems[T](inout)
+	if !ok1 || !ok2 {
+		return false
+	}
+	switch rmaOpNames[op] {
+	case "sum":
+		Sum[T]().Fn(a, b)
+	case "prod":
+		Prod[T]().Fn(a, b)
+	case "replace":
+		copy(b, a)
+	case "no_op":
+	default:
+		return false
+	}
+	return true
+}
+
+func applyReal[T Real](op uint64, in, inout []byte) bool {
+	switch rmaOpNames[op] {
+	case "max", "min":
+		a, ok1 := elems[T](in)
+		b, ok2 := elems[T](inout)
+		if !ok1 || !ok2 {
+			return false
+		}
+		if rmaOpNames[op] == "max" {
+			Max[T]().Fn(a, b)
+		} else {
+			Min[T]().Fn(a, b)
+		}
+		return true
+	}
+	return applyNum[T](op, in, inout)
+}
+
+func applyInt[T Integer](op uint64, in, inout []byte) bool {
+	a, ok1 := elems[T](in)
+	b, ok2 := elems[T](inout)
+	if !ok1 || !ok2 {
+		return false
+	}
+	switch rmaOpNames[op] {
+	case "land":
+		LAnd[T]().Fn(a, b)
+	case "lor":
+		LOr[T]().Fn(a, b)
+	case "lxor":
+		LXor[T]().Fn(a, b)
+	case "band":
+		BAnd[T]().Fn(a, b)
+	case "bor":
+		BOr[T]().Fn(a, b)
+	case "bxor":
+		BXor[T]().Fn(a, b)
+	default:
+		return applyReal[T](op, in, inout)
+	}
+	return true
+}
+
+// Accumulate combines origin into target's window at displacement disp with
+// op, element by element (MPI_Accumulate, MPI-4.1 §12.3.4): target[i] =
+// origin[i] op target[i]. op must be predefined (Sum, Max, BXor, ...,
+// Replace). Accumulates to the same location are atomic with respect to
+// each other, element by element. Completion as Put's. Errors as Put's, plus
+// ErrOp.
+func Accumulate[T Number](w *Win, origin []T, target, disp int, op Op[T]) error {
+	code, err := rmaOpCode(op)
+	if err != nil {
+		return err
+	}
+	data := raw(origin)
+	off, world, err := w.access(target, disp, len(data), "Accumulate")
+	if err != nil || len(data) == 0 {
+		return err
+	}
+	var z T
+	es := int(unsafe.Sizeof(z))
+	chunk := w.p.ep.MaxMediumTo(world) / es * es
+	for len(data) > 0 {
+		n := min(len(data), chunk)
+		w.begin(target)
+		if err := w.p.ep.RequestMedium(world, hRMAAcc, data[:n], uint64(w.id), uint64(off), code); err != nil {
+			w.abandon(target)
+			return w.p.netErr(w.c, world, fmt.Sprintf("Accumulate to rank %d", target), err)
+		}
+		data, off = data[n:], off+n
+	}
+	return nil
+}
+
+// onRMAAcc runs at the target: apply an accumulate's operands to the window.
+func (p *proc) onRMAAcc(tok *handlers.Token, a []uint64, payload []byte) {
+	p.mu.Lock()
+	w := p.winLocked(a[0])
+	st := uint64(rmaOK)
+	switch off := a[1]; {
+	case w == nil:
+		st = rmaNoWin
+	case off > uint64(len(w.mem)) || uint64(len(payload)) > uint64(len(w.mem))-off:
+		st = rmaRange
+	case !rmaApply(a[2], payload, w.mem[off:off+uint64(len(payload))]):
+		st = rmaBadOp
+	}
+	p.mu.Unlock()
+	rmaAck(tok, a[0], st)
+}
+
+// rmaCAS marks a fetch request's code as CompareAndSwap.
+const rmaCAS = 1 << 16
+
+// FetchAndOp combines origin into the element of T at displacement disp of
+// target's window with op and returns the element's previous value in
+// *result (MPI_Fetch_and_op, MPI-4.1 §12.3.4), atomically with respect to
+// the window's other accumulates. *result is set once a Flush, Unlock or
+// Fence that follows returns (NoOp: an atomic read). Errors as Accumulate's.
+func FetchAndOp[T Number](w *Win, origin T, result *T, target, disp int, op Op[T]) error {
+	code, err := rmaOpCode(op)
+	if err != nil {
+		return err
+	}
+	if result == nil {
+		return fmt.Errorf("%w: nil result", ErrBuffer)
+	}
+	in := []T{origin}
+	return w.fetch(raw(in), raw(unsafe.Slice(result, 1)), target, disp, code, "FetchAndOp")
+}
+
+// CompareAndSwap replaces the element of T at displacement disp of target's
+// window with origin if it equals compare, and returns its previous value in
+// *result (MPI_Compare_and_swap, MPI-4.1 §12.3.4), atomically with respect to
+// the window's accumulates. *result is set once a Flush, Unlock or Fence that
+// follows returns. Errors as Put's.
+func CompareAndSwap[T Integer](w *Win, origin, compare T, result *T, target, disp int) error {
+	code, err := rmaOpCode(Replace[T]())
+	if err != nil {
+		return err
+	}
+	if result == nil {
+		return fmt.Errorf("%w: nil result", ErrBuffer)
+	}
+	in := []T{origin, compare}
+	return w.fetch(raw(in), raw(unsafe.Slice(result, 1)), target, disp, code|rmaCAS, "CompareAndSwap")
+}
+
+// fetch sends a FetchAndOp's or CompareAndSwap's request: in is the operand
+// (and the comparand), result where the old value goes.
+func (w *Win) fetch(in, result []byte, target, disp int, code uint64, call string) error {
+	off, world, err := w.access(target, disp, len(result), call)
+	if err != nil {
+		return err
+	}
+	p := w.p
+	p.mu.Lock()
+	w.cookie++
+	cookie := w.cookie
+	if w.fetches == nil {
+		w.fetches = map[uint64][]byte{}
+	}
+	w.fetches[cookie] = result
+	w.pending[target]++
+	w.npending++
+	p.mu.Unlock()
+	if err := p.ep.RequestMedium(world, hRMAFetch, in, uint64(w.id), uint64(off), code, cookie); err != nil {
+		p.mu.Lock()
+		delete(w.fetches, cookie)
+		w.doneLocked(target, nil)
+		p.mu.Unlock()
+		return p.netErr(w.c, world, fmt.Sprintf("%s to rank %d", call, target), err)
+	}
+	return nil
+}
+
+// onRMAFetch runs at the target: read the element, apply the operation (or
+// compare and swap), and send the old value back.
+func (p *proc) onRMAFetch(tok *handlers.Token, a []uint64, payload []byte) {
+	id, off, code, cookie := a[0], a[1], a[2], a[3]
+	cas := code&rmaCAS != 0
+	code &^= rmaCAS
+	n := uint64(len(payload))
+	if cas {
+		n /= 2
+	}
+	var old [16]byte
+	st := uint64(rmaOK)
+	p.mu.Lock()
+	w := p.winLocked(id)
+	switch {
+	case w == nil:
+		st = rmaNoWin
+	case n > uint64(len(old)) || cas && uint64(len(payload)) != 2*n:
+		st = rmaBadOp
+	case off > uint64(len(w.mem)) || n > uint64(len(w.mem))-off:
+		st = rmaRange
+	default:
+		cur := w.mem[off : off+n]
+		copy(old[:], cur)
+		switch {
+		case !cas:
+			if !rmaApply(code, payload, cur) {
+				st = rmaBadOp
+			}
+		case string(payload[n:]) == string(cur): // compare: bytes of an integer
+			copy(cur, payload[:n])
+		}
+	}
+	p.mu.Unlock()
+	if st != rmaOK {
+		n = 0
+	}
+	_ = tok.ReplyMedium(hRMAFetched, old[:n], id, cookie, st)
+}
+
+// onRMAFetched runs at the origin: a FetchAndOp's or CompareAndSwap's old
+// value.
+func (p *proc) onRMAFetched(tok *handlers.Token, a []uint64, payload []byte) {
+	src := tok.Source()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w := p.winLocked(a[0])
+	if w == nil {
+		return
+	}
+	t := commRankOf(w.c, src)
+	res, ok := w.fetches[a[1]]
+	if t < 0 || !ok {
+		return
+	}
+	delete(w.fetches, a[1])
+	err := rmaErr(a[2], src)
+	if err == nil && len(payload) == len(res) {
+		copy(res, payload)
+	} else if err == nil {
+		err = fmt.Errorf("%w: world rank %d sent %d bytes for a %d-byte result", ErrIntern, src, len(payload), len(res))
+	}
+	w.doneLocked(t, err)
+}

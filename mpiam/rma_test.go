@@ -1,0 +1,209 @@
+package mpiam
+
+import (
+	"slices"
+	"testing"
+)
+
+// Fence epochs (MPI-4.1 §12.5.1): each rank puts into its right neighbour's
+// window and gets from its left neighbour's, small and large (past a medium
+// request and past a single copy's threshold), with WinCreate over the
+// program's memory and a displacement unit that scales.
+func TestRMAFencePutGet_MPI41_12_5_1(t *testing.T) {
+	eachNetwork(t, 3, func(r *rk, c *Comm) {
+		n, me := c.Size(), c.Rank()
+		right, left := (me+1)%n, (me+n-1)%n
+		const small, large = 4, 20000
+		mem := make([]int64, small+large)
+		w, err := WinCreate(c, mem, 8)
+		r.NoError(err)
+		r.Equal(8*(small+large), w.Size())
+		r.Equal(8, w.DispUnit())
+		r.NoError(w.Fence(ModeNoprecede))
+		src := make([]int64, small+large)
+		for i := range src {
+			src[i] = int64(me*1_000_000 + i)
+		}
+		r.NoError(Put(w, src[:small], right, 0))
+		r.NoError(Put(w, src[small:], right, small))
+		r.NoError(w.Fence(0))
+		for i := range mem {
+			r.Equal(int64(left*1_000_000+i), mem[i], "element %d", i)
+		}
+		got := make([]int64, small+large)
+		r.NoError(Get(w, got[:small], left, 0))
+		r.NoError(Get(w, got[small:], left, small))
+		r.NoError(w.Fence(ModeNosucceed))
+		for i := range got {
+			// left's window holds what left's left put there.
+			r.Equal(int64(((left+n-1)%n)*1_000_000+i), got[i], "element %d", i)
+		}
+		r.NoError(w.Free())
+	})
+}
+
+// Accumulates from every rank to one location are atomic and complete at
+// the fence: the sums, maxima and xors are exact (MPI-4.1 §12.3.4, §12.7).
+func TestRMAAccumulate_MPI41_12_3_4(t *testing.T) {
+	eachNetwork(t, 3, func(r *rk, c *Comm) {
+		n, me := c.Size(), c.Rank()
+		const k, rounds = 16, 10
+		w, mem, err := WinAllocate[int64](c, 3*k, 8)
+		r.NoError(err)
+		fw, fmem, err := WinAllocate[float64](c, k, 8)
+		r.NoError(err)
+		r.NoError(w.Fence(0))
+		r.NoError(fw.Fence(0))
+		v, f := make([]int64, k), make([]float64, k)
+		for round := range rounds {
+			for i := range v {
+				v[i] = int64((me + 1) * (i + 1))
+				f[i] = float64(me+1) / 4
+			}
+			r.NoError(Accumulate(w, v, 0, 0, Sum[int64]()))
+			v[0] = int64(me*100 + round)
+			r.NoError(Accumulate(w, v[:1], 0, k, Max[int64]()))
+			r.NoError(Accumulate(w, []int64{int64(1) << (me*rounds + round)}, 0, 2*k, BXor[int64]()))
+			r.NoError(Accumulate(fw, f, 0, 0, Sum[float64]()))
+		}
+		r.NoError(w.Fence(0))
+		r.NoError(fw.Fence(0))
+		if me == 0 {
+			ranks := int64(n * (n + 1) / 2)
+			for i := range k {
+				r.Equal(rounds*ranks*int64(i+1), mem[i], "sum %d", i)
+				r.Equal(rounds*float64(ranks)/4, fmem[i], "float sum %d", i)
+			}
+			r.Equal(int64((n-1)*100+rounds-1), mem[k])
+			r.Equal(int64(1)<<(n*rounds)-1, mem[2*k])
+		}
+		r.ErrorIs(Accumulate(w, v, 0, 0, NewOp("mine", func(in, io []int64) {}, true)), ErrOp)
+		r.NoError(fw.Free())
+		r.NoError(w.Free())
+	})
+}
+
+// A counter at rank 0 that every rank increments with FetchAndOp under a
+// shared lock: the values fetched are exactly 0 .. n*rounds-1, each once
+// (passive target, MPI-4.1 §12.5.3, §12.3.4).
+func TestRMAFetchAndOpCounter_MPI41_12_3_4(t *testing.T) {
+	eachNetwork(t, 3, func(r *rk, c *Comm) {
+		n, me := c.Size(), c.Rank()
+		const rounds = 20
+		w, mem, err := WinAllocate[int64](c, 1, 8)
+		r.NoError(err)
+		got := make([]int64, rounds)
+		for i := range got {
+			r.NoError(w.Lock(LockShared, 0, 0))
+			r.NoError(FetchAndOp(w, 1, &got[i], 0, 0, Sum[int64]()))
+			r.NoError(w.Unlock(0))
+		}
+		var last int64
+		r.NoError(w.LockAll(0))
+		r.NoError(FetchAndOp(w, 0, &last, 0, 0, NoOp[int64]()))
+		r.NoError(w.FlushAll())
+		r.NoError(w.UnlockAll())
+		r.GreaterOrEqual(last, int64(rounds))
+		all := make([]int64, n*rounds)
+		r.NoError(Gather(c, got, all, 0))
+		r.NoError(c.Barrier())
+		if me == 0 {
+			slices.Sort(all)
+			for i, v := range all {
+				r.Equal(int64(i), v)
+			}
+			r.Equal(int64(n*rounds), mem[0])
+		}
+		r.NoError(w.Free())
+	})
+}
+
+// A mutex made of CompareAndSwap guards a read-modify-write of Get and Put
+// under LockAll with flushes: the final count is exact, and exclusive locks
+// serialize the same increment without the mutex.
+func TestRMAMutexAndExclusiveLock_MPI41_12_5_3(t *testing.T) {
+	eachNetwork(t, 3, func(r *rk, c *Comm) {
+		n, me := c.Size(), c.Rank()
+		const rounds = 8
+		w, mem, err := WinAllocate[int64](c, 3, 8) // mutex, count under the mutex, count under the lock
+		r.NoError(err)
+		r.NoError(w.LockAll(0))
+		for range rounds {
+			for {
+				var old int64
+				r.NoError(CompareAndSwap(w, int64(me+1), 0, &old, 0, 0))
+				r.NoError(w.Flush(0))
+				if old == 0 {
+					break
+				}
+			}
+			var v [1]int64
+			r.NoError(Get(w, v[:], 0, 1))
+			r.NoError(w.Flush(0))
+			v[0]++
+			r.NoError(Put(w, v[:], 0, 1))
+			r.NoError(w.Flush(0))
+			var old int64
+			r.NoError(CompareAndSwap(w, 0, int64(me+1), &old, 0, 0))
+			r.NoError(w.Flush(0))
+			r.Equal(int64(me+1), old, "the mutex was not held")
+		}
+		r.NoError(w.UnlockAll())
+		for range rounds {
+			var v [1]int64
+			r.NoError(w.Lock(LockExclusive, 0, 0))
+			r.NoError(Get(w, v[:], 0, 2))
+			r.NoError(w.Flush(0))
+			v[0]++
+			r.NoError(Put(w, v[:], 0, 2))
+			r.NoError(w.Unlock(0))
+		}
+		r.NoError(c.Barrier())
+		if me == 0 {
+			r.Equal(int64(0), mem[0])
+			r.Equal(int64(n*rounds), mem[1])
+			r.Equal(int64(n*rounds), mem[2])
+		}
+		r.NoError(w.Free())
+	})
+}
+
+// Operations and synchronizations used wrongly are errors of MPI's classes,
+// never a hang (MPI-4.1 §12.5, §12.7).
+func TestRMAErrors_MPI41_12_5(t *testing.T) {
+	eachNetwork(t, 2, func(r *rk, c *Comm) {
+		me := c.Size() - 1 - c.Rank() // the other rank
+		_, err := WinCreate(c, []int64{1}, 0)
+		r.ErrorIs(err, ErrDisp)
+		_, _, err = WinAllocate[int64](c, -1, 8)
+		r.ErrorIs(err, ErrSize)
+		w, _, err := WinAllocate[int64](c, 4, 8)
+		r.NoError(err)
+		buf := []int64{1, 2}
+		r.ErrorIs(Put(w, buf, me, 0), ErrRMASync, "no epoch")
+		r.Equal(ClassRMASync, ErrorClass(Get(w, buf, me, 0)))
+		r.ErrorIs(w.Unlock(me), ErrRMASync, "not locked")
+		r.ErrorIs(w.Flush(me), ErrRMASync, "flush outside a passive epoch")
+		r.ErrorIs(w.UnlockAll(), ErrRMASync)
+		r.ErrorIs(w.Lock(LockType(7), me, 0), ErrLocktype)
+		r.ErrorIs(w.Lock(LockShared, 5, 0), ErrRank)
+		r.ErrorIs(w.Fence(1), ErrAssert)
+
+		r.NoError(w.Lock(LockShared, me, 0))
+		r.ErrorIs(w.Lock(LockShared, me, 0), ErrRMASync, "locked twice")
+		r.ErrorIs(w.Fence(0), ErrRMASync, "fence inside a lock epoch")
+		r.ErrorIs(Put(w, buf, me, 3), ErrRMARange, "past the end")
+		r.ErrorIs(Put(w, buf, me, -1), ErrRMARange)
+		r.ErrorIs(Put(w, buf, 2, 0), ErrRank)
+		r.NoError(Put(w, buf, me, 2)) // the last two elements: fits
+		r.NoError(w.Unlock(me))
+
+		r.NoError(w.Fence(0))
+		r.NoError(w.Fence(ModeNosucceed))
+		r.ErrorIs(Put(w, buf, me, 0), ErrRMASync, "after ModeNosucceed")
+		r.NoError(w.Free())
+		r.ErrorIs(w.Free(), ErrWin)
+		r.ErrorIs(w.Fence(0), ErrWin)
+		r.Equal(ClassWin, ErrorClass(Put(w, buf, me, 0)))
+	})
+}
