@@ -52,28 +52,31 @@ const EnvUnexpectedLimit = "AMGO_UNEXPECTED_LIMIT"
 
 // Handler indices mpiam registers on its endpoint.
 const (
-	hEager     handlers.Index = 200 + iota // medium request: envelope + data (eager protocol)
-	hRTS                                   // short request: envelope + size (rendezvous request-to-send)
-	hCTS                                   // short reply or request: receive buffer address (clear-to-send)
-	hData                                  // store handler: rendezvous data has landed
-	hFin                                   // short request: rendezvous with nothing to store is done
-	hPulled                                // short request: the receiver has read its part of the send buffer
-	hBarrier                               // short request: a dissemination barrier's message (coll_am.go)
-	hThrottle                              // short reply or request: stop or resume eager sends to the sender (unexpected.go)
-	hStorePart                             // store handler: a chunk of packed rendezvous data has landed, more follow (rndv_typed.go)
-	hEagerSig                              // hEager with the type signature hash after the envelope (typecheck.go)
-	hRTSSig                                // hRTS with the type signature hash after its arguments (typecheck.go)
-	hAllreduce                             // medium request: a small allreduce's partial result (coll_amreduce.go)
-	hRMAPut                                // store handler: a Put's data has landed in the window (rma.go)
-	hRMAAck                                // short reply: a one-sided operation is done at the target, or failed
-	hRMAAcc                                // medium request: an Accumulate's operands
-	hRMAGet                                // short request: read a range of the window for the origin
-	hRMAGetDone                            // store handler: a Get's data has landed at the origin
-	hRMALock                               // short request: lock the window at the target
-	hRMAGrant                              // short reply or request: the lock is granted
-	hRMAUnlock                             // short request: release the lock
-	hRMAFetch                              // medium request: FetchAndOp or CompareAndSwap; the old value comes back in a medium reply
-	hRMAFetched                            // medium reply: the old value of a FetchAndOp or CompareAndSwap
+	hEager       handlers.Index = 200 + iota // medium request: envelope + data (eager protocol)
+	hRTS                                     // short request: envelope + size (rendezvous request-to-send)
+	hCTS                                     // short reply or request: receive buffer address (clear-to-send)
+	hData                                    // store handler: rendezvous data has landed
+	hFin                                     // short request: rendezvous with nothing to store is done
+	hPulled                                  // short request: the receiver has read its part of the send buffer
+	hBarrier                                 // short request: a dissemination barrier's message (coll_am.go)
+	hThrottle                                // short reply or request: stop or resume eager sends to the sender (unexpected.go)
+	hStorePart                               // store handler: a chunk of packed rendezvous data has landed, more follow (rndv_typed.go)
+	hEagerSig                                // hEager with the type signature hash after the envelope (typecheck.go)
+	hRTSSig                                  // hRTS with the type signature hash after its arguments (typecheck.go)
+	hAllreduce                               // medium request: a small allreduce's partial result (coll_amreduce.go)
+	hRMAPut                                  // store handler: a Put's data has landed in the window (rma.go)
+	hRMAAck                                  // short reply: a one-sided operation is done at the target, or failed
+	hRMAAcc                                  // medium request: an Accumulate's operands
+	hRMAGet                                  // short request: read a range of the window for the origin
+	hRMAGetDone                              // store handler: a Get's data has landed at the origin
+	hRMALock                                 // short request: lock the window at the target
+	hRMAGrant                                // short reply or request: the lock is granted
+	hRMAUnlock                               // short request: release the lock
+	hRMAFetch                                // medium request: FetchAndOp or CompareAndSwap; the old value comes back in a medium reply
+	hRMAFetched                              // medium reply: the old value of a FetchAndOp or CompareAndSwap
+	hRMAGetAcc                               // medium request: a GetAccumulate's operands; the old values come back as a store
+	hRMAPost                                 // short request: the target opened an exposure epoch to this origin (Post)
+	hRMAComplete                             // short request: the origin closed its access epoch to this target (Complete)
 )
 
 // Message flags, in the envelope's third argument (proto.FlagSync, FlagReady).
@@ -161,7 +164,7 @@ type proc struct {
 	// handler for another message, recycled once p.mu is dropped.
 	pendingRelease []*inMsg
 	nextCtx        uint32
-	wins           map[uint32]*Win // one-sided windows by id (rma.go), under mu
+	wins           map[uint32]*Win           // one-sided windows by id (rma.go), under mu
 	barrierCounts  map[uint32]*barrierCounts // by communicator context (coll_am.go)
 	arStates       map[uint32]*arState       // small allreduces' slots by communicator context (coll_amreduce.go; p.mu)
 	rndvSplit      int                       // EnvRndvSplit: smallest rendezvous split between store and get (0: never)

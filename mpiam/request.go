@@ -18,6 +18,7 @@ const (
 	kindSend reqKind = iota + 1
 	kindRecv
 	kindColl // a nonblocking collective
+	kindRMA  // a one-sided operation's request (Rput, Rget, ...: rma.go)
 )
 
 // Mode is a send mode (MPI-4.1 §3.4).

@@ -85,18 +85,37 @@ type Win struct {
 	locks    []LockType // per target: the lock held (0: none)
 	nlocks   int
 	lockAll  bool
-	granted  []bool // per target: the lock request was granted
-	nochk    []bool // per target: the lock was asserted with ModeNocheck (no request went out)
-	unlocked []bool // per target: the unlock was acknowledged
-	gets     map[uint64]am.Segment
+	granted  []bool            // per target: the lock request was granted
+	nochk    []bool            // per target: the lock was asserted with ModeNocheck (no request went out)
+	unlocked []bool            // per target: the unlock was acknowledged
+	gets     map[uint64]*getOp // Gets and GetAccumulates under way, by cookie
+	done     []am.Segment      // result buffers of finished ones, to unregister
 	fetches  map[uint64][]byte // result of a FetchAndOp or CompareAndSwap, by cookie
 	cookie   uint64
 	freed    bool
+
+	// Generalized active target (rma_pscw.go), under p.mu.
+	startGrp  []bool // per target: in the group of the access epoch Start opened
+	startOpen bool
+	posted    []int  // per target: Post notices arrived and not yet taken by a Start
+	postGrp   []bool // per origin: in the group of the exposure epoch Post opened
+	postOpen  bool
+	complete  []int // per origin: Complete notices arrived and not yet taken by a Wait
 
 	// Target side, under p.mu.
 	shared  int  // shared locks held
 	excl    bool // the exclusive lock is held
 	waiters []lockWaiter
+}
+
+// getOp is a Get or GetAccumulate whose data a target stores into the
+// origin's registered buffer: the buffer, the stores still to come, and the
+// request to complete with the last (nil: none).
+type getOp struct {
+	seg   am.Segment
+	parts int
+	req   *reqState
+	err   error
 }
 
 // lockWaiter is a lock request queued at the target.
@@ -152,7 +171,9 @@ func (c *Comm) winCreate(mem []byte, unit int, keep any) (*Win, error) {
 	p := c.p
 	w := &Win{p: p, c: d, id: d.ctx, mem: mem, unit: unit, keep: keep,
 		pending: make([]int, d.size), locks: make([]LockType, d.size),
-		granted: make([]bool, d.size), nochk: make([]bool, d.size), unlocked: make([]bool, d.size)}
+		granted: make([]bool, d.size), nochk: make([]bool, d.size), unlocked: make([]bool, d.size),
+		startGrp: make([]bool, d.size), posted: make([]int, d.size), postGrp: make([]bool, d.size),
+		complete: make([]int, d.size)}
 	var regErr error
 	if len(mem) > 0 {
 		w.seg, regErr = p.ep.RegisterSegment(mem)
@@ -202,11 +223,15 @@ func (w *Win) release() {
 		delete(p.wins, w.id)
 	}
 	w.freed = true
-	for _, s := range w.gets {
+	segs := w.done
+	for _, g := range w.gets {
+		segs = append(segs, g.seg)
+	}
+	w.gets, w.done = nil, nil
+	p.mu.Unlock()
+	for _, s := range segs {
 		_ = p.ep.UnregisterSegment(s)
 	}
-	w.gets = nil
-	p.mu.Unlock()
 	if len(w.mem) > 0 && w.seg.Len > 0 {
 		_ = p.ep.UnregisterSegment(w.seg)
 	}
@@ -283,7 +308,7 @@ func (w *Win) access(target, disp, n int, call string) (off, world int, err erro
 		return 0, 0, fmt.Errorf("%w: %s target %d (window has %d ranks)", ErrRank, call, target, w.c.size)
 	}
 	w.p.mu.Lock()
-	open := w.fence || w.lockAll || w.locks[target] != 0
+	open := w.fence || w.lockAll || w.locks[target] != 0 || w.startGrp[target]
 	w.p.mu.Unlock()
 	if !open {
 		return 0, 0, fmt.Errorf("%w: %s to rank %d outside an access epoch (Fence or Lock first)", ErrRMASync, call, target)
@@ -363,13 +388,8 @@ func (w *Win) waitAll() error {
 func (w *Win) releaseGets() {
 	p := w.p
 	p.mu.Lock()
-	var done []am.Segment
-	if w.npending == 0 {
-		for k, s := range w.gets {
-			done = append(done, s)
-			delete(w.gets, k)
-		}
-	}
+	done := w.done
+	w.done = nil
 	p.mu.Unlock()
 	for _, s := range done {
 		_ = p.ep.UnregisterSegment(s)
@@ -417,10 +437,10 @@ func Get[T any](w *Win, result []T, target, disp int) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
-	return w.get(raw(result), target, disp)
+	return w.get(raw(result), target, disp, nil)
 }
 
-func (w *Win) get(buf []byte, target, disp int) error {
+func (w *Win) get(buf []byte, target, disp int, req *reqState) error {
 	off, world, err := w.access(target, disp, len(buf), "Get")
 	if err != nil || len(buf) == 0 {
 		return err
@@ -430,31 +450,81 @@ func (w *Win) get(buf []byte, target, disp int) error {
 	if p.ep.CanGet(world, len(buf)) {
 		err := p.ep.Get(world, addr, buf)
 		if err == nil {
+			if req != nil {
+				req.complete(Status{})
+			}
 			return nil
 		}
 		if !errors.Is(err, transport.ErrGetUnsupported) {
 			return p.netErr(w.c, world, fmt.Sprintf("Get from rank %d", target), err)
 		}
 	}
+	cookie, seg, err := w.startGet(buf, target, 1, req)
+	if err != nil {
+		return err
+	}
+	if err := p.ep.RequestShort(world, hRMAGet, uint64(w.id), uint64(off), uint64(len(buf)), seg.Addr, cookie); err != nil {
+		w.abandonGet(target, cookie)
+		return p.netErr(w.c, world, fmt.Sprintf("Get from rank %d", target), err)
+	}
+	return nil
+}
+
+// startGet registers buf for a target's stores of parts pieces and counts
+// them as outstanding to target; req (nil: none) completes with the last.
+// Errors: ErrBuffer (registration).
+func (w *Win) startGet(buf []byte, target, parts int, req *reqState) (uint64, am.Segment, error) {
+	p := w.p
 	seg, err := p.ep.RegisterSegment(buf)
 	if err != nil {
-		return fmt.Errorf("%w: Get of %d bytes from rank %d: %w", ErrBuffer, len(buf), target, err)
+		return 0, seg, fmt.Errorf("%w: result buffer of %d bytes for rank %d: %w", ErrBuffer, len(buf), target, err)
 	}
 	p.mu.Lock()
 	w.cookie++
 	cookie := w.cookie
 	if w.gets == nil {
-		w.gets = map[uint64]am.Segment{}
+		w.gets = map[uint64]*getOp{}
 	}
-	w.gets[cookie] = seg
-	w.pending[target]++
-	w.npending++
+	w.gets[cookie] = &getOp{seg: seg, parts: parts, req: req}
+	w.pending[target] += parts
+	w.npending += parts
 	p.mu.Unlock()
-	if err := p.ep.RequestShort(world, hRMAGet, uint64(w.id), uint64(off), uint64(len(buf)), seg.Addr); err != nil {
-		w.abandon(target)
-		return p.netErr(w.c, world, fmt.Sprintf("Get from rank %d", target), err)
+	return cookie, seg, nil
+}
+
+// abandonGet uncounts the pieces of a get whose requests never left.
+func (w *Win) abandonGet(target int, cookie uint64) {
+	p := w.p
+	p.mu.Lock()
+	if g := w.gets[cookie]; g != nil {
+		for range g.parts {
+			w.doneLocked(target, nil)
+		}
+		delete(w.gets, cookie)
+		w.done = append(w.done, g.seg)
 	}
-	return nil
+	p.mu.Unlock()
+}
+
+// getDoneLocked records one piece of get cookie from target as landed (err:
+// or failed), completing its request with the last. p.mu held.
+func (w *Win) getDoneLocked(target int, cookie uint64, err error) {
+	g := w.gets[cookie]
+	if g == nil {
+		return
+	}
+	w.doneLocked(target, err)
+	if err != nil && g.err == nil {
+		g.err = err
+	}
+	if g.parts--; g.parts > 0 {
+		return
+	}
+	delete(w.gets, cookie)
+	w.done = append(w.done, g.seg)
+	if g.req != nil {
+		g.req.complete(Status{Err: g.err})
+	}
 }
 
 // Fence ends the current fence epoch and opens the next (MPI_Win_fence,
@@ -689,8 +759,11 @@ func (p *proc) rmaHandlers() []handlers.Entry {
 		{Index: hRMAPut, Name: "mpi.rma.put", NArgs: 1, Fn: p.onRMAPut},
 		{Index: hRMAAck, Name: "mpi.rma.ack", NArgs: 2, Fn: p.onRMAAck},
 		{Index: hRMAAcc, Name: "mpi.rma.acc", NArgs: 3, Fn: p.onRMAAcc},
-		{Index: hRMAGet, Name: "mpi.rma.get", NArgs: 4, Fn: p.onRMAGet},
-		{Index: hRMAGetDone, Name: "mpi.rma.get.done", NArgs: 2, Fn: p.onRMAGetDone},
+		{Index: hRMAGet, Name: "mpi.rma.get", NArgs: 5, Fn: p.onRMAGet},
+		{Index: hRMAGetDone, Name: "mpi.rma.get.done", NArgs: 3, Fn: p.onRMAGetDone},
+		{Index: hRMAGetAcc, Name: "mpi.rma.getacc", NArgs: 5, Fn: p.onRMAGetAcc},
+		{Index: hRMAPost, Name: "mpi.rma.post", NArgs: 1, Fn: p.onRMAPost},
+		{Index: hRMAComplete, Name: "mpi.rma.complete", NArgs: 1, Fn: p.onRMAComplete},
 		{Index: hRMALock, Name: "mpi.rma.lock", NArgs: 2, Fn: p.onRMALock},
 		{Index: hRMAGrant, Name: "mpi.rma.grant", NArgs: 1, Fn: p.onRMAGrant},
 		{Index: hRMAUnlock, Name: "mpi.rma.unlock", NArgs: 1, Fn: p.onRMAUnlock},
@@ -766,21 +839,35 @@ func (p *proc) onRMAGet(tok *handlers.Token, a []uint64, _ []byte) {
 	src := tok.Source()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	w := p.winLocked(a[0])
-	if w == nil {
-		rmaAck(tok, a[0], rmaNoWin)
-		return
+	id, off, n, addr, cookie := a[0], a[1], a[2], a[3], a[4]
+	w := p.winLocked(id)
+	st := uint64(rmaOK)
+	switch {
+	case w == nil:
+		st = rmaNoWin
+	case off > uint64(len(w.mem)) || n > uint64(len(w.mem))-off:
+		st = rmaRange
 	}
-	off, n, addr := a[1], a[2], a[3]
-	if off > uint64(len(w.mem)) || n > uint64(len(w.mem))-off {
-		rmaAck(tok, a[0], rmaRange)
-		return
+	var data []byte
+	if st == rmaOK {
+		data = w.mem[off : off+n]
 	}
-	id := a[0]
-	data := w.mem[off : off+n]
+	p.storeBackLocked(src, id, addr, cookie, data, st)
+}
+
+// storeBackLocked queues the store of data into the origin's buffer at addr
+// with the get's completion (a store may wait for credit, which a handler
+// must not); a failure st goes back with no data. p.mu held.
+func (p *proc) storeBackLocked(src int, id, addr, cookie uint64, data []byte, st uint64) {
 	p.queueLocked(deferred{kind: workFunc, fn: func() {
-		if err := p.ep.Store(src, hRMAGetDone, addr, data, id, rmaOK); err != nil {
-			p.dropped(fmt.Errorf("Get's data for world rank %d: %w", src, err))
+		var err error
+		if st == rmaOK && len(data) > 0 {
+			err = p.ep.Store(src, hRMAGetDone, addr, data, id, st, cookie)
+		} else {
+			err = p.ep.RequestShort(src, hRMAGetDone, id, st, cookie)
+		}
+		if err != nil {
+			p.dropped(fmt.Errorf("one-sided data for world rank %d: %w", src, err))
 		}
 	}})
 }
@@ -792,7 +879,7 @@ func (p *proc) onRMAGetDone(tok *handlers.Token, a []uint64, _ []byte) {
 	defer p.mu.Unlock()
 	if w := p.winLocked(a[0]); w != nil {
 		if t := commRankOf(w.c, src); t >= 0 {
-			w.doneLocked(t, rmaErr(a[1], src))
+			w.getDoneLocked(t, a[2], rmaErr(a[1], src))
 		}
 	}
 }

@@ -207,3 +207,101 @@ func TestRMAErrors_MPI41_12_5(t *testing.T) {
 		r.Equal(ClassWin, ErrorClass(Put(w, buf, me, 0)))
 	})
 }
+
+// Generalized active target (MPI-4.1 §12.5.2): rank 0 exposes its window to
+// the others with Post/Wait (and Test), each of them puts its piece between
+// Start and Complete; then the roles turn for gets.
+func TestRMAPostStartCompleteWait_MPI41_12_5_2(t *testing.T) {
+	eachNetwork(t, 3, func(r *rk, c *Comm) {
+		n, me := c.Size(), c.Rank()
+		w, mem, err := WinAllocate[int32](c, 2*n, 4)
+		r.NoError(err)
+		wg, err := w.Group()
+		r.NoError(err)
+		zero, err := wg.Incl([]int{0})
+		r.NoError(err)
+		others, err := wg.Excl([]int{0})
+		r.NoError(err)
+		for round := range 3 {
+			if me == 0 {
+				r.NoError(w.Post(others, 0))
+				r.ErrorIs(w.Post(others, 0), ErrRMASync, "posted twice")
+				if round == 1 {
+					for {
+						done, err := w.Test()
+						r.NoError(err)
+						if done {
+							break
+						}
+					}
+				} else {
+					r.NoError(w.Wait())
+				}
+				for k := 1; k < n; k++ {
+					r.Equal(int32(100*round+k), mem[2*k], "round %d from rank %d", round, k)
+				}
+			} else {
+				r.NoError(w.Start(zero, 0))
+				r.NoError(Put(w, []int32{int32(100*round + me)}, 0, 2*me))
+				r.ErrorIs(Put(w, []int32{1}, me, 0), ErrRMASync, "target outside the start group")
+				r.NoError(w.Complete())
+			}
+		}
+		r.ErrorIs(w.Complete(), ErrRMASync)
+		r.ErrorIs(w.Wait(), ErrRMASync)
+		_, err = w.Test()
+		r.ErrorIs(err, ErrRMASync)
+		r.NoError(w.Free())
+	})
+}
+
+// GetAccumulate, its request form and the other request-based operations
+// (MPI-4.1 §12.3.5): the old values come back, large ranges in pieces, and
+// the requests complete with the data in place.
+func TestRMAGetAccumulateAndRequests_MPI41_12_3_5(t *testing.T) {
+	eachNetwork(t, 2, func(r *rk, c *Comm) {
+		me := c.Rank()
+		other := 1 - me
+		const k = 5000 // past one medium request on every network
+		w, mem, err := WinAllocate[int64](c, k, 8)
+		r.NoError(err)
+		for i := range mem {
+			mem[i] = int64(me*1_000_000 + i)
+		}
+		r.NoError(c.Barrier())
+		r.NoError(w.Lock(LockExclusive, other, 0))
+		add := make([]int64, k)
+		for i := range add {
+			add[i] = 1
+		}
+		old := make([]int64, k)
+		r.NoError(GetAccumulate(w, add, old, other, 0, Sum[int64]()))
+		r.NoError(w.Flush(other))
+		for i := range old {
+			r.Equal(int64(other*1_000_000+i), old[i], "old %d", i)
+		}
+		now := make([]int64, 3)
+		req, err := RgetAccumulate(w, nil, now, other, 10, NoOp[int64]())
+		r.NoError(err)
+		_, err = req.Wait()
+		r.NoError(err)
+		r.Equal([]int64{int64(other*1_000_000 + 11), int64(other*1_000_000 + 12), int64(other*1_000_000 + 13)}, now)
+		r.ErrorIs(GetAccumulate(w, []int64{1}, make([]int64, 2), other, 0, Sum[int64]()), ErrCount)
+
+		rp, err := Rput(w, []int64{-7, -8}, other, 0)
+		r.NoError(err)
+		r.NoError(w.Flush(other)) // a put and an accumulate to one place are not ordered (MPI-4.1 §12.7.1)
+		ra, err := Raccumulate(w, []int64{10}, other, 1, Sum[int64]())
+		r.NoError(err)
+		got := make([]int64, 2)
+		r.NoError(w.Flush(other))
+		rg, err := Rget(w, got, other, 0)
+		r.NoError(err)
+		r.NoError(Waitall([]*Request{rp, ra, rg}, nil))
+		r.Equal([]int64{-7, 2}, got)
+		r.NoError(w.Unlock(other))
+		_, err = Rput(w, []int64{1}, other, 0)
+		r.ErrorIs(err, ErrRMASync, "request forms need a passive-target epoch")
+		r.NoError(w.Free())
+	})
+}
