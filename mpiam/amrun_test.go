@@ -47,12 +47,12 @@ func buildWithAmrun(t *testing.T, pkg string) string {
 // checks pass as on one network.
 func TestMixedJobUnderAmrun(t *testing.T) {
 	dir := buildWithAmrun(t, "./internal/p2pcheck")
-	out, err := exec.Command("go", "build", "-o", dir+"/", "./internal/collcheck").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", dir+"/", "./internal/collcheck", "./internal/rmacheck").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	ssh := filepath.Join(dir, "ssh")
 	require.NoError(t, os.WriteFile(ssh, []byte("#!/bin/sh\nhost=$1; shift\nexec env AMGO_NODE=$host sh -c \"$*\"\n"), 0o755))
 	for _, net := range []string{"tcp", "udp"} {
-		for _, prog := range []string{"p2pcheck", "collcheck"} {
+		for _, prog := range []string{"p2pcheck", "collcheck", "rmacheck"} {
 			t.Run(net+"/"+prog, func(t *testing.T) {
 				cmd := exec.Command(filepath.Join(dir, "amrun"), "-n", "4", "--timeout", "60s", "--hosts", "a,b", "--map-by", "node",
 					"--launcher-exec", ssh, "--launch-iface", "127.0.0.1", filepath.Join(dir, prog))
@@ -71,4 +71,20 @@ func TestMixedJobUnderAmrun(t *testing.T) {
 	out, err = cmd.CombinedOutput()
 	require.Error(t, err)
 	require.Contains(t, string(out), "AMGO_NET=shm cannot reach other nodes", "%s", out)
+}
+
+// One-sided communication between real processes launched by amrun: fence
+// rings, accumulates, a FetchAndOp counter under locks, generalized active
+// target, and a shared-memory window that processes load and store
+// directly (cmd rmacheck).
+func TestRMAProcessesUnderAmrun(t *testing.T) {
+	dir := buildWithAmrun(t, "./internal/rmacheck")
+	for _, nw := range []string{"shm", "tcp"} {
+		t.Run(nw, func(t *testing.T) {
+			out, err := exec.Command(filepath.Join(dir, "amrun"), "-n", "3", "--transport", nw,
+				"--timeout", "60s", filepath.Join(dir, "rmacheck")).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			require.Contains(t, string(out), "rmacheck: 3 ranks: OK")
+		})
+	}
 }

@@ -19,7 +19,7 @@ import (
 // buildChecks builds amrun and the check programs into one directory.
 func buildChecks(t *testing.T) string {
 	dir := buildWithAmrun(t, "./internal/p2pcheck")
-	out, err := exec.Command("go", "build", "-o", dir+"/", "./internal/collcheck", "./internal/deadcheck", "./internal/nodecheck").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", dir+"/", "./internal/collcheck", "./internal/deadcheck", "./internal/nodecheck", "./internal/rmacheck").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	return dir
 }
@@ -36,7 +36,7 @@ func TestHydraAcrossNodes(t *testing.T) {
 		t.Skip("MPICH's mpiexec.hydra is not installed")
 	}
 	dir := buildChecks(t)
-	for _, prog := range []string{"p2pcheck", "collcheck"} {
+	for _, prog := range []string{"p2pcheck", "collcheck", "rmacheck"} {
 		for _, net := range []string{"tcp", "udp"} {
 			t.Run(prog+"/"+net, func(t *testing.T) {
 				cmd := exec.Command(hydra, "-f", c.Hostfile, "-launcher", "ssh", "-launcher-exec", c.StandIn,
@@ -56,7 +56,7 @@ func TestHydraAcrossNodes(t *testing.T) {
 func TestAmrunAcrossNodes(t *testing.T) {
 	c := cluster.New(t, 2, "")
 	dir := buildChecks(t)
-	for _, prog := range []string{"p2pcheck", "collcheck"} {
+	for _, prog := range []string{"p2pcheck", "collcheck", "rmacheck"} {
 		for _, net := range []string{"tcp", "udp"} {
 			for _, mapBy := range []string{"slot", "node"} {
 				t.Run(prog+"/"+net+"/"+mapBy, func(t *testing.T) {

@@ -44,6 +44,7 @@ const (
 	ClassDisp      Class = 52 // MPI_ERR_DISP
 	ClassAssert    Class = 53 // MPI_ERR_ASSERT
 	ClassRMARange  Class = 55 // MPI_ERR_RMA_RANGE
+	ClassRMAShared Class = 57 // MPI_ERR_RMA_SHARED
 )
 
 var classNames = map[Class]string{
@@ -56,7 +57,7 @@ var classNames = map[Class]string{
 	ClassProcFail: "MPI_ERR_PROC_FAILED", ClassNoMem: "MPI_ERR_NO_MEM", ClassNotSame: "MPI_ERR_NOT_SAME",
 	ClassUnsupport: "MPI_ERR_UNSUPPORTED_OPERATION", ClassWin: "MPI_ERR_WIN", ClassLocktype: "MPI_ERR_LOCKTYPE",
 	ClassRMASync: "MPI_ERR_RMA_SYNC", ClassSize: "MPI_ERR_SIZE", ClassDisp: "MPI_ERR_DISP", ClassAssert: "MPI_ERR_ASSERT",
-	ClassRMARange: "MPI_ERR_RMA_RANGE",
+	ClassRMARange: "MPI_ERR_RMA_RANGE", ClassRMAShared: "MPI_ERR_RMA_SHARED",
 }
 
 // String gives the class's MPI name.
@@ -107,6 +108,8 @@ var (
 	ErrDisp        error = &classError{ClassDisp, "invalid displacement unit"}
 	ErrAssert      error = &classError{ClassAssert, "invalid assertion"}
 	ErrRMARange    error = &classError{ClassRMARange, "one-sided operation outside the target's window"}
+	ErrRMAShared   error = &classError{ClassRMAShared, "memory cannot be shared by these processes"}
+	ErrNoMem       error = &classError{ClassNoMem, "out of memory"}
 
 	// ErrReadyNotPosted reports an erroneous ready send (MPI-4.1 §3.4: "may be
 	// started only if the matching receive is already posted"): the message was

@@ -72,10 +72,11 @@ type Win struct {
 	mem   []byte // this rank's window memory
 	unit  int    // this rank's displacement unit, bytes
 	seg   am.Segment
-	addrs []uint64 // per rank of c: its window's address (am.Segment.Addr)
-	sizes []int    // per rank: its window's size, bytes
-	units []int    // per rank: its displacement unit, bytes
-	keep  any      // the memory's owner (the user's slice), referenced for the window's life
+	addrs []uint64   // per rank of c: its window's address (am.Segment.Addr)
+	sizes []int      // per rank: its window's size, bytes
+	units []int      // per rank: its displacement unit, bytes
+	keep  any        // the memory's owner (the user's slice), referenced for the window's life
+	shm   *sharedWin // the node's mapping of a shared-memory window (nil: not one)
 
 	// Origin side, under p.mu.
 	pending  []int // per target: operations not acknowledged yet
@@ -234,6 +235,9 @@ func (w *Win) release() {
 	}
 	if len(w.mem) > 0 && w.seg.Len > 0 {
 		_ = p.ep.UnregisterSegment(w.seg)
+	}
+	if w.shm != nil {
+		w.shm.unmap()
 	}
 	_ = w.c.free()
 }

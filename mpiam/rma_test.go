@@ -3,6 +3,7 @@ package mpiam
 import (
 	"slices"
 	"testing"
+	"unsafe"
 )
 
 // Fence epochs (MPI-4.1 §12.5.1): each rank puts into its right neighbour's
@@ -303,5 +304,59 @@ func TestRMAGetAccumulateAndRequests_MPI41_12_3_5(t *testing.T) {
 		_, err = Rput(w, []int64{1}, other, 0)
 		r.ErrorIs(err, ErrRMASync, "request forms need a passive-target epoch")
 		r.NoError(w.Free())
+	})
+}
+
+// Shared-memory windows (MPI-4.1 §12.2.3): parts follow one another, loads
+// and stores reach the other ranks' parts directly, and the window works for
+// Put and synchronization as any other.
+func TestRMASharedWindow_MPI41_12_2_3(t *testing.T) {
+	eachNetwork(t, 3, func(r *rk, c *Comm) {
+		node, err := c.SplitType(CommTypeShared, c.Rank())
+		r.NoError(err)
+		n, me := node.Size(), node.Rank() // the mixed networks emulate two nodes
+		w, mine, err := WinAllocateShared[int32](node, 4+me, 4) // parts of different sizes
+		r.NoError(err)
+		r.Len(mine, 4+me)
+		for i := range mine {
+			mine[i] = int32(100*me + i)
+		}
+		r.NoError(node.Barrier())
+		first, _, err := WinSharedQuery[int32](w, ProcNull)
+		r.NoError(err)
+		r.Len(first, 4)
+		for q := range n {
+			part, unit, err := WinSharedQuery[int32](w, q)
+			r.NoError(err)
+			r.Equal(4, unit)
+			r.Len(part, 4+q)
+			for i, v := range part {
+				r.Equal(int32(100*q+i), v)
+			}
+		}
+		// Contiguous: rank q's part starts where rank q-1's ends.
+		if n > 1 {
+			p0, _, _ := WinSharedQuery[int32](w, 0)
+			p1, _, _ := WinSharedQuery[int32](w, 1)
+			r.Equal(uintptr(unsafe.Pointer(&p0[0]))+4*4, uintptr(unsafe.Pointer(&p1[0])))
+		}
+		r.NoError(node.Barrier())
+		r.NoError(w.Fence(0))
+		r.NoError(Put(w, []int32{-1}, (me+1)%n, 0))
+		r.NoError(w.Fence(ModeNosucceed))
+		r.Equal(int32(-1), mine[0])
+		_, _, err = WinSharedQuery[int32](w, n)
+		r.ErrorIs(err, ErrRank)
+		plainWin, _, err := WinAllocate[int32](node, 1, 4)
+		r.NoError(err)
+		_, _, err = WinSharedQuery[int32](plainWin, 0)
+		r.ErrorIs(err, ErrWin)
+		r.NoError(plainWin.Free())
+		r.NoError(w.Free())
+		_, _, err = WinSharedQuery[int32](w, 0)
+		r.ErrorIs(err, ErrWin)
+		_, _, err = WinAllocateShared[int32](node, -1, 4)
+		r.ErrorIs(err, ErrSize)
+		r.NoError(node.Free())
 	})
 }

@@ -1,0 +1,170 @@
+package mpiam
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/amgo-hpc/amgo/internal/shmem"
+)
+
+// Shared-memory windows (MPI-4.1 §12.2.3): the ranks of one node allocate
+// their windows together in one mapping of a file under /dev/shm, rank
+// after rank with no gap (MPI's default, contiguous), and each may load and
+// store the others' parts directly, as Go slices. Rank 0 of the
+// communicator creates and sizes the file and broadcasts its name, the
+// others map it, and rank 0 removes the name once all have: nothing is left
+// behind when the job ends, even killed. The window also works as any other
+// (Put, Get, synchronization), over the same memory.
+
+// sharedWin is the node-wide mapping of a shared window.
+type sharedWin struct {
+	mem   []byte // the whole mapping (nil: every part is empty)
+	offs  []int  // per rank: its part's offset in mem
+	sizes []int  // per rank: its part's size, bytes
+}
+
+// WinAllocateShared allocates n elements of T on this rank as its part of
+// memory shared by every rank of c, and exposes it as a window
+// (MPI_Win_allocate_shared, MPI-4.1 §12.2.3). Collective over c, whose ranks
+// must all run on one node (a communicator from SplitType(CommTypeShared));
+// rank r's part follows rank r-1's. WinSharedQuery gives the other ranks'
+// parts. The memory lives outside Go's heap until Free. Errors: ErrComm,
+// ErrDisp, ErrSize, ErrType, ErrRMAShared (ranks on different nodes),
+// ErrNoMem (the mapping failed on some rank).
+func WinAllocateShared[T any](c *Comm, n, dispUnit int) (*Win, []T, error) {
+	if err := plain[T](); err != nil {
+		return nil, nil, err
+	}
+	if err := c.valid(); err != nil {
+		return nil, nil, err
+	}
+	if n < 0 {
+		return nil, nil, fmt.Errorf("%w: %d elements", ErrSize, n)
+	}
+	if dispUnit < 1 {
+		return nil, nil, fmt.Errorf("%w: displacement unit %d (want at least 1)", ErrDisp, dispUnit)
+	}
+	ep := c.p.ep
+	for r := range c.size {
+		if ep.Node(c.world(r)) != ep.Node(c.world(0)) {
+			return nil, nil, fmt.Errorf("%w: rank %d runs on another node than rank 0 (use SplitType(CommTypeShared))", ErrRMAShared, r)
+		}
+	}
+	var z T
+	es := int(unsafe.Sizeof(z))
+	all := make([]uint64, c.size)
+	if err := Allgather(c, []uint64{uint64(n * es)}, all); err != nil {
+		return nil, nil, err
+	}
+	sh := &sharedWin{offs: make([]int, c.size), sizes: make([]int, c.size)}
+	total := 0
+	for r, s := range all {
+		sh.offs[r], sh.sizes[r] = total, int(s)
+		total += int(s)
+	}
+	if err := sh.mapAll(c, total); err != nil {
+		return nil, nil, err
+	}
+	mine := sh.mem[sh.offs[c.rank] : sh.offs[c.rank]+sh.sizes[c.rank] : sh.offs[c.rank]+sh.sizes[c.rank]]
+	w, err := c.winCreate(mine, dispUnit, nil)
+	if err != nil {
+		sh.unmap()
+		return nil, nil, err
+	}
+	w.shm = sh
+	return w, fromRaw[T](mine), nil
+}
+
+// mapAll maps total bytes on every rank of c: rank 0 creates the file and
+// broadcasts its name, the others open it; every rank learns whether all
+// succeeded. Errors: ErrNoMem, the collectives'.
+func (sh *sharedWin) mapAll(c *Comm, total int) error {
+	if total == 0 {
+		return nil
+	}
+	var name [256]byte
+	var err error
+	if c.rank == 0 {
+		var path string
+		path, sh.mem, err = shmem.Create("amgo-win-", total)
+		if err == nil && len(path) >= len(name) {
+			err = fmt.Errorf("shared window file name %q too long", path)
+		}
+		copy(name[:], path)
+	}
+	if berr := Bcast(c, name[:], 0); berr != nil {
+		return berr
+	}
+	path := string(name[:clen(name[:])])
+	if c.rank != 0 && path != "" {
+		sh.mem, err = shmem.Open(path, total)
+	}
+	ok := []int32{1}
+	if err != nil || path == "" {
+		ok[0] = 0
+	}
+	all := []int32{0}
+	if aerr := Allreduce(c, ok, all, Min[int32]()); aerr != nil {
+		return aerr
+	}
+	if c.rank == 0 && path != "" {
+		_ = shmem.Remove(path) // every rank has mapped it, or given up
+	}
+	if all[0] == 0 {
+		sh.unmap()
+		if err == nil {
+			err = fmt.Errorf("another rank could not map it")
+		}
+		return fmt.Errorf("%w: shared window of %d bytes: %w", ErrNoMem, total, err)
+	}
+	return nil
+}
+
+// clen is the length of the NUL-terminated string in b.
+func clen(b []byte) int {
+	for i, x := range b {
+		if x == 0 {
+			return i
+		}
+	}
+	return len(b)
+}
+
+// unmap releases the mapping.
+func (sh *sharedWin) unmap() {
+	if sh.mem != nil {
+		_ = shmem.Unmap(sh.mem)
+		sh.mem = nil
+	}
+}
+
+// WinSharedQuery returns rank r's part of shared window w as elements of T,
+// and r's displacement unit (MPI_Win_shared_query, MPI-4.1 §12.2.3): loads
+// and stores on it reach r's window directly. r = ProcNull gives the first
+// non-empty part. The slice is valid until w is freed. Errors: ErrWin (not a
+// shared window, or freed), ErrRank.
+func WinSharedQuery[T any](w *Win, r int) ([]T, int, error) {
+	if err := plain[T](); err != nil {
+		return nil, 0, err
+	}
+	if err := w.valid(); err != nil {
+		return nil, 0, err
+	}
+	sh := w.shm
+	if sh == nil {
+		return nil, 0, fmt.Errorf("%w: window %d is not a shared-memory window (WinAllocateShared)", ErrWin, w.id)
+	}
+	if r == ProcNull {
+		r = 0
+		for r < w.c.size-1 && sh.sizes[r] == 0 {
+			r++
+		}
+	}
+	if r < 0 || r >= w.c.size {
+		return nil, 0, fmt.Errorf("%w: %d (window has %d ranks)", ErrRank, r, w.c.size)
+	}
+	if sh.sizes[r] == 0 {
+		return nil, w.units[r], nil
+	}
+	return fromRaw[T](sh.mem[sh.offs[r] : sh.offs[r]+sh.sizes[r]]), w.units[r], nil
+}
