@@ -314,7 +314,7 @@ func TestRMASharedWindow_MPI41_12_2_3(t *testing.T) {
 	eachNetwork(t, 3, func(r *rk, c *Comm) {
 		node, err := c.SplitType(CommTypeShared, c.Rank())
 		r.NoError(err)
-		n, me := node.Size(), node.Rank() // the mixed networks emulate two nodes
+		n, me := node.Size(), node.Rank()                       // the mixed networks emulate two nodes
 		w, mine, err := WinAllocateShared[int32](node, 4+me, 4) // parts of different sizes
 		r.NoError(err)
 		r.Len(mine, 4+me)

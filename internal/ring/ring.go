@@ -163,7 +163,6 @@ func word(b []byte, off uint64) *atomic.Uint64 {
 	return (*atomic.Uint64)(unsafe.Pointer(&b[off]))
 }
 
-
 // tailPtr is the tail word as a plain pointer, for release.Store64.
 func tailPtr(t *atomic.Uint64) *uint64 { return (*uint64)(unsafe.Pointer(t)) }
 
