@@ -45,6 +45,8 @@ const (
 	ClassAssert    Class = 53 // MPI_ERR_ASSERT
 	ClassRMARange  Class = 55 // MPI_ERR_RMA_RANGE
 	ClassRMAShared Class = 57 // MPI_ERR_RMA_SHARED
+	ClassRMAAttach Class = 56 // MPI_ERR_RMA_ATTACH
+	ClassRMAFlavor Class = 58 // MPI_ERR_RMA_FLAVOR
 )
 
 var classNames = map[Class]string{
@@ -58,6 +60,7 @@ var classNames = map[Class]string{
 	ClassUnsupport: "MPI_ERR_UNSUPPORTED_OPERATION", ClassWin: "MPI_ERR_WIN", ClassLocktype: "MPI_ERR_LOCKTYPE",
 	ClassRMASync: "MPI_ERR_RMA_SYNC", ClassSize: "MPI_ERR_SIZE", ClassDisp: "MPI_ERR_DISP", ClassAssert: "MPI_ERR_ASSERT",
 	ClassRMARange: "MPI_ERR_RMA_RANGE", ClassRMAShared: "MPI_ERR_RMA_SHARED",
+	ClassRMAAttach: "MPI_ERR_RMA_ATTACH", ClassRMAFlavor: "MPI_ERR_RMA_FLAVOR",
 }
 
 // String gives the class's MPI name.
@@ -109,6 +112,8 @@ var (
 	ErrAssert      error = &classError{ClassAssert, "invalid assertion"}
 	ErrRMARange    error = &classError{ClassRMARange, "one-sided operation outside the target's window"}
 	ErrRMAShared   error = &classError{ClassRMAShared, "memory cannot be shared by these processes"}
+	ErrRMAAttach   error = &classError{ClassRMAAttach, "memory cannot be attached to the window"}
+	ErrRMAFlavor   error = &classError{ClassRMAFlavor, "the call does not apply to this kind of window"}
 	ErrNoMem       error = &classError{ClassNoMem, "out of memory"}
 
 	// ErrReadyNotPosted reports an erroneous ready send (MPI-4.1 §3.4: "may be

@@ -77,6 +77,7 @@ const (
 	hRMAGetAcc                               // medium request: a GetAccumulate's operands; the old values come back as a store
 	hRMAPost                                 // short request: the target opened an exposure epoch to this origin (Post)
 	hRMAComplete                             // short request: the origin closed its access epoch to this target (Complete)
+	hRMAPutMed                               // medium request: a Put's piece into a dynamic window, checked and copied by the target
 )
 
 // Message flags, in the envelope's third argument (proto.FlagSync, FlagReady).

@@ -78,6 +78,11 @@ type Win struct {
 	keep  any        // the memory's owner (the user's slice), referenced for the window's life
 	shm   *sharedWin // the node's mapping of a shared-memory window (nil: not one)
 
+	// Dynamic windows (rma_dynamic.go), under p.mu: displacements are
+	// addresses, checked by the target against the regions attached.
+	dynamic  bool
+	attached []attachment
+
 	// Origin side, under p.mu.
 	pending  []int // per target: operations not acknowledged yet
 	npending int
@@ -136,7 +141,7 @@ func WinCreate[T any](c *Comm, base []T, dispUnit int) (*Win, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.winCreate(raw(base), dispUnit, base)
+	return c.winCreate(raw(base), dispUnit, base, false)
 }
 
 // WinAllocate allocates n elements of T on this rank and exposes them as a
@@ -151,14 +156,14 @@ func WinAllocate[T any](c *Comm, n, dispUnit int) (*Win, []T, error) {
 		return nil, nil, fmt.Errorf("%w: %d elements", ErrSize, n)
 	}
 	buf := make([]T, n)
-	w, err := c.winCreate(raw(buf), dispUnit, buf)
+	w, err := c.winCreate(raw(buf), dispUnit, buf, false)
 	if err != nil {
 		return nil, nil, err
 	}
 	return w, buf, nil
 }
 
-func (c *Comm) winCreate(mem []byte, unit int, keep any) (*Win, error) {
+func (c *Comm) winCreate(mem []byte, unit int, keep any, dynamic bool) (*Win, error) {
 	if err := c.valid(); err != nil {
 		return nil, err
 	}
@@ -170,7 +175,7 @@ func (c *Comm) winCreate(mem []byte, unit int, keep any) (*Win, error) {
 		return nil, err
 	}
 	p := c.p
-	w := &Win{p: p, c: d, id: d.ctx, mem: mem, unit: unit, keep: keep,
+	w := &Win{p: p, c: d, id: d.ctx, mem: mem, unit: unit, keep: keep, dynamic: dynamic,
 		pending: make([]int, d.size), locks: make([]LockType, d.size),
 		granted: make([]bool, d.size), nochk: make([]bool, d.size), unlocked: make([]bool, d.size),
 		startGrp: make([]bool, d.size), posted: make([]int, d.size), postGrp: make([]bool, d.size),
@@ -229,6 +234,10 @@ func (w *Win) release() {
 		segs = append(segs, g.seg)
 	}
 	w.gets, w.done = nil, nil
+	for _, a := range w.attached {
+		segs = append(segs, a.seg)
+	}
+	w.attached = nil
 	p.mu.Unlock()
 	for _, s := range segs {
 		_ = p.ep.UnregisterSegment(s)
@@ -319,6 +328,13 @@ func (w *Win) access(target, disp, n int, call string) (off, world int, err erro
 	}
 	if disp < 0 {
 		return 0, 0, fmt.Errorf("%w: %s at displacement %d", ErrRMARange, call, disp)
+	}
+	w.p.mu.Lock()
+	dynamic := w.dynamic
+	w.p.mu.Unlock()
+	if dynamic {
+		// An address at the target, which checks it.
+		return disp, w.c.world(target), nil
 	}
 	off = disp * w.units[target]
 	if off/w.units[target] != disp || off > w.sizes[target] || n > w.sizes[target]-off {
@@ -417,6 +433,12 @@ func (w *Win) put(data []byte, target, disp int) error {
 	if err != nil || len(data) == 0 {
 		return err
 	}
+	w.p.mu.Lock()
+	dynamic := w.dynamic
+	w.p.mu.Unlock()
+	if dynamic {
+		return w.putChecked(data, target, world, off)
+	}
 	w.begin(target)
 	if err := w.p.ep.Store(world, hRMAPut, w.addrs[target]+uint64(off), data, uint64(w.id)); err != nil {
 		w.abandon(target)
@@ -451,7 +473,10 @@ func (w *Win) get(buf []byte, target, disp int, req *reqState) error {
 	}
 	p := w.p
 	addr := w.addrs[target] + uint64(off)
-	if p.ep.CanGet(world, len(buf)) {
+	p.mu.Lock()
+	dynamic := w.dynamic
+	p.mu.Unlock()
+	if !dynamic && p.ep.CanGet(world, len(buf)) { // a dynamic window's target checks the range first
 		err := p.ep.Get(world, addr, buf)
 		if err == nil {
 			if req != nil {
@@ -768,6 +793,7 @@ func (p *proc) rmaHandlers() []handlers.Entry {
 		{Index: hRMAGetAcc, Name: "mpi.rma.getacc", NArgs: 5, Fn: p.onRMAGetAcc},
 		{Index: hRMAPost, Name: "mpi.rma.post", NArgs: 1, Fn: p.onRMAPost},
 		{Index: hRMAComplete, Name: "mpi.rma.complete", NArgs: 1, Fn: p.onRMAComplete},
+		{Index: hRMAPutMed, Name: "mpi.rma.put.checked", NArgs: 2, Fn: p.onRMAPutMed},
 		{Index: hRMALock, Name: "mpi.rma.lock", NArgs: 2, Fn: p.onRMALock},
 		{Index: hRMAGrant, Name: "mpi.rma.grant", NArgs: 1, Fn: p.onRMAGrant},
 		{Index: hRMAUnlock, Name: "mpi.rma.unlock", NArgs: 1, Fn: p.onRMAUnlock},
@@ -802,6 +828,25 @@ func rmaErr(st uint64, src int) error {
 		return fmt.Errorf("%w: world rank %d does not know an accumulate's operation", ErrOp, src)
 	}
 	return fmt.Errorf("%w: world rank %d answered with status %d", ErrIntern, src, st)
+}
+
+// regionLocked is the memory of the window's bytes [off, off+n) at this
+// rank, nil when they are not all in it: offsets from the window's start,
+// or, in a dynamic window, addresses inside one attached region. p.mu held.
+func (w *Win) regionLocked(off, n uint64) []byte {
+	if w.dynamic {
+		for _, a := range w.attached {
+			base := uint64(a.seg.Addr)
+			if off >= base && off-base <= uint64(len(a.mem)) && n <= uint64(len(a.mem))-(off-base) {
+				return a.mem[off-base : off-base+n : off-base+n]
+			}
+		}
+		return nil
+	}
+	if off > uint64(len(w.mem)) || n > uint64(len(w.mem))-off {
+		return nil
+	}
+	return w.mem[off : off+n : off+n]
 }
 
 // onRMAPut runs at the target once a Put's data is in the window.
@@ -846,15 +891,11 @@ func (p *proc) onRMAGet(tok *handlers.Token, a []uint64, _ []byte) {
 	id, off, n, addr, cookie := a[0], a[1], a[2], a[3], a[4]
 	w := p.winLocked(id)
 	st := uint64(rmaOK)
-	switch {
-	case w == nil:
-		st = rmaNoWin
-	case off > uint64(len(w.mem)) || n > uint64(len(w.mem))-off:
-		st = rmaRange
-	}
 	var data []byte
-	if st == rmaOK {
-		data = w.mem[off : off+n]
+	if w == nil {
+		st = rmaNoWin
+	} else if data = w.regionLocked(off, n); data == nil {
+		st = rmaRange
 	}
 	p.storeBackLocked(src, id, addr, cookie, data, st)
 }

@@ -197,12 +197,11 @@ func (p *proc) onRMAAcc(tok *handlers.Token, a []uint64, payload []byte) {
 	p.mu.Lock()
 	w := p.winLocked(a[0])
 	st := uint64(rmaOK)
-	switch off := a[1]; {
-	case w == nil:
+	if w == nil {
 		st = rmaNoWin
-	case off > uint64(len(w.mem)) || uint64(len(payload)) > uint64(len(w.mem))-off:
+	} else if cur := w.regionLocked(a[1], uint64(len(payload))); cur == nil {
 		st = rmaRange
-	case !rmaApply(a[2], payload, w.mem[off:off+uint64(len(payload))]):
+	} else if !rmaApply(a[2], payload, cur) {
 		st = rmaBadOp
 	}
 	p.mu.Unlock()
@@ -293,10 +292,10 @@ func (p *proc) onRMAFetch(tok *handlers.Token, a []uint64, payload []byte) {
 		st = rmaNoWin
 	case n > uint64(len(old)) || cas && uint64(len(payload)) != 2*n:
 		st = rmaBadOp
-	case off > uint64(len(w.mem)) || n > uint64(len(w.mem))-off:
+	case w.regionLocked(off, n) == nil:
 		st = rmaRange
 	default:
-		cur := w.mem[off : off+n]
+		cur := w.regionLocked(off, n)
 		copy(old[:], cur)
 		switch {
 		case !cas:

@@ -79,14 +79,14 @@ func (p *proc) onRMAGetAcc(tok *handlers.Token, a []uint64, payload []byte) {
 	switch {
 	case w == nil:
 		st = rmaNoWin
-	case off > uint64(len(w.mem)) || n > uint64(len(w.mem))-off:
+	case w.regionLocked(off, n) == nil:
 		st = rmaRange
 	case len(payload) != 0 && uint64(len(payload)) != n:
 		st = rmaBadOp
 	}
 	var old []byte
 	if st == rmaOK {
-		cur := w.mem[off : off+n]
+		cur := w.regionLocked(off, n)
 		old = append([]byte(nil), cur...)
 		if len(payload) > 0 && !rmaApply(code, payload, cur) {
 			st, old = rmaBadOp, nil

@@ -66,7 +66,7 @@ func WinAllocateShared[T any](c *Comm, n, dispUnit int) (*Win, []T, error) {
 		return nil, nil, err
 	}
 	mine := sh.mem[sh.offs[c.rank] : sh.offs[c.rank]+sh.sizes[c.rank] : sh.offs[c.rank]+sh.sizes[c.rank]]
-	w, err := c.winCreate(mine, dispUnit, nil)
+	w, err := c.winCreate(mine, dispUnit, nil, false)
 	if err != nil {
 		sh.unmap()
 		return nil, nil, err

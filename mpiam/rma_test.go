@@ -360,3 +360,57 @@ func TestRMASharedWindow_MPI41_12_2_3(t *testing.T) {
 		r.NoError(node.Free())
 	})
 }
+
+// Dynamic windows (MPI-4.1 §12.2.4): regions attached while the window
+// lives, named by the addresses WinAttach returns; the target checks every
+// access, so one outside what is attached (or after WinDetach) fails with
+// ErrRMARange instead of landing.
+func TestRMADynamicWindow_MPI41_12_2_4(t *testing.T) {
+	eachNetwork(t, 2, func(r *rk, c *Comm) {
+		me := c.Rank()
+		other := 1 - me
+		w, err := WinCreateDynamic(c)
+		r.NoError(err)
+		region := make([]int64, 3000) // past one medium request
+		disp, err := WinAttach(w, region)
+		r.NoError(err)
+		_, err = WinAttach(w, region[10:20])
+		r.ErrorIs(err, ErrRMAAttach, "overlap")
+		_, err = WinAttach(w, region[:0])
+		r.ErrorIs(err, ErrRMAAttach, "empty")
+		addrs := make([]int, 2)
+		r.NoError(Allgather(c, []int{disp}, addrs))
+
+		r.NoError(w.Lock(LockExclusive, other, 0))
+		src := make([]int64, len(region))
+		for i := range src {
+			src[i] = int64(me*10_000 + i)
+		}
+		r.NoError(Put(w, src, other, addrs[other]))
+		r.NoError(Accumulate(w, []int64{5}, other, addrs[other]+8, Sum[int64]()))
+		r.NoError(w.Flush(other))
+		got := make([]int64, 4)
+		r.NoError(Get(w, got, other, addrs[other]))
+		r.NoError(w.Flush(other))
+		r.Equal([]int64{int64(me * 10_000), int64(me*10_000 + 1 + 5), int64(me*10_000 + 2), int64(me*10_000 + 3)}, got)
+		r.NoError(Put(w, src[:2], other, addrs[other]+8*len(region)-8)) // one element past the end
+		r.ErrorIs(w.Flush(other), ErrRMARange)
+		r.NoError(w.Unlock(other))
+		r.NoError(c.Barrier())
+		r.Equal(int64(other*10_000+len(region)-1), region[len(region)-1], "the refused put left the region alone")
+
+		r.NoError(WinDetach(w, region))
+		r.ErrorIs(WinDetach(w, region), ErrRMAAttach)
+		r.NoError(c.Barrier())
+		r.NoError(w.Lock(LockShared, other, 0))
+		r.NoError(Put(w, src[:1], other, addrs[other]))
+		r.ErrorIs(w.Unlock(other), ErrRMARange, "detached")
+		r.NoError(w.Free())
+
+		plain, _, err := WinAllocate[int64](c, 1, 8)
+		r.NoError(err)
+		_, err = WinAttach(plain, region)
+		r.ErrorIs(err, ErrRMAFlavor)
+		r.NoError(plain.Free())
+	})
+}
