@@ -320,6 +320,35 @@ func plan(bin, ref string, quick bool) []job {
 		}
 		jobs = append(jobs, job{Bench: "halo3d", Cfg: h, Args: args})
 	}
+	// One-sided communication (OSU's one-sided tests, bench/osu/rma.go and
+	// bench/ref/osu_ref.c), windows from WinAllocate, flush synchronization
+	// (and lock, fence, pscw for Put's latency). Open MPI picks its osc
+	// component by the node, not the btl: osc sm (loads and stores in a
+	// shared mapping) over shm, the others forced over tcp.
+	rmaSizes := []string{"-m", "1:1048576"}
+	if quick {
+		rmaSizes = []string{"-m", "8:65536", "-i", "100", "-x", "10"}
+	}
+	for _, c := range all {
+		rc := c
+		if c.Impl == "ompi" {
+			osc := "sm"
+			if strings.HasSuffix(c.Name, "-tcp") {
+				osc = "^sm"
+			}
+			rc.Launch = append(append([]string(nil), c.Launch...), "--mca", "osc", osc)
+		}
+		for _, b := range []string{"put_latency", "get_latency", "put_bw", "get_bw", "acc_latency", "fop_latency", "cas_latency"} {
+			args := append([]string{b}, rmaSizes...)
+			if b == "fop_latency" || b == "cas_latency" {
+				args = []string{b}
+			}
+			jobs = append(jobs, job{Bench: b, Cfg: rc, Args: args})
+		}
+		for _, sync := range []string{"lock", "fence", "pscw"} {
+			jobs = append(jobs, job{Bench: "put_latency-" + sync, Cfg: rc, Args: append([]string{"put_latency", "-s", sync}, rmaSizes...)})
+		}
+	}
 	// Two pairs only where it does not oversubscribe busy-polling processes.
 	jobs = append(jobs, job{Bench: "mbw_mr-2pairs", Cfg: amgo("loop", 4), Args: append([]string{"mbw_mr"}, sizes...)})
 	return jobs
@@ -726,6 +755,10 @@ func report(facts []string, jobs []job, samples []sample, notes []string) string
 	table(&b, sum, "iallreduce", "Overlap(%)", configs, []int{8, 1024, 65536})
 	table(&b, sum, "ialltoall", "Pure Comm.(us)", configs, []int{8, 1024, 65536})
 	table(&b, sum, "ialltoall", "Overlap(%)", configs, []int{8, 1024, 65536})
+	table(&b, sum, "put_latency", "Latency (us)", configs, []int{8, 1024, 65536, 1 << 20})
+	table(&b, sum, "get_latency", "Latency (us)", configs, []int{8, 1024, 65536, 1 << 20})
+	table(&b, sum, "put_bw", "Bandwidth (MB/s)", configs, []int{8, 1024, 65536, 1 << 20})
+	table(&b, sum, "fop_latency", "Latency (us)", configs, []int{8})
 	b.WriteString("\n## Full tables\n")
 	for _, bench := range benches {
 		for _, col := range columns(bench) {

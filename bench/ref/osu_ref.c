@@ -23,6 +23,17 @@
  * up to 8 KiB, 100 (10) above; each rank times its calls, the row is the
  * average over the ranks of the mean time per call.
  *
+ *   mpirun -np 2 osu_ref put_latency|get_latency|put_bw|get_bw|acc_latency|fop_latency|cas_latency
+ *                        [-m min:max] [-i iters] [-x warmup] [-W window] [-w create|allocate] [-s flush|lock|fence|pscw]
+ *
+ * One-sided tests (as amgo's `osu put_latency` etc., bench/osu/rma.go): rank
+ * 0 the origin, rank 1 the target; flush: one shared lock, each operation
+ * (or window of them) followed by MPI_Win_flush; lock: each inside its own
+ * lock/unlock; fence: rank 0 operates, both fence, then rank 1 (latency:
+ * half the round); pscw: post/start/complete/wait, then the other way
+ * (latency: half). acc_latency accumulates MPI_INT with MPI_SUM;
+ * fop_latency and cas_latency one int64.
+ *
  * Defaults (OSU 7.2): latency 0..4 MiB, 10000 iterations (100 warm-up) up to
  * 8 KiB, 1000 (10) above; bw/bibw 1..4 MiB, window 64, 100 (10) up to 8 KiB,
  * 20 (2) above. -i and -x set one count for every size. Separate send and
@@ -183,6 +194,140 @@ static int collective(int argc, char **argv, const char *test, int me, int np) {
     return 0;
 }
 
+/* One-sided communication. */
+static MPI_Win rwin;
+static MPI_Group rpeer;
+static char *rsrc, *rdst;
+
+/* The operands and result of the fetch operations: valid until the flush
+ * or synchronization that completes them, so not on the stack. */
+static long long one = 1, zero = 0, old;
+
+static void rma_op(const char *test, int size, int k, int peer) {
+    MPI_Aint disp = (MPI_Aint)k * size;
+    if (!strncmp(test, "put", 3)) MPI_Put(rsrc + disp, size, MPI_CHAR, peer, disp, size, MPI_CHAR, rwin);
+    else if (!strncmp(test, "get", 3)) MPI_Get(rdst + disp, size, MPI_CHAR, peer, disp, size, MPI_CHAR, rwin);
+    else if (!strcmp(test, "acc_latency")) MPI_Accumulate(rsrc, size / 4, MPI_INT, peer, 0, size / 4, MPI_INT, MPI_SUM, rwin);
+    else if (!strcmp(test, "fop_latency")) MPI_Fetch_and_op(&one, &old, MPI_LONG_LONG, peer, 0, MPI_SUM, rwin);
+    else MPI_Compare_and_swap(&one, &zero, &old, MPI_LONG_LONG, peer, 0, rwin);
+}
+
+static int rma(int argc, char **argv, const char *test, int me) {
+    int lat = strstr(test, "_bw") == NULL, c, create = 0;
+    const char *sync = "flush";
+    int lo = 1, hi = MAXSIZE;
+    if (!strcmp(test, "acc_latency")) lo = 4;
+    if (!strcmp(test, "fop_latency") || !strcmp(test, "cas_latency")) lo = hi = 8;
+    optind = 2;
+    while ((c = getopt(argc, argv, "m:i:x:W:w:s:")) != -1) {
+        switch (c) {
+        case 'm': sscanf(optarg, "%d:%d", &lo, &hi); break;
+        case 'i': iters = atoi(optarg); break;
+        case 'x': warm = atoi(optarg); break;
+        case 'W': window = atoi(optarg); break;
+        case 'w': create = !strcmp(optarg, "create"); break;
+        case 's': sync = optarg; break;
+        default: MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    }
+    MPI_Comm pair;
+    MPI_Comm_split(MPI_COMM_WORLD, me / 2 ? 1 : 0, me, &pair);
+    int ops = lat ? 1 : window;
+    size_t n = (size_t)(hi > 8 ? hi : 8) * ops;
+    rsrc = malloc(n);
+    rdst = malloc(n);
+    memset(rsrc, 'a', n);
+    char *base = NULL;
+    if (me < 2) {
+        if (create) {
+            base = malloc(n);
+            MPI_Win_create(base, n, 1, MPI_INFO_NULL, pair, &rwin);
+        } else {
+            MPI_Win_allocate(n, 1, MPI_INFO_NULL, pair, &base, &rwin);
+        }
+        MPI_Group g;
+        MPI_Win_get_group(rwin, &g);
+        int other = 1 - me;
+        MPI_Group_incl(g, 1, &other, &rpeer);
+        MPI_Group_free(&g);
+    }
+    const char *lib;
+#if defined(OPEN_MPI)
+    lib = "Open MPI";
+#elif defined(MPICH)
+    lib = "MPICH";
+#else
+    lib = "MPI";
+#endif
+    char title[160];
+    snprintf(title, sizeof title, "%s MPI_%s Test (window %s, synchronization %s)", lib, test, create ? "create" : "allocate", sync);
+    if (me == 0) header(title, lat ? "Latency (us)" : "Bandwidth (MB/s)");
+    for (int size = lo; size <= hi && me < 2; size *= 2) {
+        int nn, w;
+        counts(lat, size, &nn, &w);
+        MPI_Barrier(pair);
+        double t0 = 0;
+        int peer = 1 - me;
+        if (!strcmp(sync, "flush") || !strcmp(sync, "lock")) {
+            if (me == 0) {
+                int flush = !strcmp(sync, "flush");
+                if (flush) MPI_Win_lock(MPI_LOCK_SHARED, 1, 0, rwin);
+                for (int i = 0; i < nn + w; i++) {
+                    if (i == w) t0 = MPI_Wtime();
+                    if (!flush) MPI_Win_lock(MPI_LOCK_SHARED, 1, 0, rwin);
+                    for (int k = 0; k < ops; k++) rma_op(test, size, k, 1);
+                    if (flush) MPI_Win_flush(1, rwin);
+                    else MPI_Win_unlock(1, rwin);
+                }
+                if (flush) MPI_Win_unlock(1, rwin);
+            }
+        } else if (!strcmp(sync, "fence")) {
+            MPI_Win_fence(0, rwin);
+            for (int i = 0; i < nn + w; i++) {
+                if (i == w) t0 = MPI_Wtime();
+                for (int turn = 0; turn < (lat ? 2 : 1); turn++) {
+                    if (me == turn)
+                        for (int k = 0; k < ops; k++) rma_op(test, size, k, peer);
+                    MPI_Win_fence(0, rwin);
+                }
+            }
+            MPI_Win_fence(MPI_MODE_NOSUCCEED, rwin);
+        } else {
+            for (int i = 0; i < nn + w; i++) {
+                if (i == w) t0 = MPI_Wtime();
+                for (int turn = 0; turn < (lat ? 2 : 1); turn++) {
+                    if (me == turn) {
+                        MPI_Win_start(rpeer, 0, rwin);
+                        for (int k = 0; k < ops; k++) rma_op(test, size, k, peer);
+                        MPI_Win_complete(rwin);
+                    } else {
+                        MPI_Win_post(rpeer, 0, rwin);
+                        MPI_Win_wait(rwin);
+                    }
+                }
+            }
+        }
+        double el = MPI_Wtime() - t0;
+        MPI_Barrier(pair);
+        if (me == 0) {
+            double half = lat && (!strcmp(sync, "fence") || !strcmp(sync, "pscw")) ? 2.0 : 1.0;
+            if (lat) row(size, el * 1e6 / (nn * half));
+            else row(size, (double)size * ops * nn / el / 1e6);
+        }
+    }
+    if (me < 2) {
+        MPI_Group_free(&rpeer);
+        MPI_Win_free(&rwin);
+        if (create) free(base);
+    }
+    free(rsrc);
+    free(rdst);
+    MPI_Comm_free(&pair);
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Finalize();
+    return 0;
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int me, np;
@@ -196,6 +341,9 @@ int main(int argc, char **argv) {
     int lat = strcmp(test, "latency") == 0, bw = strcmp(test, "bw") == 0, bibw = strcmp(test, "bibw") == 0;
     if (!lat && !bw && !bibw && is_coll(test)) {
         return collective(argc, argv, test, me, np);
+    }
+    if (strstr(test, "put_") || strstr(test, "get_") || strstr(test, "acc_") || strstr(test, "fop_") || strstr(test, "cas_")) {
+        return rma(argc, argv, test, me);
     }
     if (!lat && !bw && !bibw) {
         if (me == 0) fprintf(stderr, "osu_ref: unknown test %s\n", test);
