@@ -3,6 +3,7 @@ package mpiam
 import (
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/amgo-hpc/amgo/am"
 	"github.com/amgo-hpc/amgo/am/transport"
@@ -76,10 +77,16 @@ type Win struct {
 	sizes []int      // per rank: its window's size, bytes
 	units []int      // per rank: its displacement unit, bytes
 	keep  any        // the memory's owner (the user's slice), referenced for the window's life
-	shm   *sharedWin // the node's mapping of a shared-memory window (nil: not one)
+	shm   *sharedWin // the node's mapping of the window's memory (nil: none)
+	// local[r] is window rank r's memory when this rank can load and store
+	// it directly (r on this node, in shm's mapping); nil: not so. Put and
+	// Get to such a rank are copies.
+	local        [][]byte
+	sharedFlavor bool // made by WinAllocateShared
 
-	// Dynamic windows (rma_dynamic.go), under p.mu: displacements are
-	// addresses, checked by the target against the regions attached.
+	// Dynamic windows (rma_dynamic.go): displacements are addresses,
+	// checked by the target against the regions attached (under p.mu);
+	// dynamic is set at creation.
 	dynamic  bool
 	attached []attachment
 
@@ -155,12 +162,26 @@ func WinAllocate[T any](c *Comm, n, dispUnit int) (*Win, []T, error) {
 	if n < 0 {
 		return nil, nil, fmt.Errorf("%w: %d elements", ErrSize, n)
 	}
-	buf := make([]T, n)
-	w, err := c.winCreate(raw(buf), dispUnit, buf, false)
+	if dispUnit < 1 {
+		return nil, nil, fmt.Errorf("%w: displacement unit %d (want at least 1)", ErrDisp, dispUnit)
+	}
+	if err := c.valid(); err != nil {
+		return nil, nil, err
+	}
+	var z T
+	mem, sh, local, err := allocLocal(c, n*int(unsafe.Sizeof(z)))
 	if err != nil {
 		return nil, nil, err
 	}
-	return w, buf, nil
+	w, err := c.winCreate(mem, dispUnit, nil, false)
+	if err != nil {
+		if sh != nil {
+			sh.unmap()
+		}
+		return nil, nil, err
+	}
+	w.shm, w.local = sh, local
+	return w, fromRaw[T](mem)[:n:n], nil
 }
 
 func (c *Comm) winCreate(mem []byte, unit int, keep any, dynamic bool) (*Win, error) {
@@ -271,6 +292,11 @@ func (w *Win) Free() error {
 	return werr
 }
 
+// Base is this rank's window memory as bytes (MPI_WIN_BASE): the memory
+// WinCreate was given, WinAllocate or WinAllocateShared allocated; nil for
+// a dynamic window or an empty one.
+func (w *Win) Base() []byte { return w.mem }
+
 // Size is the size of this rank's window, in bytes (MPI_WIN_SIZE).
 func (w *Win) Size() int { return len(w.mem) }
 
@@ -314,27 +340,28 @@ func (w *Win) noLocks(call string) error {
 // window: the window, the rank, the epoch and the range; it returns the byte
 // offset in the target's window and the target's world rank.
 func (w *Win) access(target, disp, n int, call string) (off, world int, err error) {
-	if err := w.valid(); err != nil {
-		return 0, 0, err
+	if w == nil || w.p == nil {
+		return 0, 0, fmt.Errorf("%w: nil window", ErrWin)
 	}
 	if target < 0 || target >= w.c.size {
+		if err := w.valid(); err != nil {
+			return 0, 0, err
+		}
 		return 0, 0, fmt.Errorf("%w: %s target %d (window has %d ranks)", ErrRank, call, target, w.c.size)
 	}
 	w.p.mu.Lock()
+	freed, dynamic := w.freed, w.dynamic // dynamic: set at creation, never changed
 	open := w.fence || w.lockAll || w.locks[target] != 0 || w.startGrp[target]
 	w.p.mu.Unlock()
-	if !open {
+	switch {
+	case freed:
+		return 0, 0, fmt.Errorf("%w: window %d has been freed", ErrWin, w.id)
+	case !open:
 		return 0, 0, fmt.Errorf("%w: %s to rank %d outside an access epoch (Fence or Lock first)", ErrRMASync, call, target)
-	}
-	if disp < 0 {
+	case disp < 0:
 		return 0, 0, fmt.Errorf("%w: %s at displacement %d", ErrRMARange, call, disp)
-	}
-	w.p.mu.Lock()
-	dynamic := w.dynamic
-	w.p.mu.Unlock()
-	if dynamic {
-		// An address at the target, which checks it.
-		return disp, w.c.world(target), nil
+	case dynamic:
+		return disp, w.c.world(target), nil // an address at the target, which checks it
 	}
 	off = disp * w.units[target]
 	if off/w.units[target] != disp || off > w.sizes[target] || n > w.sizes[target]-off {
@@ -433,10 +460,11 @@ func (w *Win) put(data []byte, target, disp int) error {
 	if err != nil || len(data) == 0 {
 		return err
 	}
-	w.p.mu.Lock()
-	dynamic := w.dynamic
-	w.p.mu.Unlock()
-	if dynamic {
+	if w.local != nil && w.local[target] != nil {
+		copy(w.local[target][off:], data) // in place: complete at origin and target
+		return nil
+	}
+	if w.dynamic { // set at creation, never changed
 		return w.putChecked(data, target, world, off)
 	}
 	w.begin(target)
@@ -472,11 +500,15 @@ func (w *Win) get(buf []byte, target, disp int, req *reqState) error {
 		return err
 	}
 	p := w.p
+	if w.local != nil && w.local[target] != nil {
+		copy(buf, w.local[target][off:])
+		if req != nil {
+			req.complete(Status{})
+		}
+		return nil
+	}
 	addr := w.addrs[target] + uint64(off)
-	p.mu.Lock()
-	dynamic := w.dynamic
-	p.mu.Unlock()
-	if !dynamic && p.ep.CanGet(world, len(buf)) { // a dynamic window's target checks the range first
+	if !w.dynamic && p.ep.CanGet(world, len(buf)) { // a dynamic window's target checks the range first
 		err := p.ep.Get(world, addr, buf)
 		if err == nil {
 			if req != nil {
@@ -744,9 +776,13 @@ func (w *Win) Flush(target int) error {
 	}
 	w.p.mu.Lock()
 	locked := w.locks[target] != 0 || w.lockAll
+	idle := w.pending[target] == 0 && w.rerr == nil && len(w.done) == 0
 	w.p.mu.Unlock()
 	if !locked {
 		return fmt.Errorf("%w: Flush of rank %d outside a passive-target epoch", ErrRMASync, target)
+	}
+	if idle {
+		return nil // nothing under way to target: its Puts and Gets were copies
 	}
 	return w.waitTarget(target)
 }

@@ -99,8 +99,6 @@ func (w *Win) dynamicCheck(call string) error {
 	if err := w.valid(); err != nil {
 		return err
 	}
-	w.p.mu.Lock()
-	defer w.p.mu.Unlock()
 	if !w.dynamic {
 		return fmt.Errorf("%w: %s on a window that WinCreateDynamic did not make", ErrRMAFlavor, call)
 	}

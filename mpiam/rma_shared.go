@@ -1,7 +1,9 @@
 package mpiam
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"unsafe"
 
 	"github.com/amgo-hpc/amgo/internal/shmem"
@@ -51,9 +53,29 @@ func WinAllocateShared[T any](c *Comm, n, dispUnit int) (*Win, []T, error) {
 		}
 	}
 	var z T
-	es := int(unsafe.Sizeof(z))
+	sh, mine, err := allocNode(c, n*int(unsafe.Sizeof(z)))
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := c.winCreate(mine, dispUnit, nil, false)
+	if err != nil {
+		sh.unmap()
+		return nil, nil, err
+	}
+	w.shm, w.sharedFlavor = sh, true
+	w.local = make([][]byte, c.size)
+	for r := range c.size {
+		w.local[r] = sh.part(r)
+	}
+	return w, fromRaw[T](mine), nil
+}
+
+// allocNode maps the parts of n bytes (each rank its own n) of c's ranks,
+// all on one node, in one mapping, rank after rank, and returns it with this
+// rank's part. Collective over c. Errors: ErrNoMem, the collectives'.
+func allocNode(c *Comm, n int) (*sharedWin, []byte, error) {
 	all := make([]uint64, c.size)
-	if err := Allgather(c, []uint64{uint64(n * es)}, all); err != nil {
+	if err := Allgather(c, []uint64{uint64(n)}, all); err != nil {
 		return nil, nil, err
 	}
 	sh := &sharedWin{offs: make([]int, c.size), sizes: make([]int, c.size)}
@@ -65,14 +87,56 @@ func WinAllocateShared[T any](c *Comm, n, dispUnit int) (*Win, []T, error) {
 	if err := sh.mapAll(c, total); err != nil {
 		return nil, nil, err
 	}
-	mine := sh.mem[sh.offs[c.rank] : sh.offs[c.rank]+sh.sizes[c.rank] : sh.offs[c.rank]+sh.sizes[c.rank]]
-	w, err := c.winCreate(mine, dispUnit, nil, false)
-	if err != nil {
-		sh.unmap()
-		return nil, nil, err
+	return sh, sh.part(c.rank), nil
+}
+
+// part is rank r's part of the mapping (nil when empty).
+func (sh *sharedWin) part(r int) []byte {
+	if sh.sizes[r] == 0 {
+		return nil
 	}
-	w.shm = sh
-	return w, fromRaw[T](mine), nil
+	return sh.mem[sh.offs[r] : sh.offs[r]+sh.sizes[r] : sh.offs[r]+sh.sizes[r]]
+}
+
+// EnvRMAShm turns off (0) the shared mapping WinAllocate makes for the ranks
+// of a node, whose Put and Get between them are then copies through it;
+// with 0 they go through the network as for WinCreate's windows.
+const EnvRMAShm = "AMGO_RMA_SHM"
+
+// allocLocal is WinAllocate's memory: on a node with /dev/shm, this rank's
+// part of a mapping shared by the window's ranks of its node (local[r]: the
+// part of window rank r when it is on this node, else nil); elsewhere, or
+// with AMGO_RMA_SHM=0 or a failed mapping, Go memory and no local parts.
+// Collective over c.
+func allocLocal(c *Comm, n int) (mem []byte, sh *sharedWin, local [][]byte, err error) {
+	if os.Getenv(EnvRMAShm) == "0" || c.size == 1 {
+		return make([]byte, n), nil, nil, nil
+	}
+	node, err := c.SplitType(CommTypeShared, c.rank)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer node.Free()
+	if node.size == 1 {
+		return make([]byte, n), nil, nil, nil
+	}
+	sh, mine, err := allocNode(node, n)
+	if errors.Is(err, ErrNoMem) {
+		return make([]byte, n), nil, nil, nil // every rank of the node falls back alike
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	local = make([][]byte, c.size)
+	for r := range c.size {
+		if nr := commRankOf(node, c.world(r)); nr >= 0 {
+			local[r] = sh.part(nr)
+		}
+	}
+	if mine == nil {
+		mine = []byte{}
+	}
+	return mine, sh, local, nil
 }
 
 // mapAll maps total bytes on every rank of c: rank 0 creates the file and
@@ -151,7 +215,7 @@ func WinSharedQuery[T any](w *Win, r int) ([]T, int, error) {
 		return nil, 0, err
 	}
 	sh := w.shm
-	if sh == nil {
+	if sh == nil || !w.sharedFlavor {
 		return nil, 0, fmt.Errorf("%w: window %d is not a shared-memory window (WinAllocateShared)", ErrWin, w.id)
 	}
 	if r == ProcNull {
@@ -163,8 +227,5 @@ func WinSharedQuery[T any](w *Win, r int) ([]T, int, error) {
 	if r < 0 || r >= w.c.size {
 		return nil, 0, fmt.Errorf("%w: %d (window has %d ranks)", ErrRank, r, w.c.size)
 	}
-	if sh.sizes[r] == 0 {
-		return nil, w.units[r], nil
-	}
-	return fromRaw[T](sh.mem[sh.offs[r] : sh.offs[r]+sh.sizes[r]]), w.units[r], nil
+	return fromRaw[T](w.local[r]), w.units[r], nil
 }

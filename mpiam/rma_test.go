@@ -19,6 +19,7 @@ func TestRMAFencePutGet_MPI41_12_5_1(t *testing.T) {
 		w, err := WinCreate(c, mem, 8)
 		r.NoError(err)
 		r.Equal(8*(small+large), w.Size())
+		r.Equal(raw(mem), w.Base())
 		r.Equal(8, w.DispUnit())
 		r.NoError(w.Fence(ModeNoprecede))
 		src := make([]int64, small+large)
@@ -413,4 +414,48 @@ func TestRMADynamicWindow_MPI41_12_2_4(t *testing.T) {
 		r.ErrorIs(err, ErrRMAFlavor)
 		r.NoError(plain.Free())
 	})
+}
+
+// WinAllocate puts the window's memory of a node's ranks in one mapping, and
+// Put and Get between them are copies; across nodes (the mixed networks),
+// and with AMGO_RMA_SHM=0, they go through the network. Both give the same
+// answers.
+func TestRMAAllocateNodeMapping_MPI41_12_2_2(t *testing.T) {
+	for _, env := range []string{"", "0"} {
+		t.Run("AMGO_RMA_SHM="+env, func(t *testing.T) {
+			t.Setenv(EnvRMAShm, env)
+			eachNetwork(t, 3, func(r *rk, c *Comm) {
+				n, me := c.Size(), c.Rank()
+				w, mem, err := WinAllocate[int32](c, 2000, 4)
+				r.NoError(err)
+				r.Len(mem, 2000)
+				mates := 0 // the ranks of this rank's node, itself included
+				for q := range n {
+					if c.p.ep.Node(c.world(q)) == c.p.ep.Node(c.world(me)) {
+						mates++
+					}
+				}
+				for q := range n {
+					sameNode := c.p.ep.Node(c.world(q)) == c.p.ep.Node(c.world(me))
+					r.Equal(env == "" && sameNode && mates > 1, w.local != nil && w.local[q] != nil, "rank %d", q)
+				}
+				src := make([]int32, 2000)
+				for i := range src {
+					src[i] = int32(me*10000 + i)
+				}
+				r.NoError(w.Fence(0))
+				r.NoError(Put(w, src, (me+1)%n, 0))
+				r.NoError(w.Fence(0))
+				left := (me + n - 1) % n
+				for i := range mem {
+					r.Equal(int32(left*10000+i), mem[i])
+				}
+				got := make([]int32, 7)
+				r.NoError(Get(w, got, left, 3))
+				r.NoError(w.Fence(ModeNosucceed))
+				r.Equal(int32(((left+n-1)%n)*10000+3), got[0])
+				r.NoError(w.Free())
+			})
+		})
+	}
 }
