@@ -78,6 +78,9 @@ const (
 	hRMAPost                                 // short request: the target opened an exposure epoch to this origin (Post)
 	hRMAComplete                             // short request: the origin closed its access epoch to this target (Complete)
 	hRMAPutMed                               // medium request: a Put's piece into a dynamic window, checked and copied by the target
+	hRMAPutV                                 // medium request: runs of a PutTyped (offsets, lengths, bytes), scattered by the target
+	hRMAAccV                                 // medium request: runs of an AccumulateTyped, applied by the target
+	hRMAGetV                                 // medium request: runs of a GetTyped, gathered by the target and stored back
 )
 
 // Message flags, in the envelope's third argument (proto.FlagSync, FlagReady).

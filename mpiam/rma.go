@@ -129,6 +129,7 @@ type getOp struct {
 	parts int
 	req   *reqState
 	err   error
+	then  func() // run when the data has landed, before req completes (nil: nothing)
 }
 
 // lockWaiter is a lock request queued at the target.
@@ -460,6 +461,12 @@ func (w *Win) put(data []byte, target, disp int) error {
 	if err != nil || len(data) == 0 {
 		return err
 	}
+	return w.putAt(data, target, world, off)
+}
+
+// putAt puts data at byte offset off of target's window (an address in a
+// dynamic window's), checked by the caller (or, dynamic, by the target).
+func (w *Win) putAt(data []byte, target, world, off int) error {
 	if w.local != nil && w.local[target] != nil {
 		copy(w.local[target][off:], data) // in place: complete at origin and target
 		return nil
@@ -499,21 +506,32 @@ func (w *Win) get(buf []byte, target, disp int, req *reqState) error {
 	if err != nil || len(buf) == 0 {
 		return err
 	}
+	return w.getAt(buf, target, world, off, req, nil)
+}
+
+// getAt gets len(buf) bytes at byte offset off of target's window into buf,
+// as putAt puts; req (nil: none) completes and then (nil: nothing) runs when
+// the data is in buf.
+func (w *Win) getAt(buf []byte, target, world, off int, req *reqState, then func()) error {
 	p := w.p
-	if w.local != nil && w.local[target] != nil {
-		copy(buf, w.local[target][off:])
+	done := func() {
+		if then != nil {
+			then()
+		}
 		if req != nil {
 			req.complete(Status{})
 		}
+	}
+	if w.local != nil && w.local[target] != nil {
+		copy(buf, w.local[target][off:])
+		done()
 		return nil
 	}
 	addr := w.addrs[target] + uint64(off)
 	if !w.dynamic && p.ep.CanGet(world, len(buf)) { // a dynamic window's target checks the range first
 		err := p.ep.Get(world, addr, buf)
 		if err == nil {
-			if req != nil {
-				req.complete(Status{})
-			}
+			done()
 			return nil
 		}
 		if !errors.Is(err, transport.ErrGetUnsupported) {
@@ -521,6 +539,11 @@ func (w *Win) get(buf []byte, target, disp int, req *reqState) error {
 		}
 	}
 	cookie, seg, err := w.startGet(buf, target, 1, req)
+	if err == nil && then != nil {
+		p.mu.Lock()
+		w.gets[cookie].then = then
+		p.mu.Unlock()
+	}
 	if err != nil {
 		return err
 	}
@@ -583,6 +606,9 @@ func (w *Win) getDoneLocked(target int, cookie uint64, err error) {
 	}
 	delete(w.gets, cookie)
 	w.done = append(w.done, g.seg)
+	if g.then != nil && g.err == nil {
+		g.then()
+	}
 	if g.req != nil {
 		g.req.complete(Status{Err: g.err})
 	}
@@ -830,6 +856,9 @@ func (p *proc) rmaHandlers() []handlers.Entry {
 		{Index: hRMAPost, Name: "mpi.rma.post", NArgs: 1, Fn: p.onRMAPost},
 		{Index: hRMAComplete, Name: "mpi.rma.complete", NArgs: 1, Fn: p.onRMAComplete},
 		{Index: hRMAPutMed, Name: "mpi.rma.put.checked", NArgs: 2, Fn: p.onRMAPutMed},
+		{Index: hRMAPutV, Name: "mpi.rma.put.runs", NArgs: 2, Fn: p.onRMAPutV},
+		{Index: hRMAAccV, Name: "mpi.rma.acc.runs", NArgs: 2, Fn: p.onRMAAccV},
+		{Index: hRMAGetV, Name: "mpi.rma.get.runs", NArgs: 3, Fn: p.onRMAGetV},
 		{Index: hRMALock, Name: "mpi.rma.lock", NArgs: 2, Fn: p.onRMALock},
 		{Index: hRMAGrant, Name: "mpi.rma.grant", NArgs: 1, Fn: p.onRMAGrant},
 		{Index: hRMAUnlock, Name: "mpi.rma.unlock", NArgs: 1, Fn: p.onRMAUnlock},

@@ -459,3 +459,68 @@ func TestRMAAllocateNodeMapping_MPI41_12_2_2(t *testing.T) {
 		})
 	}
 }
+
+// One-sided operations with derived datatypes (MPI-4.1 §12.3): a strided
+// column put, gathered back and accumulated, through the node mapping, a
+// created window (the network) and a dynamic one; sides of different sizes
+// and mixed element kinds are ErrType.
+func TestRMATyped_MPI41_12_3(t *testing.T) {
+	eachNetwork(t, 2, func(r *rk, c *Comm) {
+		me := c.Rank()
+		other := 1 - me
+		const rows = 3000 // a column of 3000 rows: past one medium request
+		col, err := TypeVector(rows, 1, 4, Float64) // every fourth float64
+		r.NoError(err)
+		r.NoError(col.Commit())
+		alloc, amem, err := WinAllocate[float64](c, 4*rows, 8)
+		r.NoError(err)
+		cmem := make([]float64, 4*rows)
+		created, err := WinCreate(c, cmem, 8)
+		r.NoError(err)
+		dyn, err := WinCreateDynamic(c)
+		r.NoError(err)
+		dmem := make([]float64, 4*rows)
+		disp, err := WinAttach(dyn, dmem)
+		r.NoError(err)
+		addrs := make([]int, 2)
+		r.NoError(Allgather(c, []int{disp}, addrs))
+		src := make([]float64, rows)
+		for i := range src {
+			src[i] = float64(me*100000 + i)
+		}
+		for k, w := range []*Win{alloc, created, dyn} {
+			mem := [][]float64{amem, cmem, dmem}[k]
+			base := 1 // column 1
+			if w == dyn {
+				base = addrs[other] + 8
+			}
+			r.NoError(w.Fence(0))
+			r.NoError(PutTyped(w, src, rows, Float64, other, base, 1, col))
+			r.NoError(w.Fence(0))
+			for i := range rows {
+				r.Equal(float64(other*100000+i), mem[4*i+1], "window %d row %d", k, i)
+				r.Equal(float64(0), mem[4*i], "window %d row %d untouched", k, i)
+			}
+			back := make([]float64, 2*rows)
+			every2, err := TypeVector(rows, 1, 2, Float64)
+			r.NoError(err)
+			r.NoError(every2.Commit())
+			r.NoError(GetTyped(w, back, 1, every2, other, base, 1, col))
+			r.NoError(w.Fence(0))
+			for i := range rows {
+				r.Equal(float64(me*100000+i), back[2*i], "window %d get row %d", k, i)
+			}
+			r.NoError(AccumulateTyped(w, src, rows, Float64, other, base, 1, col, Sum[float64]()))
+			r.NoError(w.Fence(0))
+			for i := range rows {
+				r.Equal(float64(2*(other*100000+i)), mem[4*i+1], "window %d acc row %d", k, i)
+			}
+			r.ErrorIs(PutTyped(w, src, rows-1, Float64, other, base, 1, col), ErrType, "sizes differ")
+			r.ErrorIs(AccumulateTyped(w, []int64{1}, 1, Int64, other, base, 1, Float64, Sum[int64]()), ErrType, "kinds differ")
+			r.NoError(w.Fence(ModeNosucceed))
+		}
+		r.NoError(alloc.Free())
+		r.NoError(created.Free())
+		r.NoError(dyn.Free())
+	})
+}
