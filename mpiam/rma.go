@@ -3,6 +3,7 @@ package mpiam
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"unsafe"
 
 	"github.com/amgo-hpc/amgo/am"
@@ -364,8 +365,9 @@ func (w *Win) access(target, disp, n int, call string) (off, world int, err erro
 	case dynamic:
 		return disp, w.c.world(target), nil // an address at the target, which checks it
 	}
-	off = disp * w.units[target]
-	if off/w.units[target] != disp || off > w.sizes[target] || n > w.sizes[target]-off {
+	hi, lo := bits.Mul64(uint64(disp), uint64(w.units[target])) // no division on the hot path
+	off = int(lo)
+	if hi != 0 || lo > uint64(w.sizes[target]) || n > w.sizes[target]-off {
 		return 0, 0, fmt.Errorf("%w: %s of %d bytes at displacement %d (unit %d) of rank %d's window of %d bytes",
 			ErrRMARange, call, n, disp, w.units[target], target, w.sizes[target])
 	}
@@ -794,16 +796,20 @@ func (w *Win) UnlockAll() error {
 // §12.5.4). Errors: ErrWin, ErrRank, ErrRMASync (target not locked), a
 // target's failure, ErrProcFailed.
 func (w *Win) Flush(target int) error {
-	if err := w.valid(); err != nil {
-		return err
-	}
-	if target < 0 || target >= w.c.size {
+	if w == nil || w.p == nil || target < 0 || target >= w.c.size {
+		if err := w.valid(); err != nil {
+			return err
+		}
 		return fmt.Errorf("%w: Flush target %d (window has %d ranks)", ErrRank, target, w.c.size)
 	}
 	w.p.mu.Lock()
+	freed := w.freed
 	locked := w.locks[target] != 0 || w.lockAll
 	idle := w.pending[target] == 0 && w.rerr == nil && len(w.done) == 0
 	w.p.mu.Unlock()
+	if freed {
+		return fmt.Errorf("%w: window %d has been freed", ErrWin, w.id)
+	}
 	if !locked {
 		return fmt.Errorf("%w: Flush of rank %d outside a passive-target epoch", ErrRMASync, target)
 	}
