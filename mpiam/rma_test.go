@@ -468,7 +468,7 @@ func TestRMATyped_MPI41_12_3(t *testing.T) {
 	eachNetwork(t, 2, func(r *rk, c *Comm) {
 		me := c.Rank()
 		other := 1 - me
-		const rows = 3000 // a column of 3000 rows: past one medium request
+		const rows = 3000                           // a column of 3000 rows: past one medium request
 		col, err := TypeVector(rows, 1, 4, Float64) // every fourth float64
 		r.NoError(err)
 		r.NoError(col.Commit())
