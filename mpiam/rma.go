@@ -881,6 +881,16 @@ func (p *proc) winLocked(id uint64) *Win {
 	return p.wins[uint32(id)]
 }
 
+// originLocked finds window id and world rank src's rank in it, for a
+// handler at the origin: (nil, -1) when either is missing. p.mu held.
+func (p *proc) originLocked(id uint64, src int) (*Win, int) {
+	w := p.winLocked(id)
+	if w == nil {
+		return nil, -1
+	}
+	return w, commRankOf(w.c, src)
+}
+
 // ack replies to an operation's request with status st.
 func rmaAck(tok *handlers.Token, id uint64, st uint64) {
 	_ = tok.ReplyShort(hRMAAck, id, st)
@@ -937,11 +947,7 @@ func (p *proc) onRMAAck(tok *handlers.Token, a []uint64, _ []byte) {
 	src := tok.Source()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	w := p.winLocked(a[0])
-	if w == nil {
-		return
-	}
-	target := commRankOf(w.c, src)
+	w, target := p.originLocked(a[0], src)
 	if target < 0 {
 		return
 	}

@@ -178,14 +178,27 @@ func Accumulate[T Number](w *Win, origin []T, target, disp int, op Op[T]) error 
 		return err
 	}
 	var z T
-	es := int(unsafe.Sizeof(z))
+	return w.sendPieces(data, target, world, off, int(unsafe.Sizeof(z)), hRMAAcc, code, "Accumulate")
+}
+
+// sendPieces sends data to byte offset off of target's window in medium
+// requests of handler h (arguments: window id, offset, then code when h is
+// hRMAAcc), each at most the peer's medium size in whole es-byte elements,
+// counting each as outstanding.
+func (w *Win) sendPieces(data []byte, target, world, off, es int, h handlers.Index, code uint64, call string) error {
 	chunk := w.p.ep.MaxMediumTo(world) / es * es
 	for len(data) > 0 {
 		n := min(len(data), chunk)
 		w.begin(target)
-		if err := w.p.ep.RequestMedium(world, hRMAAcc, data[:n], uint64(w.id), uint64(off), code); err != nil {
+		var err error
+		if h == hRMAAcc {
+			err = w.p.ep.RequestMedium(world, h, data[:n], uint64(w.id), uint64(off), code)
+		} else {
+			err = w.p.ep.RequestMedium(world, h, data[:n], uint64(w.id), uint64(off))
+		}
+		if err != nil {
 			w.abandon(target)
-			return w.p.netErr(w.c, world, fmt.Sprintf("Accumulate to rank %d", target), err)
+			return w.p.netErr(w.c, world, fmt.Sprintf("%s to rank %d", call, target), err)
 		}
 		data, off = data[n:], off+n
 	}
@@ -319,13 +332,12 @@ func (p *proc) onRMAFetched(tok *handlers.Token, a []uint64, payload []byte) {
 	src := tok.Source()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	w := p.winLocked(a[0])
-	if w == nil {
+	w, t := p.originLocked(a[0], src)
+	if t < 0 {
 		return
 	}
-	t := commRankOf(w.c, src)
 	res, ok := w.fetches[a[1]]
-	if t < 0 || !ok {
+	if !ok {
 		return
 	}
 	delete(w.fetches, a[1])

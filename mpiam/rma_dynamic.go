@@ -108,17 +108,7 @@ func (w *Win) dynamicCheck(call string) error {
 // putChecked is Put into a dynamic window: medium requests whose handler
 // copies each piece after checking it lies in an attached region.
 func (w *Win) putChecked(data []byte, target, world, off int) error {
-	chunk := w.p.ep.MaxMediumTo(world)
-	for len(data) > 0 {
-		n := min(len(data), chunk)
-		w.begin(target)
-		if err := w.p.ep.RequestMedium(world, hRMAPutMed, data[:n], uint64(w.id), uint64(off)); err != nil {
-			w.abandon(target)
-			return w.p.netErr(w.c, world, fmt.Sprintf("Put to rank %d", target), err)
-		}
-		data, off = data[n:], off+n
-	}
-	return nil
+	return w.sendPieces(data, target, world, off, 1, hRMAPutMed, 0, "Put")
 }
 
 // onRMAPutMed runs at the target: copy a Put's piece into an attached

@@ -76,6 +76,17 @@ static void row(int size, double v) {
     fflush(stdout);
 }
 
+/* libname names the MPI library this program was built with. */
+static const char *libname(void) {
+#if defined(OPEN_MPI)
+    return "Open MPI";
+#elif defined(MPICH)
+    return "MPICH";
+#else
+    return "MPI";
+#endif
+}
+
 static int is_coll(const char *t) {
     return !strcmp(t, "allreduce") || !strcmp(t, "bcast") || !strcmp(t, "alltoall") || !strcmp(t, "barrier") ||
            !strcmp(t, "iallreduce") || !strcmp(t, "ialltoall") || !strcmp(t, "ibcast");
@@ -145,14 +156,7 @@ static int collective(int argc, char **argv, const char *test, int me, int np) {
     char *sbuf = malloc((size_t)hi * np + 4), *rbuf = malloc((size_t)hi * np + 4);
     memset(sbuf, 's', (size_t)hi * np + 4);
     memset(rbuf, 'r', (size_t)hi * np + 4);
-    const char *lib;
-#if defined(OPEN_MPI)
-    lib = "Open MPI";
-#elif defined(MPICH)
-    lib = "MPICH";
-#else
-    lib = "MPI";
-#endif
+    const char *lib = libname();
     if (me == 0) {
         printf("# amgo reference: %s %s Latency Test\n", lib, test);
         if (nbc)
@@ -251,14 +255,7 @@ static int rma(int argc, char **argv, const char *test, int me) {
         MPI_Group_incl(g, 1, &other, &rpeer);
         MPI_Group_free(&g);
     }
-    const char *lib;
-#if defined(OPEN_MPI)
-    lib = "Open MPI";
-#elif defined(MPICH)
-    lib = "MPICH";
-#else
-    lib = "MPI";
-#endif
+    const char *lib = libname();
     char title[160];
     snprintf(title, sizeof title, "%s MPI_%s Test (window %s, synchronization %s)", lib, test, create ? "create" : "allocate", sync);
     if (me == 0) header(title, lat ? "Latency (us)" : "Bandwidth (MB/s)");
@@ -376,14 +373,7 @@ int main(int argc, char **argv) {
     memset(rbuf, 'r', max_size + 1);
     MPI_Request *reqs = malloc(sizeof(MPI_Request) * 2 * window);
     char ack[4];
-    const char *lib;
-#if defined(OPEN_MPI)
-    lib = "Open MPI";
-#elif defined(MPICH)
-    lib = "MPICH";
-#else
-    lib = "MPI";
-#endif
+    const char *lib = libname();
     char title[128];
     snprintf(title, sizeof title, "%s %s%s", lib, lat ? "Latency Test" : bw ? "Bandwidth Test" : "Bi-Directional Bandwidth Test",
              vector ? " (vector datatype)" : "");
