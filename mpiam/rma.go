@@ -83,7 +83,8 @@ type Win struct {
 	// it directly (r on this node, in shm's mapping); nil: not so. Put and
 	// Get to such a rank are copies.
 	local        [][]byte
-	sharedFlavor bool // made by WinAllocateShared
+	lw           []*uint32 // per window rank in local: the lock word of its accumulates (rma_shared.go)
+	sharedFlavor bool      // made by WinAllocateShared
 
 	// Dynamic windows (rma_dynamic.go): displacements are addresses,
 	// checked by the target against the regions attached (under p.mu);
@@ -171,7 +172,7 @@ func WinAllocate[T any](c *Comm, n, dispUnit int) (*Win, []T, error) {
 		return nil, nil, err
 	}
 	var z T
-	mem, sh, local, err := allocLocal(c, n*int(unsafe.Sizeof(z)))
+	mem, sh, local, lw, err := allocLocal(c, n*int(unsafe.Sizeof(z)))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -182,7 +183,7 @@ func WinAllocate[T any](c *Comm, n, dispUnit int) (*Win, []T, error) {
 		}
 		return nil, nil, err
 	}
-	w.shm, w.local = sh, local
+	w.shm, w.local, w.lw = sh, local, lw
 	return w, fromRaw[T](mem)[:n:n], nil
 }
 

@@ -36,20 +36,84 @@ func rmaOpCode[T any](op Op[T]) (uint64, error) {
 	if !op.predefined {
 		return 0, fmt.Errorf("%w: %q is not predefined; one-sided accumulates take predefined operations only (MPI-4.1 §12.3.4)", ErrOp, op.Name)
 	}
-	num := -1
-	for i, n := range rmaOpNames {
-		if n == op.Name {
-			num = i
-		}
-	}
+	num := rmaOpNumber(op.Name)
 	if num < 0 {
 		return 0, fmt.Errorf("%w: %q in a one-sided accumulate", ErrOp, op.Name)
 	}
-	k, ok := goKinds[reflect.TypeFor[T]().Kind()]
-	if !ok {
+	k := elemKind[T]()
+	if k == 0 {
 		return 0, fmt.Errorf("%w: %v in a one-sided accumulate", ErrType, reflect.TypeFor[T]())
 	}
 	return uint64(num)<<8 | uint64(k), nil
+}
+
+// rmaOpNumber is name's index in rmaOpNames, -1 if none (a switch: no
+// loop of string compares on every accumulate).
+func rmaOpNumber(name string) int {
+	switch name {
+	case "sum":
+		return 0
+	case "prod":
+		return 1
+	case "max":
+		return 2
+	case "min":
+		return 3
+	case "land":
+		return 4
+	case "lor":
+		return 5
+	case "lxor":
+		return 6
+	case "band":
+		return 7
+	case "bor":
+		return 8
+	case "bxor":
+		return 9
+	case "replace":
+		return 10
+	case "no_op":
+		return 11
+	}
+	return -1
+}
+
+// elemKind is T's element kind, 0 for a type one-sided accumulates do not
+// take; the common types without reflection.
+func elemKind[T any]() dtype.Kind {
+	var z T
+	switch any(z).(type) {
+	case int8:
+		return dtype.Int8
+	case int16:
+		return dtype.Int16
+	case int32:
+		return dtype.Int32
+	case int64:
+		return dtype.Int64
+	case uint8:
+		return dtype.Uint8
+	case uint16:
+		return dtype.Uint16
+	case uint32:
+		return dtype.Uint32
+	case uint64:
+		return dtype.Uint64
+	case float32:
+		return dtype.Float32
+	case float64:
+		return dtype.Float64
+	case complex64:
+		return dtype.Complex64
+	case complex128:
+		return dtype.Complex128
+	}
+	k, ok := goKinds[reflect.TypeFor[T]().Kind()] // named types, int, uint
+	if !ok {
+		return 0
+	}
+	return k
 }
 
 // rmaApply applies the operation of code to n elements: inout[i] = in[i] op
@@ -98,20 +162,41 @@ func elems[T any](b []byte) ([]T, bool) {
 	return fromRaw[T](b), true
 }
 
+// The operations' numbers in rmaOpNames.
+const (
+	opSum = iota
+	opProd
+	opMax
+	opMin
+	opLAnd
+	opLOr
+	opLXor
+	opBAnd
+	opBOr
+	opBXor
+	opReplace
+	opNoOp
+)
+
+// applyNum applies the operations every Number has: plain loops, no
+// operation value made per call (a predefined Op captures its type's
+// dictionary, an allocation).
 func applyNum[T Number](op uint64, in, inout []byte) bool {
 	a, ok1 := elems[T](in)
 	b, ok2 := elems[T](inout)
 	if !ok1 || !ok2 {
 		return false
 	}
-	switch rmaOpNames[op] {
-	case "sum":
-		Sum[T]().Fn(a, b)
-	case "prod":
-		Prod[T]().Fn(a, b)
-	case "replace":
+	switch op {
+	case opSum:
+		sumInto(a, b)
+	case opProd:
+		for i := range b {
+			b[i] *= a[i]
+		}
+	case opReplace:
 		copy(b, a)
-	case "no_op":
+	case opNoOp:
 	default:
 		return false
 	}
@@ -119,44 +204,50 @@ func applyNum[T Number](op uint64, in, inout []byte) bool {
 }
 
 func applyReal[T Real](op uint64, in, inout []byte) bool {
-	switch rmaOpNames[op] {
-	case "max", "min":
-		a, ok1 := elems[T](in)
-		b, ok2 := elems[T](inout)
-		if !ok1 || !ok2 {
-			return false
-		}
-		if rmaOpNames[op] == "max" {
-			Max[T]().Fn(a, b)
-		} else {
-			Min[T]().Fn(a, b)
-		}
-		return true
+	if op != opMax && op != opMin {
+		return applyNum[T](op, in, inout)
 	}
-	return applyNum[T](op, in, inout)
-}
-
-func applyInt[T Integer](op uint64, in, inout []byte) bool {
 	a, ok1 := elems[T](in)
 	b, ok2 := elems[T](inout)
 	if !ok1 || !ok2 {
 		return false
 	}
-	switch rmaOpNames[op] {
-	case "land":
-		LAnd[T]().Fn(a, b)
-	case "lor":
-		LOr[T]().Fn(a, b)
-	case "lxor":
-		LXor[T]().Fn(a, b)
-	case "band":
-		BAnd[T]().Fn(a, b)
-	case "bor":
-		BOr[T]().Fn(a, b)
-	case "bxor":
-		BXor[T]().Fn(a, b)
-	default:
+	if op == opMax {
+		for i := range b {
+			b[i] = max(a[i], b[i])
+		}
+	} else {
+		for i := range b {
+			b[i] = min(a[i], b[i])
+		}
+	}
+	return true
+}
+
+func applyInt[T Integer](op uint64, in, inout []byte) bool {
+	if op < opLAnd || op > opBXor {
 		return applyReal[T](op, in, inout)
+	}
+	a, ok1 := elems[T](in)
+	b, ok2 := elems[T](inout)
+	if !ok1 || !ok2 {
+		return false
+	}
+	for i := range b {
+		switch op {
+		case opLAnd:
+			b[i] = truth[T](a[i] != 0 && b[i] != 0)
+		case opLOr:
+			b[i] = truth[T](a[i] != 0 || b[i] != 0)
+		case opLXor:
+			b[i] = truth[T]((a[i] != 0) != (b[i] != 0))
+		case opBAnd:
+			b[i] &= a[i]
+		case opBOr:
+			b[i] |= a[i]
+		case opBXor:
+			b[i] ^= a[i]
+		}
 	}
 	return true
 }
@@ -176,6 +267,12 @@ func Accumulate[T Number](w *Win, origin []T, target, disp int, op Op[T]) error 
 	off, world, err := w.access(target, disp, len(data), "Accumulate")
 	if err != nil || len(data) == 0 {
 		return err
+	}
+	if w.local != nil && w.local[target] != nil {
+		w.lockPart(target) // applied here, through the node mapping
+		rmaApply(code, data, w.local[target][off:off+len(data)])
+		w.unlockPart(target)
+		return nil
 	}
 	var z T
 	return w.sendPieces(data, target, world, off, int(unsafe.Sizeof(z)), hRMAAcc, code, "Accumulate")
@@ -214,8 +311,12 @@ func (p *proc) onRMAAcc(tok *handlers.Token, a []uint64, payload []byte) {
 		st = rmaNoWin
 	} else if cur := w.regionLocked(a[1], uint64(len(payload))); cur == nil {
 		st = rmaRange
-	} else if !rmaApply(a[2], payload, cur) {
-		st = rmaBadOp
+	} else {
+		w.lockPart(w.c.rank)
+		if !rmaApply(a[2], payload, cur) {
+			st = rmaBadOp
+		}
+		w.unlockPart(w.c.rank)
 	}
 	p.mu.Unlock()
 	rmaAck(tok, a[0], st)
@@ -237,8 +338,35 @@ func FetchAndOp[T Number](w *Win, origin T, result *T, target, disp int, op Op[T
 	if result == nil {
 		return fmt.Errorf("%w: nil result", ErrBuffer)
 	}
+	var z T
+	if w.fetchLocal(unsafe.Pointer(&origin), unsafe.Pointer(result), int(unsafe.Sizeof(z)), target, disp, code, "FetchAndOp") {
+		return nil
+	}
 	in := []T{origin}
 	return w.fetch(raw(in), raw(unsafe.Slice(result, 1)), target, disp, code, "FetchAndOp")
+}
+
+// fetchLocal is a fetch operation of one n-byte element (in: the operand,
+// then the comparand) applied here when target's memory is in this rank's
+// node mapping; false when it is not, or when the call has an error for
+// the general path to report. It allocates nothing, where the network's
+// path needs its operands on the heap.
+func (w *Win) fetchLocal(in, result unsafe.Pointer, n, target, disp int, code uint64, call string) bool {
+	if w == nil || w.local == nil || target < 0 || target >= len(w.local) || w.local[target] == nil {
+		return false
+	}
+	off, _, err := w.access(target, disp, n, call)
+	if err != nil {
+		return false
+	}
+	operand := unsafe.Slice((*byte)(in), n)
+	if code&rmaCAS != 0 {
+		operand = unsafe.Slice((*byte)(in), 2*n)
+	}
+	w.lockPart(target)
+	fetchApply(w.local[target][off:off+n], operand, unsafe.Slice((*byte)(result), n), code&^rmaCAS, code&rmaCAS != 0)
+	w.unlockPart(target)
+	return true
 }
 
 // CompareAndSwap replaces the element of T at displacement disp of target's
@@ -254,6 +382,11 @@ func CompareAndSwap[T Integer](w *Win, origin, compare T, result *T, target, dis
 	if result == nil {
 		return fmt.Errorf("%w: nil result", ErrBuffer)
 	}
+	var z T
+	pair := [2]T{origin, compare}
+	if w.fetchLocal(unsafe.Pointer(&pair), unsafe.Pointer(result), int(unsafe.Sizeof(z)), target, disp, code|rmaCAS, "CompareAndSwap") {
+		return nil
+	}
 	in := []T{origin, compare}
 	return w.fetch(raw(in), raw(unsafe.Slice(result, 1)), target, disp, code|rmaCAS, "CompareAndSwap")
 }
@@ -264,6 +397,12 @@ func (w *Win) fetch(in, result []byte, target, disp int, code uint64, call strin
 	off, world, err := w.access(target, disp, len(result), call)
 	if err != nil {
 		return err
+	}
+	if w.local != nil && w.local[target] != nil {
+		w.lockPart(target) // applied here, through the node mapping
+		fetchApply(w.local[target][off:off+len(result)], in, result, code&^rmaCAS, code&rmaCAS != 0)
+		w.unlockPart(target)
+		return nil
 	}
 	p := w.p
 	p.mu.Lock()
@@ -308,22 +447,32 @@ func (p *proc) onRMAFetch(tok *handlers.Token, a []uint64, payload []byte) {
 	case w.regionLocked(off, n) == nil:
 		st = rmaRange
 	default:
-		cur := w.regionLocked(off, n)
-		copy(old[:], cur)
-		switch {
-		case !cas:
-			if !rmaApply(code, payload, cur) {
-				st = rmaBadOp
-			}
-		case string(payload[n:]) == string(cur): // compare: bytes of an integer
-			copy(cur, payload[:n])
+		w.lockPart(w.c.rank)
+		if !fetchApply(w.regionLocked(off, n), payload, old[:n], code, cas) {
+			st = rmaBadOp
 		}
+		w.unlockPart(w.c.rank)
 	}
 	p.mu.Unlock()
 	if st != rmaOK {
 		n = 0
 	}
 	_ = tok.ReplyMedium(hRMAFetched, old[:n], id, cookie, st)
+}
+
+// fetchApply is a fetch operation on cur: its old bytes into old, then the
+// operation of code with operand in, or (cas) in's first half stored if
+// cur equals its second half. false: an operation it does not know.
+func fetchApply(cur, in, old []byte, code uint64, cas bool) bool {
+	copy(old, cur)
+	if !cas {
+		return rmaApply(code, in, cur)
+	}
+	n := len(cur)
+	if string(in[n:]) == string(cur) { // compare: bytes of an integer
+		copy(cur, in[:n])
+	}
+	return true
 }
 
 // onRMAFetched runs at the origin: a FetchAndOp's or CompareAndSwap's old

@@ -32,6 +32,12 @@ func getAccumulate[T Number](w *Win, origin, result []T, target, disp int, op Op
 	if err != nil {
 		return err
 	}
+	if w.local != nil && w.local[target] != nil && len(out) > 0 {
+		w.lockPart(target) // applied here, through the node mapping
+		getAccApply(w.local[target][off:off+len(out)], in, out, code)
+		w.unlockPart(target)
+		out = nil
+	}
 	if len(out) == 0 {
 		if req != nil {
 			req.complete(Status{})
@@ -67,6 +73,13 @@ func getAccumulate[T Number](w *Win, origin, result []T, target, disp int, op Op
 	return nil
 }
 
+// getAccApply copies cur into old and combines in (none: NoOp) into cur
+// with code's operation. false: an operation it does not know.
+func getAccApply(cur, in, old []byte, code uint64) bool {
+	copy(old, cur)
+	return len(in) == 0 || rmaApply(code, in, cur)
+}
+
 // onRMAGetAcc runs at the target: read the range, combine the operands into
 // it, and store the old values back into the origin's buffer.
 func (p *proc) onRMAGetAcc(tok *handlers.Token, a []uint64, payload []byte) {
@@ -87,10 +100,12 @@ func (p *proc) onRMAGetAcc(tok *handlers.Token, a []uint64, payload []byte) {
 	var old []byte
 	if st == rmaOK {
 		cur := w.regionLocked(off, n)
-		old = append([]byte(nil), cur...)
-		if len(payload) > 0 && !rmaApply(code, payload, cur) {
+		old = make([]byte, n)
+		w.lockPart(w.c.rank)
+		if !getAccApply(cur, payload, old, code) {
 			st, old = rmaBadOp, nil
 		}
+		w.unlockPart(w.c.rank)
 	}
 	p.storeBackLocked(tok.Source(), id, addr, cookie, old, st)
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/amgo-hpc/amgo/internal/shmem"
@@ -20,9 +22,10 @@ import (
 
 // sharedWin is the node-wide mapping of a shared window.
 type sharedWin struct {
-	mem   []byte // the whole mapping (nil: every part is empty)
-	offs  []int  // per rank: its part's offset in mem
-	sizes []int  // per rank: its part's size, bytes
+	mem     []byte // the whole mapping
+	offs    []int  // per rank: its part's offset in mem
+	sizes   []int  // per rank: its part's size, bytes
+	lockOff int    // offset of the lock words: rank r's at lockOff+64r
 }
 
 // WinAllocateShared allocates n elements of T on this rank as its part of
@@ -63,9 +66,9 @@ func WinAllocateShared[T any](c *Comm, n, dispUnit int) (*Win, []T, error) {
 		return nil, nil, err
 	}
 	w.shm, w.sharedFlavor = sh, true
-	w.local = make([][]byte, c.size)
+	w.local, w.lw = make([][]byte, c.size), make([]*uint32, c.size)
 	for r := range c.size {
-		w.local[r] = sh.part(r)
+		w.local[r], w.lw[r] = sh.part(r), sh.lockWord(r)
 	}
 	return w, fromRaw[T](mine), nil
 }
@@ -84,10 +87,52 @@ func allocNode(c *Comm, n int) (*sharedWin, []byte, error) {
 		sh.offs[r], sh.sizes[r] = total, int(s)
 		total += int(s)
 	}
-	if err := sh.mapAll(c, total); err != nil {
+	// After the parts, a cache line per rank for its part's accumulate
+	// lock word (atomically).
+	sh.lockOff = (total + 63) &^ 63
+	if err := sh.mapAll(c, sh.lockOff+64*c.size); err != nil {
 		return nil, nil, err
 	}
 	return sh, sh.part(c.rank), nil
+}
+
+// lockWord is the word that orders the accumulates into node rank r's part.
+func (sh *sharedWin) lockWord(r int) *uint32 {
+	return (*uint32)(unsafe.Pointer(&sh.mem[sh.lockOff+64*r]))
+}
+
+// spinLock takes the lock word l, spinning (and yielding now and then: the
+// holder may be a goroutine of this process waiting for a processor).
+// Holders keep it for one element-wise operation on window memory, never
+// across a call that waits.
+func spinLock(l *uint32) {
+	for i := 1; !atomic.CompareAndSwapUint32(l, 0, 1); i++ {
+		if i%64 == 0 {
+			runtime.Gosched()
+		}
+	}
+}
+
+// spinUnlock releases l.
+func spinUnlock(l *uint32) { atomic.StoreUint32(l, 0) }
+
+// lockPart takes the lock of window rank r's accumulates when r's memory is
+// in this rank's node mapping: the ranks of a node that apply accumulates
+// to r directly, and r's handlers that apply the others', exclude each
+// other with it, so that accumulates stay atomic element by element
+// (MPI-4.1 §12.7). Without a mapping, handlers alone apply them, one at a
+// time, and nothing is taken.
+func (w *Win) lockPart(r int) {
+	if w.lw != nil && w.lw[r] != nil {
+		spinLock(w.lw[r])
+	}
+}
+
+// unlockPart releases what lockPart took.
+func (w *Win) unlockPart(r int) {
+	if w.lw != nil && w.lw[r] != nil {
+		spinUnlock(w.lw[r])
+	}
 }
 
 // part is rank r's part of the mapping (nil when empty).
@@ -108,35 +153,35 @@ const EnvRMAShm = "AMGO_RMA_SHM"
 // part of window rank r when it is on this node, else nil); elsewhere, or
 // with AMGO_RMA_SHM=0 or a failed mapping, Go memory and no local parts.
 // Collective over c.
-func allocLocal(c *Comm, n int) (mem []byte, sh *sharedWin, local [][]byte, err error) {
+func allocLocal(c *Comm, n int) (mem []byte, sh *sharedWin, local [][]byte, lw []*uint32, err error) {
 	if os.Getenv(EnvRMAShm) == "0" || c.size == 1 {
-		return make([]byte, n), nil, nil, nil
+		return make([]byte, n), nil, nil, nil, nil
 	}
 	node, err := c.SplitType(CommTypeShared, c.rank)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	defer node.Free()
 	if node.size == 1 {
-		return make([]byte, n), nil, nil, nil
+		return make([]byte, n), nil, nil, nil, nil
 	}
 	sh, mine, err := allocNode(node, n)
 	if errors.Is(err, ErrNoMem) {
-		return make([]byte, n), nil, nil, nil // every rank of the node falls back alike
+		return make([]byte, n), nil, nil, nil, nil // every rank of the node falls back alike
 	}
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	local = make([][]byte, c.size)
+	local, lw = make([][]byte, c.size), make([]*uint32, c.size)
 	for r := range c.size {
 		if nr := commRankOf(node, c.world(r)); nr >= 0 {
-			local[r] = sh.part(nr)
+			local[r], lw[r] = sh.part(nr), sh.lockWord(nr)
 		}
 	}
 	if mine == nil {
 		mine = []byte{}
 	}
-	return mine, sh, local, nil
+	return mine, sh, local, lw, nil
 }
 
 // mapAll maps total bytes on every rank of c: rank 0 creates the file and

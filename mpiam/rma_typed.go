@@ -242,6 +242,15 @@ func AccumulateTyped[T Number](w *Win, origin []T, ocount int, otype *Datatype, 
 	if err != nil {
 		return err
 	}
+	if w.local != nil && w.local[target] != nil {
+		w.lockPart(target) // applied here, through the node mapping
+		for _, r := range runs {
+			rmaApply(code, data[:r.n], w.local[target][r.off:r.off+uint64(r.n)])
+			data = data[r.n:]
+		}
+		w.unlockPart(target)
+		return nil
+	}
 	var z T
 	return w.sendRuns(runs, data, target, world, hRMAAccV, code, int(unsafe.Sizeof(z)), "AccumulateTyped")
 }
@@ -344,6 +353,9 @@ func (p *proc) onRMARuns(tok *handlers.Token, a []uint64, payload []byte, acc bo
 				break
 			}
 		}
+		if acc {
+			w.lockPart(w.c.rank)
+		}
 		for i := 0; st == rmaOK && i < len(runs); i++ {
 			r := runs[i]
 			dst := w.regionLocked(r.off, uint64(r.n))
@@ -353,6 +365,9 @@ func (p *proc) onRMARuns(tok *handlers.Token, a []uint64, payload []byte, acc bo
 				st = rmaBadOp
 			}
 			data = data[r.n:]
+		}
+		if acc {
+			w.unlockPart(w.c.rank)
 		}
 	}
 	p.mu.Unlock()

@@ -81,7 +81,8 @@ func runRMA(name string, args []string) error {
 		if world.Rank() >= 2 {
 			return world.Barrier()
 		}
-		r := &rmaRun{c: pair, me: pair.Rank(), name: name, sync: sync, lat: lat, o: o}
+		r := &rmaRun{c: pair, me: pair.Rank(), name: name, sync: sync, lat: lat, o: o,
+			sum32: mpiam.Sum[int32](), sum64: mpiam.Sum[int64]()}
 		if err := r.window(create, max(o.MaxSize, 8)*max(o.Window, 1)); err != nil {
 			return err
 		}
@@ -119,6 +120,11 @@ type rmaRun struct {
 	w        *mpiam.Win
 	src, dst []byte
 	peerG    mpiam.Group
+	old      int64 // a fetch operation's result: valid until the flush, so not on the stack (as the C program's static)
+	// The operations, made once as C's MPI_SUM is a constant (each
+	// Sum[T]() makes a function value).
+	sum32 mpiam.Op[int32]
+	sum64 mpiam.Op[int64]
 }
 
 // window makes the window of n bytes and the origin buffers.
@@ -154,13 +160,11 @@ func (r *rmaRun) op(size, k int) error {
 	case "get_latency", "get_bw":
 		return mpiam.Get(r.w, r.dst[disp:disp+size], peer, disp)
 	case "acc_latency":
-		return mpiam.Accumulate(r.w, int32s(r.src[:size]), peer, 0, mpiam.Sum[int32]())
+		return mpiam.Accumulate(r.w, int32s(r.src[:size]), peer, 0, r.sum32)
 	case "fop_latency":
-		var old int64
-		return mpiam.FetchAndOp(r.w, 1, &old, peer, 0, mpiam.Sum[int64]())
+		return mpiam.FetchAndOp(r.w, 1, &r.old, peer, 0, r.sum64)
 	default: // cas_latency
-		var old int64
-		return mpiam.CompareAndSwap(r.w, 1, 0, &old, peer, 0)
+		return mpiam.CompareAndSwap(r.w, 1, 0, &r.old, peer, 0)
 	}
 }
 
