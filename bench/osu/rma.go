@@ -58,9 +58,11 @@ func runRMA(name string, args []string) error {
 		o.MinSize, o.MaxSize = 8, 8
 	}
 	create, sync := "allocate", "flush"
+	var busy time.Duration
 	if err := parse(name, args, &o, func(fs *flag.FlagSet) {
 		fs.StringVar(&create, "w", create, "window creation: create (WinCreate over the program's buffer) or allocate (WinAllocate)")
 		fs.StringVar(&sync, "s", sync, "synchronization: flush, lock, fence or pscw")
+		fs.DurationVar(&busy, "busy", 0, "flush and lock: the target computes this long without MPI calls per size instead of waiting in a barrier (progress at the target: AMGO_PROGRESS)")
 	}); err != nil {
 		return err
 	}
@@ -81,7 +83,7 @@ func runRMA(name string, args []string) error {
 		if world.Rank() >= 2 {
 			return world.Barrier()
 		}
-		r := &rmaRun{c: pair, me: pair.Rank(), name: name, sync: sync, lat: lat, o: o,
+		r := &rmaRun{c: pair, me: pair.Rank(), name: name, sync: sync, lat: lat, o: o, busy: busy,
 			sum32: mpiam.Sum[int32](), sum64: mpiam.Sum[int64]()}
 		if err := r.window(create, max(o.MaxSize, 8)*max(o.Window, 1)); err != nil {
 			return err
@@ -120,7 +122,8 @@ type rmaRun struct {
 	w        *mpiam.Win
 	src, dst []byte
 	peerG    mpiam.Group
-	old      int64 // a fetch operation's result: valid until the flush, so not on the stack (as the C program's static)
+	busy     time.Duration // the target's computation per size (-busy)
+	old      int64         // a fetch operation's result: valid until the flush, so not on the stack (as the C program's static)
 	// The operations, made once as C's MPI_SUM is a constant (each
 	// Sum[T]() makes a function value).
 	sum32 mpiam.Op[int32]
@@ -201,6 +204,11 @@ func (r *rmaRun) size(size int) (float64, error) {
 			}
 			if r.sync == "flush" && err == nil {
 				err = r.w.Unlock(1)
+			}
+		} else if r.busy > 0 {
+			// The target computes without calling MPI: only a progress
+			// goroutine (AMGO_PROGRESS) serves the origin meanwhile.
+			for t0 := time.Now(); time.Since(t0) < r.busy; {
 			}
 		}
 	case "fence":
