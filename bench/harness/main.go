@@ -436,6 +436,18 @@ func planCluster(bin, ref string, c *cluster.Cluster, quick bool) []job {
 	prep = split
 	add("latency-other-node", append([]string{"latency"}, p2p...), across...)
 	add("bw-other-node", append([]string{"bw"}, p2p...), across...)
+	// One-sided communication between the nodes (OSU's tests, flush).
+	rmaOther := []string{"-m", "8:1048576", "-i", "1000", "-x", "50"}
+	if quick {
+		rmaOther = []string{"-m", "8:65536", "-i", "100", "-x", "10"}
+	}
+	for _, b := range []string{"put_latency", "get_latency", "put_bw", "fop_latency"} {
+		args := append([]string{b}, rmaOther...)
+		if b == "fop_latency" {
+			args = []string{b, "-i", rmaOther[3], "-x", rmaOther[5]}
+		}
+		add(b+"-other-node", args, across...)
+	}
 	prep = shared
 	four := []config{amgo("amgo-2x2-two-level", "node1:2,node2:2", 4),
 		func() config {
