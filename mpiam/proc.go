@@ -169,7 +169,6 @@ type proc struct {
 	pendingRelease []*inMsg
 	nextCtx        uint32
 	wins           map[uint32]*Win           // one-sided windows by id (rma.go), under mu
-	rmaWaiting     atomic.Int32              // windows with queued lock requests (rma.go)
 	barrierCounts  map[uint32]*barrierCounts // by communicator context (coll_am.go)
 	arStates       map[uint32]*arState       // small allreduces' slots by communicator context (coll_amreduce.go; p.mu)
 	rndvSplit      int                       // EnvRndvSplit: smallest rendezvous split between store and get (0: never)

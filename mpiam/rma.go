@@ -84,7 +84,6 @@ type Win struct {
 	// Get to such a rank are copies.
 	local        [][]byte
 	lw           []*uint32 // per window rank in local: the lock word of its accumulates (rma_shared.go)
-	ls           []*uint32 // per window rank in local: its passive-target lock-state word
 	sharedFlavor bool      // made by WinAllocateShared
 
 	// Dynamic windows (rma_dynamic.go): displacements are addresses,
@@ -173,7 +172,7 @@ func WinAllocate[T any](c *Comm, n, dispUnit int) (*Win, []T, error) {
 		return nil, nil, err
 	}
 	var z T
-	mem, sh, local, lw, ls, err := allocLocal(c, n*int(unsafe.Sizeof(z)))
+	mem, sh, local, lw, err := allocLocal(c, n*int(unsafe.Sizeof(z)))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -184,7 +183,7 @@ func WinAllocate[T any](c *Comm, n, dispUnit int) (*Win, []T, error) {
 		}
 		return nil, nil, err
 	}
-	w.shm, w.local, w.lw, w.ls = sh, local, lw, ls
+	w.shm, w.local, w.lw = sh, local, lw
 	return w, fromRaw[T](mem)[:n:n], nil
 }
 
@@ -677,24 +676,6 @@ func (w *Win) Lock(t LockType, target, assert int) error {
 	if assert&ModeNocheck != 0 {
 		return nil
 	}
-	if ls := w.lockState(target); ls != nil {
-		// In this rank's node mapping: taken here, polling meanwhile (a
-		// holder on another node releases through this node's handlers).
-		for !tryLockState(ls, t) {
-			p.progress()
-			if err := p.collFailed(w.c); err != nil {
-				p.mu.Lock()
-				w.locks[target] = 0
-				w.nlocks--
-				p.mu.Unlock()
-				return err
-			}
-		}
-		p.mu.Lock()
-		w.granted[target] = true
-		p.mu.Unlock()
-		return nil
-	}
 	world := w.c.world(target)
 	err := p.ep.RequestShort(world, hRMALock, uint64(w.id), uint64(t))
 	if err == nil {
@@ -752,10 +733,6 @@ func (w *Win) unlock(target int) error {
 	nochk := w.nochk[target]
 	p.mu.Unlock()
 	if nochk {
-		return nil
-	}
-	if ls := w.lockState(target); ls != nil {
-		unlockState(ls) // the target's queued requests get it at its next poll
 		return nil
 	}
 	world := w.c.world(target)
@@ -1041,84 +1018,28 @@ func (p *proc) onRMALock(tok *handlers.Token, a []uint64, _ []byte) {
 		p.dropped(fmt.Errorf("lock request for window %d of kind %d from world rank %d: no such window or kind", a[0], a[1], tok.Source()))
 		return
 	}
-	if len(w.waiters) == 0 && w.tryTakeLocked(t) {
+	if len(w.waiters) == 0 && w.grantableLocked(t) {
+		w.takeLocked(t)
 		_ = tok.ReplyShort(hRMAGrant, a[0])
 		return
-	}
-	if len(w.waiters) == 0 {
-		p.rmaWaiting.Add(1)
 	}
 	w.waiters = append(w.waiters, lockWaiter{src: tok.Source(), t: t})
 }
 
-// tryTakeLocked takes a lock of kind t at this rank's window if it can be
-// held now, and reports whether it did. In a node mapping the lock is the
-// part's lock-state word, which the node's other ranks take directly
-// (lockLocal); else this rank's counts. p.mu held.
-func (w *Win) tryTakeLocked(t LockType) bool {
-	if ls := w.lockState(w.c.rank); ls != nil {
-		return tryLockState(ls, t)
-	}
+// grantableLocked reports whether a lock of kind t can be held now. p.mu held.
+func (w *Win) grantableLocked(t LockType) bool {
 	if t == LockShared {
-		if w.excl {
-			return false
-		}
+		return !w.excl
+	}
+	return !w.excl && w.shared == 0
+}
+
+// takeLocked records a lock of kind t as held. p.mu held.
+func (w *Win) takeLocked(t LockType) {
+	if t == LockShared {
 		w.shared++
-		return true
-	}
-	if w.excl || w.shared > 0 {
-		return false
-	}
-	w.excl = true
-	return true
-}
-
-// releaseLocked releases one lock held at this rank's window (the holder's
-// kind follows from the state: an exclusive lock excludes all others).
-// p.mu held.
-func (w *Win) releaseLocked() {
-	if ls := w.lockState(w.c.rank); ls != nil {
-		unlockState(ls)
-		return
-	}
-	switch {
-	case w.excl:
-		w.excl = false
-	case w.shared > 0:
-		w.shared--
-	}
-}
-
-// grantWaitersLocked grants the queued lock requests that can be held now,
-// in their order (a shared request behind an exclusive one waits, so an
-// exclusive lock is not starved), each grant a request sent from deferred
-// work. p.mu held.
-func (p *proc) grantWaitersLocked(w *Win) {
-	id := uint64(w.id)
-	for len(w.waiters) > 0 && w.tryTakeLocked(w.waiters[0].t) {
-		q := w.waiters[0]
-		w.waiters = w.waiters[1:]
-		if len(w.waiters) == 0 {
-			p.rmaWaiting.Add(-1)
-		}
-		p.queueLocked(deferred{kind: workFunc, fn: func() {
-			if err := p.ep.RequestShort(q.src, hRMAGrant, id); err != nil {
-				p.dropped(fmt.Errorf("lock grant for world rank %d: %w", q.src, err))
-			}
-		}})
-	}
-}
-
-// retryRMALocks grants what the node's ranks released directly (they send
-// the target nothing): run from the deferred work while some window of
-// this rank has queued lock requests.
-func (p *proc) retryRMALocks() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, w := range p.wins {
-		if len(w.waiters) > 0 {
-			p.grantWaitersLocked(w)
-		}
+	} else {
+		w.excl = true
 	}
 }
 
@@ -1145,7 +1066,22 @@ func (p *proc) onRMAUnlock(tok *handlers.Token, a []uint64, _ []byte) {
 		rmaAck(tok, a[0], rmaNoWin)
 		return
 	}
-	w.releaseLocked()
+	switch {
+	case w.excl:
+		w.excl = false
+	case w.shared > 0:
+		w.shared--
+	}
 	rmaAck(tok, a[0], rmaUnlocked)
-	p.grantWaitersLocked(w)
+	id := a[0]
+	for len(w.waiters) > 0 && w.grantableLocked(w.waiters[0].t) {
+		q := w.waiters[0]
+		w.waiters = w.waiters[1:]
+		w.takeLocked(q.t)
+		p.queueLocked(deferred{kind: workFunc, fn: func() {
+			if err := p.ep.RequestShort(q.src, hRMAGrant, id); err != nil {
+				p.dropped(fmt.Errorf("lock grant for world rank %d: %w", q.src, err))
+			}
+		}})
+	}
 }

@@ -66,9 +66,9 @@ func WinAllocateShared[T any](c *Comm, n, dispUnit int) (*Win, []T, error) {
 		return nil, nil, err
 	}
 	w.shm, w.sharedFlavor = sh, true
-	w.local, w.lw, w.ls = make([][]byte, c.size), make([]*uint32, c.size), make([]*uint32, c.size)
+	w.local, w.lw = make([][]byte, c.size), make([]*uint32, c.size)
 	for r := range c.size {
-		w.local[r], w.lw[r], w.ls[r] = sh.part(r), sh.lockWord(r), sh.lockStateWord(r)
+		w.local[r], w.lw[r] = sh.part(r), sh.lockWord(r)
 	}
 	return w, fromRaw[T](mine), nil
 }
@@ -99,49 +99,6 @@ func allocNode(c *Comm, n int) (*sharedWin, []byte, error) {
 // lockWord is the word that orders the accumulates into node rank r's part.
 func (sh *sharedWin) lockWord(r int) *uint32 {
 	return (*uint32)(unsafe.Pointer(&sh.mem[sh.lockOff+64*r]))
-}
-
-// lockStateWord is the passive-target lock of node rank r's part, in the
-// same cache line as its accumulate lock word: the exclusive holder's bit
-// (lockExcl) or the number of shared holders.
-func (sh *sharedWin) lockStateWord(r int) *uint32 {
-	return (*uint32)(unsafe.Pointer(&sh.mem[sh.lockOff+64*r+4]))
-}
-
-// lockExcl is a lock-state word's exclusive bit.
-const lockExcl = 1 << 31
-
-// lockState is window rank r's lock-state word when r's memory is in this
-// rank's node mapping, else nil.
-func (w *Win) lockState(r int) *uint32 {
-	if w.ls == nil {
-		return nil
-	}
-	return w.ls[r]
-}
-
-// tryLockState takes a lock of kind t in the lock-state word ls if it can
-// be held now.
-func tryLockState(ls *uint32, t LockType) bool {
-	v := atomic.LoadUint32(ls)
-	if t == LockExclusive {
-		return v == 0 && atomic.CompareAndSwapUint32(ls, 0, lockExcl)
-	}
-	return v&lockExcl == 0 && atomic.CompareAndSwapUint32(ls, v, v+1)
-}
-
-// unlockState releases one lock held in ls.
-func unlockState(ls *uint32) {
-	for {
-		v := atomic.LoadUint32(ls)
-		next := v - 1
-		if v&lockExcl != 0 {
-			next = 0
-		}
-		if v == 0 || atomic.CompareAndSwapUint32(ls, v, next) {
-			return
-		}
-	}
 }
 
 // spinLock takes the lock word l, spinning (and yielding now and then: the
@@ -196,35 +153,35 @@ const EnvRMAShm = "AMGO_RMA_SHM"
 // part of window rank r when it is on this node, else nil); elsewhere, or
 // with AMGO_RMA_SHM=0 or a failed mapping, Go memory and no local parts.
 // Collective over c.
-func allocLocal(c *Comm, n int) (mem []byte, sh *sharedWin, local [][]byte, lw, ls []*uint32, err error) {
+func allocLocal(c *Comm, n int) (mem []byte, sh *sharedWin, local [][]byte, lw []*uint32, err error) {
 	if os.Getenv(EnvRMAShm) == "0" || c.size == 1 {
-		return make([]byte, n), nil, nil, nil, nil, nil
+		return make([]byte, n), nil, nil, nil, nil
 	}
 	node, err := c.SplitType(CommTypeShared, c.rank)
 	if err != nil {
-		return nil, nil, nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	defer node.Free()
 	if node.size == 1 {
-		return make([]byte, n), nil, nil, nil, nil, nil
+		return make([]byte, n), nil, nil, nil, nil
 	}
 	sh, mine, err := allocNode(node, n)
 	if errors.Is(err, ErrNoMem) {
-		return make([]byte, n), nil, nil, nil, nil, nil // every rank of the node falls back alike
+		return make([]byte, n), nil, nil, nil, nil // every rank of the node falls back alike
 	}
 	if err != nil {
-		return nil, nil, nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	local, lw, ls = make([][]byte, c.size), make([]*uint32, c.size), make([]*uint32, c.size)
+	local, lw = make([][]byte, c.size), make([]*uint32, c.size)
 	for r := range c.size {
 		if nr := commRankOf(node, c.world(r)); nr >= 0 {
-			local[r], lw[r], ls[r] = sh.part(nr), sh.lockWord(nr), sh.lockStateWord(nr)
+			local[r], lw[r] = sh.part(nr), sh.lockWord(nr)
 		}
 	}
 	if mine == nil {
 		mine = []byte{}
 	}
-	return mine, sh, local, lw, ls, nil
+	return mine, sh, local, lw, nil
 }
 
 // mapAll maps total bytes on every rank of c: rank 0 creates the file and

@@ -400,9 +400,6 @@ func (p *proc) pullInHandler(tok *handlers.Token, d deferred) {
 // receivers' gets, and the stores of rendezvous data whose address has
 // arrived. Any goroutine that waits in MPI runs it; each item runs once.
 func (p *proc) runDeferred() {
-	if p.rmaWaiting.Load() > 0 {
-		p.retryRMALocks() // locks the node's ranks released directly
-	}
 	p.runWorkQueue()
 	if p.nbc.pending.Load() || p.nbc.nUntil.Load() > 0 {
 		p.progressColls() // after the queue, whose work may complete their steps
