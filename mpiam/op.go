@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -191,9 +192,34 @@ func MinLoc[T Real]() Op[ValueIndex[T]] {
 
 var plainTypes sync.Map // reflect.Type -> error (nil: plain)
 
+// plainSeen remembers types plain accepted, by their type descriptor's
+// address, direct-mapped: a hit costs a load and a compare, where the type
+// switch below costs a dozen branches on every call.
+var plainSeen [64]atomic.Uintptr
+
+// typeWord is the address of *T's type descriptor: it names T uniquely and
+// never moves (descriptors of compiled types live in the binary).
+func typeWord[T any]() uintptr {
+	var e any = (*T)(nil)
+	return uintptr((*[2]unsafe.Pointer)(unsafe.Pointer(&e))[0])
+}
+
 // plain checks that T's memory can travel as bytes: no pointers, maps,
 // slices, strings, interfaces, channels or funcs anywhere in it.
 func plain[T any]() error {
+	k := typeWord[T]()
+	slot := &plainSeen[(k>>4)&63]
+	if slot.Load() == k {
+		return nil
+	}
+	if err := plainSlow[T](); err != nil {
+		return err
+	}
+	slot.Store(k)
+	return nil
+}
+
+func plainSlow[T any]() error {
 	var zero T
 	switch any(zero).(type) { // the common element types, without reflection or the cache
 	case bool, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/amgo-hpc/amgo/am"
@@ -109,6 +110,12 @@ type Win struct {
 	cookie   uint64
 	freed    bool
 
+	// Read without p.mu by the operations and Flush: tg[t] is what their
+	// fast path needs of target t, settled that nothing is outstanding
+	// (settleLocked, under p.mu).
+	tg      []winTarget
+	settled atomic.Bool
+
 	// Generalized active target (rma_pscw.go), under p.mu.
 	startGrp  []bool // per target: in the group of the access epoch Start opened
 	startOpen bool
@@ -134,6 +141,48 @@ type getOp struct {
 	then  func() // run when the data has landed, before req completes (nil: nothing)
 }
 
+// winTarget is one target of a window as the operations' fast path sees it,
+// in one place: one bounds check, one cache line.
+type winTarget struct {
+	local []byte        // its memory when local (Win.local), else nil; set at creation
+	unit  uint64        // its displacement unit, bytes; set at creation
+	epoch atomic.Uint32 // ep* bits (epochLocked, under p.mu)
+}
+
+// Bits of winTarget.epoch.
+const (
+	epAccess  = 1 << iota // an access epoch to the target is open
+	epPassive             // a passive-target one: Lock or LockAll
+)
+
+// epochLocked recomputes target's epoch bits from the origin-side state
+// (none once the window is freed). p.mu held.
+func (w *Win) epochLocked(target int) {
+	var e uint32
+	switch {
+	case w.freed:
+	case w.locks[target] != 0 || w.lockAll:
+		e = epAccess | epPassive
+	case w.fence || w.startGrp[target]:
+		e = epAccess
+	}
+	w.tg[target].epoch.Store(e)
+}
+
+// epochsLocked is epochLocked for every target. p.mu held.
+func (w *Win) epochsLocked() {
+	for t := range w.tg {
+		w.epochLocked(t)
+	}
+}
+
+// settleLocked records whether anything is outstanding: an operation not
+// acknowledged, a failure not returned, a result buffer not unregistered.
+// Call it after changing any of those. p.mu held.
+func (w *Win) settleLocked() {
+	w.settled.Store(w.npending == 0 && w.rerr == nil && len(w.done) == 0)
+}
+
 // lockWaiter is a lock request queued at the target.
 type lockWaiter struct {
 	src int // world rank
@@ -151,7 +200,7 @@ func WinCreate[T any](c *Comm, base []T, dispUnit int) (*Win, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.winCreate(raw(base), dispUnit, base, false)
+	return c.winCreate(winMem{mem: raw(base), keep: base}, dispUnit)
 }
 
 // WinAllocate allocates n elements of T on this rank and exposes them as a
@@ -176,18 +225,33 @@ func WinAllocate[T any](c *Comm, n, dispUnit int) (*Win, []T, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	w, err := c.winCreate(mem, dispUnit, nil, false)
+	w, err := c.winCreate(winMem{mem: mem, sh: sh, local: local, lw: lw}, dispUnit)
 	if err != nil {
 		if sh != nil {
 			sh.unmap()
 		}
 		return nil, nil, err
 	}
-	w.shm, w.local, w.lw = sh, local, lw
 	return w, fromRaw[T](mem)[:n:n], nil
 }
 
-func (c *Comm) winCreate(mem []byte, unit int, keep any, dynamic bool) (*Win, error) {
+// winMem is what a window exposes at this rank, as its constructor made it.
+type winMem struct {
+	mem     []byte
+	keep    any        // the memory's owner, kept referenced
+	dynamic bool       // WinCreateDynamic: no memory yet
+	sh      *sharedWin // the node's mapping (nil: none)
+	local   [][]byte   // per rank: its memory in sh (nil: not there)
+	lw      []*uint32  // per rank in local: its accumulates' lock word
+	shared  bool       // WinAllocateShared
+}
+
+// winCreate makes the window over m at every rank of c. Collective over c.
+// A rank's own memory is always local: its Puts and Gets to itself are
+// copies, its accumulates to itself applied under a lock word its handlers
+// also take.
+func (c *Comm) winCreate(m winMem, unit int) (*Win, error) {
+	mem, dynamic := m.mem, m.dynamic
 	if err := c.valid(); err != nil {
 		return nil, err
 	}
@@ -199,11 +263,17 @@ func (c *Comm) winCreate(mem []byte, unit int, keep any, dynamic bool) (*Win, er
 		return nil, err
 	}
 	p := c.p
-	w := &Win{p: p, c: d, id: d.ctx, mem: mem, unit: unit, keep: keep, dynamic: dynamic,
+	w := &Win{p: p, c: d, id: d.ctx, mem: mem, unit: unit, keep: m.keep, dynamic: dynamic,
+		shm: m.sh, local: m.local, lw: m.lw, sharedFlavor: m.shared,
 		pending: make([]int, d.size), locks: make([]LockType, d.size),
 		granted: make([]bool, d.size), nochk: make([]bool, d.size), unlocked: make([]bool, d.size),
 		startGrp: make([]bool, d.size), posted: make([]int, d.size), postGrp: make([]bool, d.size),
-		complete: make([]int, d.size)}
+		complete: make([]int, d.size), tg: make([]winTarget, d.size)}
+	w.settled.Store(true)
+	if !dynamic && w.local == nil && len(mem) > 0 {
+		w.local, w.lw = make([][]byte, d.size), make([]*uint32, d.size)
+		w.local[d.rank], w.lw[d.rank] = mem, new(uint32)
+	}
 	var regErr error
 	if len(mem) > 0 {
 		w.seg, regErr = p.ep.RegisterSegment(mem)
@@ -230,6 +300,10 @@ func (c *Comm) winCreate(mem []byte, unit int, keep any, dynamic bool) (*Win, er
 	failed := -1
 	for r := range d.size {
 		w.addrs[r], w.sizes[r], w.units[r] = all[4*r], int(all[4*r+1]), int(all[4*r+2])
+		w.tg[r].unit = uint64(w.units[r])
+		if w.local != nil {
+			w.tg[r].local = w.local[r]
+		}
 		if all[4*r+3] != 0 && failed < 0 {
 			failed = r
 		}
@@ -253,11 +327,13 @@ func (w *Win) release() {
 		delete(p.wins, w.id)
 	}
 	w.freed = true
+	w.epochsLocked()
 	segs := w.done
 	for _, g := range w.gets {
 		segs = append(segs, g.seg)
 	}
 	w.gets, w.done = nil, nil
+	w.settleLocked()
 	for _, a := range w.attached {
 		segs = append(segs, a.seg)
 	}
@@ -341,29 +417,14 @@ func (w *Win) noLocks(call string) error {
 
 // access checks an operation on n bytes at displacement disp of target's
 // window: the window, the rank, the epoch and the range; it returns the byte
-// offset in the target's window and the target's world rank.
+// offset in the target's window and the target's world rank. It takes no
+// lock: the epoch bits are atomic, the window's shape fixed at creation.
 func (w *Win) access(target, disp, n int, call string) (off, world int, err error) {
-	if w == nil || w.p == nil {
-		return 0, 0, fmt.Errorf("%w: nil window", ErrWin)
+	if w == nil || w.p == nil || uint(target) >= uint(len(w.tg)) || disp < 0 ||
+		w.tg[target].epoch.Load()&epAccess == 0 {
+		return 0, 0, w.accessErr(target, disp, call)
 	}
-	if target < 0 || target >= w.c.size {
-		if err := w.valid(); err != nil {
-			return 0, 0, err
-		}
-		return 0, 0, fmt.Errorf("%w: %s target %d (window has %d ranks)", ErrRank, call, target, w.c.size)
-	}
-	w.p.mu.Lock()
-	freed, dynamic := w.freed, w.dynamic // dynamic: set at creation, never changed
-	open := w.fence || w.lockAll || w.locks[target] != 0 || w.startGrp[target]
-	w.p.mu.Unlock()
-	switch {
-	case freed:
-		return 0, 0, fmt.Errorf("%w: window %d has been freed", ErrWin, w.id)
-	case !open:
-		return 0, 0, fmt.Errorf("%w: %s to rank %d outside an access epoch (Fence or Lock first)", ErrRMASync, call, target)
-	case disp < 0:
-		return 0, 0, fmt.Errorf("%w: %s at displacement %d", ErrRMARange, call, disp)
-	case dynamic:
+	if w.dynamic { // set at creation, never changed
 		return disp, w.c.world(target), nil // an address at the target, which checks it
 	}
 	hi, lo := bits.Mul64(uint64(disp), uint64(w.units[target])) // no division on the hot path
@@ -375,11 +436,46 @@ func (w *Win) access(target, disp, n int, call string) (off, world int, err erro
 	return off, w.c.world(target), nil
 }
 
+// accessErr says why access refused an operation to target at disp.
+func (w *Win) accessErr(target, disp int, call string) error {
+	if err := w.valid(); err != nil {
+		return err
+	}
+	if target < 0 || target >= w.c.size {
+		return fmt.Errorf("%w: %s target %d (window has %d ranks)", ErrRank, call, target, w.c.size)
+	}
+	if w.tg[target].epoch.Load()&epAccess == 0 {
+		return fmt.Errorf("%w: %s to rank %d outside an access epoch (Fence or Lock first)", ErrRMASync, call, target)
+	}
+	return fmt.Errorf("%w: %s at displacement %d", ErrRMARange, call, disp)
+}
+
+// localRange is the fast path of an operation on n bytes at displacement
+// disp of target's window: the bytes themselves when target's memory is
+// local, an access epoch to it open and the range inside it; nil otherwise
+// (then access says why, or the operation goes through the network).
+func (w *Win) localRange(target, disp, n int) []byte {
+	if w == nil || uint(target) >= uint(len(w.tg)) || disp < 0 || n == 0 {
+		return nil
+	}
+	t := &w.tg[target]
+	loc := t.local
+	if loc == nil || t.epoch.Load()&epAccess == 0 {
+		return nil
+	}
+	hi, lo := bits.Mul64(uint64(disp), t.unit)
+	if hi != 0 || lo > uint64(len(loc)) || uint64(n) > uint64(len(loc))-lo {
+		return nil
+	}
+	return loc[lo : lo+uint64(n)]
+}
+
 // begin counts one operation to target as outstanding.
 func (w *Win) begin(target int) {
 	w.p.mu.Lock()
 	w.pending[target]++
 	w.npending++
+	w.settleLocked()
 	w.p.mu.Unlock()
 }
 
@@ -393,6 +489,7 @@ func (w *Win) doneLocked(target int, err error) {
 	if err != nil && w.rerr == nil {
 		w.rerr = err
 	}
+	w.settleLocked()
 }
 
 // takeErr returns and clears the failure recorded since the last
@@ -402,6 +499,7 @@ func (w *Win) takeErr() error {
 	defer w.p.mu.Unlock()
 	err := w.rerr
 	w.rerr = nil
+	w.settleLocked()
 	return err
 }
 
@@ -441,6 +539,7 @@ func (w *Win) releaseGets() {
 	p.mu.Lock()
 	done := w.done
 	w.done = nil
+	w.settleLocked()
 	p.mu.Unlock()
 	for _, s := range done {
 		_ = p.ep.UnregisterSegment(s)
@@ -460,6 +559,10 @@ func Put[T any](w *Win, origin []T, target, disp int) error {
 }
 
 func (w *Win) put(data []byte, target, disp int) error {
+	if loc := w.localRange(target, disp, len(data)); loc != nil {
+		copy(loc, data) // in place: complete at origin and target
+		return nil
+	}
 	off, world, err := w.access(target, disp, len(data), "Put")
 	if err != nil || len(data) == 0 {
 		return err
@@ -505,6 +608,10 @@ func Get[T any](w *Win, result []T, target, disp int) error {
 }
 
 func (w *Win) get(buf []byte, target, disp int, req *reqState) error {
+	if loc := w.localRange(target, disp, len(buf)); loc != nil && req == nil {
+		copy(buf, loc)
+		return nil
+	}
 	off, world, err := w.access(target, disp, len(buf), "Get")
 	if err != nil || len(buf) == 0 {
 		return err
@@ -575,6 +682,7 @@ func (w *Win) startGet(buf []byte, target, parts int, req *reqState) (uint64, am
 	w.gets[cookie] = &getOp{seg: seg, parts: parts, req: req}
 	w.pending[target] += parts
 	w.npending += parts
+	w.settleLocked()
 	p.mu.Unlock()
 	return cookie, seg, nil
 }
@@ -589,6 +697,7 @@ func (w *Win) abandonGet(target int, cookie uint64) {
 		}
 		delete(w.gets, cookie)
 		w.done = append(w.done, g.seg)
+		w.settleLocked()
 	}
 	p.mu.Unlock()
 }
@@ -609,6 +718,7 @@ func (w *Win) getDoneLocked(target int, cookie uint64, err error) {
 	}
 	delete(w.gets, cookie)
 	w.done = append(w.done, g.seg)
+	w.settleLocked()
 	if g.then != nil && g.err == nil {
 		g.then()
 	}
@@ -639,6 +749,7 @@ func (w *Win) Fence(assert int) error {
 	}
 	w.p.mu.Lock()
 	w.fence = assert&ModeNosucceed == 0
+	w.epochsLocked()
 	w.p.mu.Unlock()
 	return werr
 }
@@ -669,6 +780,7 @@ func (w *Win) Lock(t LockType, target, assert int) error {
 	}
 	w.locks[target] = t
 	w.nlocks++
+	w.epochLocked(target)
 	w.nochk[target] = assert&ModeNocheck != 0
 	w.granted[target] = w.nochk[target]
 	w.unlocked[target] = false
@@ -691,6 +803,7 @@ func (w *Win) Lock(t LockType, target, assert int) error {
 		p.mu.Lock()
 		w.locks[target] = 0
 		w.nlocks--
+		w.epochLocked(target)
 		p.mu.Unlock()
 	}
 	return err
@@ -718,6 +831,7 @@ func (w *Win) Unlock(target int) error {
 	p.mu.Lock()
 	w.locks[target] = 0
 	w.nlocks--
+	w.epochLocked(target)
 	p.mu.Unlock()
 	if err != nil {
 		return err
@@ -765,6 +879,7 @@ func (w *Win) LockAll(assert int) error {
 	}
 	w.p.mu.Lock()
 	w.lockAll = true
+	w.epochsLocked()
 	w.p.mu.Unlock()
 	return nil
 }
@@ -779,6 +894,7 @@ func (w *Win) UnlockAll() error {
 	w.p.mu.Lock()
 	all := w.lockAll
 	w.lockAll = false
+	w.epochsLocked()
 	w.p.mu.Unlock()
 	if !all {
 		return fmt.Errorf("%w: UnlockAll without LockAll", ErrRMASync)
@@ -797,6 +913,10 @@ func (w *Win) UnlockAll() error {
 // §12.5.4). Errors: ErrWin, ErrRank, ErrRMASync (target not locked), a
 // target's failure, ErrProcFailed.
 func (w *Win) Flush(target int) error {
+	if w != nil && uint(target) < uint(len(w.tg)) &&
+		w.tg[target].epoch.Load()&epPassive != 0 && w.settled.Load() {
+		return nil // nothing under way: the Puts and Gets were copies
+	}
 	if w == nil || w.p == nil || target < 0 || target >= w.c.size {
 		if err := w.valid(); err != nil {
 			return err

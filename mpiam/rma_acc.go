@@ -414,6 +414,7 @@ func (w *Win) fetch(in, result []byte, target, disp int, code uint64, call strin
 	w.fetches[cookie] = result
 	w.pending[target]++
 	w.npending++
+	w.settleLocked()
 	p.mu.Unlock()
 	if err := p.ep.RequestMedium(world, hRMAFetch, in, uint64(w.id), uint64(off), code, cookie); err != nil {
 		p.mu.Lock()

@@ -31,7 +31,7 @@ func WinCreateDynamic(c *Comm) (*Win, error) {
 	if err := c.valid(); err != nil {
 		return nil, err
 	}
-	return c.winCreate(nil, 1, nil, true)
+	return c.winCreate(winMem{dynamic: true}, 1)
 }
 
 // WinAttach attaches mem, of this rank, to dynamic window w

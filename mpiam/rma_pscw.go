@@ -111,6 +111,7 @@ func (w *Win) Start(g Group, assert int) error {
 	}
 	w.startGrp, w.startOpen = in, true
 	w.fence = false // a fence epoch ends where another synchronization starts
+	w.epochsLocked()
 	p.mu.Unlock()
 	return nil
 }
@@ -133,6 +134,7 @@ func (w *Win) Complete() error {
 	werr := w.waitAll()
 	p.mu.Lock()
 	w.startGrp, w.startOpen = make([]bool, w.c.size), false
+	w.epochsLocked()
 	p.mu.Unlock()
 	for r, ok := range in {
 		if !ok {

@@ -60,15 +60,14 @@ func WinAllocateShared[T any](c *Comm, n, dispUnit int) (*Win, []T, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	w, err := c.winCreate(mine, dispUnit, nil, false)
+	local, lw := make([][]byte, c.size), make([]*uint32, c.size)
+	for r := range c.size {
+		local[r], lw[r] = sh.part(r), sh.lockWord(r)
+	}
+	w, err := c.winCreate(winMem{mem: mine, sh: sh, local: local, lw: lw, shared: true}, dispUnit)
 	if err != nil {
 		sh.unmap()
 		return nil, nil, err
-	}
-	w.shm, w.sharedFlavor = sh, true
-	w.local, w.lw = make([][]byte, c.size), make([]*uint32, c.size)
-	for r := range c.size {
-		w.local[r], w.lw[r] = sh.part(r), sh.lockWord(r)
 	}
 	return w, fromRaw[T](mine), nil
 }

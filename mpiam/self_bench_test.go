@@ -157,3 +157,47 @@ func byLevel(b *testing.B, f func(*testing.B, Config)) {
 		b.Run("level="+l.String(), func(b *testing.B) { f(b, Config{Thread: l}) })
 	}
 }
+
+// BenchmarkSelfPutFlush measures the CPU cost of one 8-byte Put and Flush
+// into a window in the node mapping (osu put_latency's loop) with no core
+// crossing: the rank puts into its own window.
+func BenchmarkSelfPutFlush(b *testing.B) { benchSelfRMA(b, true) }
+
+// BenchmarkSelfGetFlush is BenchmarkSelfPutFlush for Get.
+func BenchmarkSelfGetFlush(b *testing.B) { benchSelfRMA(b, false) }
+
+func benchSelfRMA(b *testing.B, put bool) {
+	err := RunLocal(1, Config{}, func(c *Comm) error {
+		w, _, err := WinAllocate[byte](c, 4096, 1)
+		if err != nil {
+			return err
+		}
+		if err := w.Lock(LockShared, 0, 0); err != nil {
+			return err
+		}
+		buf := make([]byte, 8)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if put {
+				err = Put(w, buf, 0, 0)
+			} else {
+				err = Get(w, buf, 0, 0)
+			}
+			if err == nil {
+				err = w.Flush(0)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		b.StopTimer()
+		if err := w.Unlock(0); err != nil {
+			return err
+		}
+		return w.Free()
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
