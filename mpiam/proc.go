@@ -81,6 +81,7 @@ const (
 	hRMAPutV                                 // medium request: runs of a PutTyped (offsets, lengths, bytes), scattered by the target
 	hRMAAccV                                 // medium request: runs of an AccumulateTyped, applied by the target
 	hRMAGetV                                 // medium request: runs of a GetTyped, gathered by the target and stored back
+	hRMAGetAccV                              // medium request: runs of a GetAccumulateTyped and their operands, applied by the target and the old values stored back
 )
 
 // Message flags, in the envelope's third argument (proto.FlagSync, FlagReady).

@@ -986,6 +986,7 @@ func (p *proc) rmaHandlers() []handlers.Entry {
 		{Index: hRMAPutV, Name: "mpi.rma.put.runs", NArgs: 2, Fn: p.onRMAPutV},
 		{Index: hRMAAccV, Name: "mpi.rma.acc.runs", NArgs: 2, Fn: p.onRMAAccV},
 		{Index: hRMAGetV, Name: "mpi.rma.get.runs", NArgs: 3, Fn: p.onRMAGetV},
+		{Index: hRMAGetAccV, Name: "mpi.rma.getacc.runs", NArgs: 4, Fn: p.onRMAGetAccV},
 		{Index: hRMALock, Name: "mpi.rma.lock", NArgs: 2, Fn: p.onRMALock},
 		{Index: hRMAGrant, Name: "mpi.rma.grant", NArgs: 1, Fn: p.onRMAGrant},
 		{Index: hRMAUnlock, Name: "mpi.rma.unlock", NArgs: 1, Fn: p.onRMAUnlock},

@@ -197,3 +197,63 @@ func RgetAccumulate[T Number](w *Win, origin, result []T, target, disp int, op O
 	}
 	return h, nil
 }
+
+// RputTyped is PutTyped returning a request (MPI_Rput's full form) that
+// completes when origin may be reused: at once. Only in a passive-target
+// epoch. Errors as PutTyped's.
+func RputTyped[T any](w *Win, origin []T, ocount int, otype *Datatype, target, disp, tcount int, ttype *Datatype) (*Request, error) {
+	if err := w.passive(target, "RputTyped"); err != nil {
+		return nil, err
+	}
+	if err := PutTyped(w, origin, ocount, otype, target, disp, tcount, ttype); err != nil {
+		return nil, err
+	}
+	r, h := w.rmaRequest(target)
+	r.complete(Status{})
+	return h, nil
+}
+
+// RgetTyped is GetTyped returning a request (MPI_Rget's full form) that
+// completes when result holds the data. Only in a passive-target epoch.
+// Errors as GetTyped's.
+func RgetTyped[T any](w *Win, result []T, ocount int, otype *Datatype, target, disp, tcount int, ttype *Datatype) (*Request, error) {
+	if err := w.passive(target, "RgetTyped"); err != nil {
+		return nil, err
+	}
+	r, h := w.rmaRequest(target)
+	if err := getTyped(w, result, ocount, otype, target, disp, tcount, ttype, r); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// RaccumulateTyped is AccumulateTyped returning a request (MPI_Raccumulate's
+// full form) that completes when origin may be reused: at once. Only in a
+// passive-target epoch. Errors as AccumulateTyped's.
+func RaccumulateTyped[T Number](w *Win, origin []T, ocount int, otype *Datatype, target, disp, tcount int, ttype *Datatype, op Op[T]) (*Request, error) {
+	if err := w.passive(target, "RaccumulateTyped"); err != nil {
+		return nil, err
+	}
+	if err := AccumulateTyped(w, origin, ocount, otype, target, disp, tcount, ttype, op); err != nil {
+		return nil, err
+	}
+	r, h := w.rmaRequest(target)
+	r.complete(Status{})
+	return h, nil
+}
+
+// RgetAccumulateTyped is GetAccumulateTyped returning a request
+// (MPI_Rget_accumulate's full form) that completes when result holds the
+// previous values. Only in a passive-target epoch. Errors as
+// GetAccumulateTyped's.
+func RgetAccumulateTyped[T Number](w *Win, origin []T, ocount int, otype *Datatype, result []T, rcount int, rtype *Datatype,
+	target, disp, tcount int, ttype *Datatype, op Op[T]) (*Request, error) {
+	if err := w.passive(target, "RgetAccumulateTyped"); err != nil {
+		return nil, err
+	}
+	r, h := w.rmaRequest(target)
+	if err := getAccumulateTyped(w, origin, ocount, otype, result, rcount, rtype, target, disp, tcount, ttype, op, r); err != nil {
+		return nil, err
+	}
+	return h, nil
+}

@@ -516,6 +516,50 @@ func TestRMATyped_MPI41_12_3(t *testing.T) {
 			for i := range rows {
 				r.Equal(float64(2*(other*100000+i)), mem[4*i+1], "window %d acc row %d", k, i)
 			}
+			// GetAccumulateTyped: the old column comes back into every other
+			// element; NoOp reads atomically.
+			r.NoError(w.Fence(0)) // both have read their windows
+			old := make([]float64, 2*rows)
+			r.NoError(GetAccumulateTyped(w, src, rows, Float64, old, 1, every2, other, base, 1, col, Sum[float64]()))
+			r.NoError(w.Fence(0))
+			read := make([]float64, rows)
+			r.NoError(GetAccumulateTyped(w, nil, 0, Float64, read, rows, Float64, other, base, 1, col, NoOp[float64]()))
+			r.NoError(w.Fence(0))
+			for i := range rows {
+				r.Equal(float64(2*(me*100000+i)), old[2*i], "window %d getacc row %d", k, i)
+				r.Equal(float64(3*(me*100000+i)), read[i], "window %d noop row %d", k, i)
+				r.Equal(float64(3*(other*100000+i)), mem[4*i+1], "window %d getacc row %d at the target", k, i)
+			}
+			r.ErrorIs(GetAccumulateTyped(w, src, rows-1, Float64, old, 1, every2, other, base, 1, col, Sum[float64]()), ErrType, "sizes differ")
+
+			// The request forms, in a passive-target epoch: replace the
+			// column, read it back, add to it, add again reading the old.
+			r.NoError(w.Fence(ModeNosucceed))
+			r.NoError(w.Lock(LockShared, other, 0))
+			var reqs []*Request
+			add := func(q *Request, err error) {
+				r.NoError(err)
+				reqs = append(reqs, q)
+			}
+			add(RputTyped(w, src, rows, Float64, other, base, 1, col))
+			r.NoError(w.Flush(other))
+			got := make([]float64, rows)
+			add(RgetTyped(w, got, rows, Float64, other, base, 1, col))
+			r.NoError(Waitall(reqs, nil))
+			add(RaccumulateTyped(w, src, rows, Float64, other, base, 1, col, Sum[float64]()))
+			r.NoError(w.Flush(other))
+			prev := make([]float64, 2*rows)
+			add(RgetAccumulateTyped(w, src, rows, Float64, prev, 1, every2, other, base, 1, col, Sum[float64]()))
+			r.NoError(Waitall(reqs, nil))
+			r.NoError(w.Unlock(other))
+			r.NoError(c.Barrier())
+			for i := range rows {
+				v := float64(me*100000 + i)
+				r.Equal(v, got[i], "window %d rget row %d", k, i)
+				r.Equal(2*v, prev[2*i], "window %d rgetacc row %d", k, i)
+				r.Equal(float64(3*(other*100000+i)), mem[4*i+1], "window %d requests row %d at the target", k, i)
+			}
+			r.NoError(w.Fence(0))
 			r.ErrorIs(PutTyped(w, src, rows-1, Float64, other, base, 1, col), ErrType, "sizes differ")
 			r.ErrorIs(AccumulateTyped(w, []int64{1}, 1, Int64, other, base, 1, Float64, Sum[int64]()), ErrType, "kinds differ")
 			r.NoError(w.Fence(ModeNosucceed))

@@ -114,6 +114,11 @@ func PutTyped[T any](w *Win, origin []T, ocount int, otype *Datatype, target, di
 // Fence or Complete that follows returns. Errors as Get's, plus ErrType and
 // ErrCount.
 func GetTyped[T any](w *Win, result []T, ocount int, otype *Datatype, target, disp, tcount int, ttype *Datatype) error {
+	return getTyped(w, result, ocount, otype, target, disp, tcount, ttype, nil)
+}
+
+// getTyped is GetTyped completing req (nil: none) once result holds the data.
+func getTyped[T any](w *Win, result []T, ocount int, otype *Datatype, target, disp, tcount int, ttype *Datatype, req *reqState) error {
 	mem, err := memOf(result)
 	if err != nil {
 		return err
@@ -124,8 +129,14 @@ func GetTyped[T any](w *Win, result []T, ocount int, otype *Datatype, target, di
 	}
 	n := ocount * otype.Size()
 	runs, world, err := w.targetRuns(target, disp, tcount, ttype, n, "GetTyped")
-	if err != nil || n == 0 {
+	if err != nil {
 		return err
+	}
+	if n == 0 {
+		if req != nil {
+			req.complete(Status{})
+		}
+		return nil
 	}
 	buf, then := contig, func() {}
 	if lay != nil {
@@ -139,44 +150,112 @@ func GetTyped[T any](w *Win, result []T, ocount int, otype *Datatype, target, di
 			b = b[r.n:]
 		}
 		then()
+		if req != nil {
+			req.complete(Status{})
+		}
 		return nil
 	}
 	if len(runs) == 1 {
-		return w.getAt(buf, target, world, int(runs[0].off), nil, then)
+		return w.getAt(buf, target, world, int(runs[0].off), req, then)
 	}
 	// The target gathers the runs and stores them, packed, into buf: as
 	// many runs per request as fit, each request's data landing at its
 	// place in buf; the last to land unpacks.
-	per := max(1, (w.p.ep.MaxMediumTo(world)-4)/runLen)
-	parts := (len(runs) + per - 1) / per
-	cookie, seg, err := w.startGet(buf, target, parts, nil)
+	groups := chunkRuns(runs, w.p.ep.MaxMediumTo(world), 1, false)
+	return w.gatherRuns(groups, nil, buf, target, world, hRMAGetV, nil, req, then, "GetTyped")
+}
+
+// gatherRuns sends each group of runs (with its operand bytes, from in in
+// run order; none when in is empty) in a medium request of handler h to
+// target, whose handler stores the group's bytes back, packed, at their
+// place in buf; args go before the buffer address and cookie. The last
+// store to land runs then and completes req (nil: none).
+func (w *Win) gatherRuns(groups [][]run, in, buf []byte, target, world int, h handlers.Index, args []uint64, req *reqState, then func(), call string) error {
+	p := w.p
+	cookie, seg, err := w.startGet(buf, target, len(groups), req)
 	if err != nil {
 		return err
 	}
-	w.p.mu.Lock()
+	p.mu.Lock()
 	w.gets[cookie].then = then
-	w.p.mu.Unlock()
+	p.mu.Unlock()
 	pos := 0
-	for k := 0; k < len(runs); k += per {
-		chunk := runs[k:min(k+per, len(runs))]
-		req := binary.LittleEndian.AppendUint32(nil, uint32(len(chunk)))
-		n := 0
-		for _, r := range chunk {
-			req = binary.LittleEndian.AppendUint64(req, r.off)
-			req = binary.LittleEndian.AppendUint32(req, uint32(r.n))
-			n += r.n
+	for k, g := range groups {
+		n := runsLen(g)
+		var data []byte
+		if len(in) > 0 {
+			data = in[pos : pos+n]
 		}
-		if err := w.p.ep.RequestMedium(world, hRMAGetV, req, uint64(w.id), seg.Addr+uint64(pos), cookie); err != nil {
-			w.p.mu.Lock()
-			for range (len(runs) - k + per - 1) / per {
+		a := append(append([]uint64{uint64(w.id)}, args...), seg.Addr+uint64(pos), cookie)
+		if err := p.ep.RequestMedium(world, h, encodeRuns(nil, g, data), a...); err != nil {
+			p.mu.Lock()
+			for range len(groups) - k { // the groups sent complete; the rest never will
 				w.getDoneLocked(target, cookie, err)
 			}
-			w.p.mu.Unlock()
-			return w.p.netErr(w.c, world, fmt.Sprintf("GetTyped from rank %d", target), err)
+			p.mu.Unlock()
+			return p.netErr(w.c, world, fmt.Sprintf("%s from rank %d", call, target), err)
 		}
 		pos += n
 	}
 	return nil
+}
+
+// runsLen is the bytes of runs.
+func runsLen(runs []run) int {
+	n := 0
+	for _, r := range runs {
+		n += r.n
+	}
+	return n
+}
+
+// encodeRuns appends a runs request's payload to buf: the run count
+// (uint32), the runs (offset uint64, length uint32 each), then data.
+func encodeRuns(buf []byte, runs []run, data []byte) []byte {
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(runs)))
+	for _, r := range runs {
+		buf = binary.LittleEndian.AppendUint64(buf, r.off)
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(r.n))
+	}
+	return append(buf, data...)
+}
+
+// chunkRuns groups runs into requests of at most max bytes: a header of 4
+// bytes, runLen per run and, withData, the runs' bytes. A run that does
+// not fit is split at a multiple of es bytes (whole elements).
+func chunkRuns(runs []run, max, es int, withData bool) [][]run {
+	var groups [][]run
+	var cur []run
+	size := 4
+	for _, r := range runs {
+		for r.n > 0 {
+			room := max - size - runLen
+			if withData {
+				room = room / es * es
+			} else if room >= 0 {
+				room = r.n // no data: a run costs its header only
+			}
+			if room <= 0 {
+				if len(cur) == 0 { // max cannot hold even one element
+					room = es
+				} else {
+					groups, cur, size = append(groups, cur), nil, 4
+					continue
+				}
+			}
+			m := min(r.n, room)
+			cur = append(cur, run{r.off, m})
+			size += runLen
+			if withData {
+				size += m
+			}
+			r.off, r.n = r.off+uint64(m), r.n-m
+		}
+	}
+	if len(cur) > 0 {
+		groups = append(groups, cur)
+	}
+	return groups
 }
 
 // onRMAGetV runs at the target: gather a GetTyped's runs and store them,
@@ -186,22 +265,12 @@ func (p *proc) onRMAGetV(tok *handlers.Token, a []uint64, payload []byte) {
 	defer p.mu.Unlock()
 	w := p.winLocked(a[0])
 	st := uint64(rmaOK)
-	var runs []run
-	if len(payload) >= 4 {
-		k := int(binary.LittleEndian.Uint32(payload))
-		if k >= 0 && k == (len(payload)-4)/runLen && (len(payload)-4)%runLen == 0 {
-			runs = make([]run, k)
-			for i := range runs {
-				b := payload[4+runLen*i:]
-				runs[i] = run{binary.LittleEndian.Uint64(b), int(binary.LittleEndian.Uint32(b[8:]))}
-			}
-		}
-	}
+	runs, in, ok := parseRuns(payload, true)
 	var data []byte
 	switch {
 	case w == nil:
 		st = rmaNoWin
-	case runs == nil:
+	case !ok || len(in) != 0:
 		st = rmaBadOp
 	default:
 		for _, r := range runs {
@@ -261,57 +330,23 @@ func AccumulateTyped[T Number](w *Win, origin []T, ocount int, otype *Datatype, 
 // bytes (whole elements).
 func (w *Win) sendRuns(runs []run, data []byte, target, world int, h handlers.Index, code uint64, es int, call string) error {
 	p := w.p
-	max := p.ep.MaxMediumTo(world)
-	buf := make([]byte, 0, max)
-	flush := func() error {
-		if len(buf) == 0 {
-			return nil
-		}
+	var buf []byte
+	for _, g := range chunkRuns(runs, p.ep.MaxMediumTo(world), es, true) {
+		n := runsLen(g)
+		buf = encodeRuns(buf[:0], g, data[:n])
+		data = data[n:]
 		w.begin(target)
-		err := p.ep.RequestMedium(world, h, buf, uint64(w.id), code)
-		buf = buf[:0]
-		if err != nil {
+		if err := p.ep.RequestMedium(world, h, buf, uint64(w.id), code); err != nil {
 			w.abandon(target)
 			return p.netErr(w.c, world, fmt.Sprintf("%s to rank %d", call, target), err)
 		}
-		return nil
 	}
-	// A request holds a header of run count (4 bytes), the runs, then the
-	// bytes; runs are filled until the next would not fit with its data.
-	var hdr []run
-	var body []byte
-	emit := func() error {
-		buf = binary.LittleEndian.AppendUint32(buf[:0], uint32(len(hdr)))
-		for _, r := range hdr {
-			buf = binary.LittleEndian.AppendUint64(buf, r.off)
-			buf = binary.LittleEndian.AppendUint32(buf, uint32(r.n))
-		}
-		buf = append(buf, body...)
-		hdr, body = hdr[:0], body[:0]
-		return flush()
-	}
-	pos := 0
-	for _, r := range runs {
-		for r.n > 0 {
-			room := (max - 4 - runLen*(len(hdr)+1) - len(body)) / es * es
-			if room <= 0 {
-				if err := emit(); err != nil {
-					return err
-				}
-				continue
-			}
-			m := min(r.n, room)
-			hdr = append(hdr, run{r.off, m})
-			body = append(body, data[pos:pos+m]...)
-			pos, r.off, r.n = pos+m, r.off+uint64(m), r.n-m
-		}
-	}
-	return emit()
+	return nil
 }
 
-// parseRuns splits a runs request's payload into its runs and their bytes;
-// false for a malformed one.
-func parseRuns(payload []byte) ([]run, []byte, bool) {
+// parseRuns splits a runs request's payload into its runs and their bytes
+// (none allowed when dataOptional); false for a malformed one.
+func parseRuns(payload []byte, dataOptional bool) ([]run, []byte, bool) {
 	if len(payload) < 4 {
 		return nil, nil, false
 	}
@@ -327,7 +362,7 @@ func parseRuns(payload []byte) ([]run, []byte, bool) {
 		total += runs[i].n
 	}
 	data := payload[4+runLen*k:]
-	if total != len(data) {
+	if total != len(data) && !(dataOptional && len(data) == 0) {
 		return nil, nil, false
 	}
 	return runs, data, true
@@ -339,7 +374,7 @@ func (p *proc) onRMARuns(tok *handlers.Token, a []uint64, payload []byte, acc bo
 	p.mu.Lock()
 	w := p.winLocked(a[0])
 	st := uint64(rmaOK)
-	runs, data, ok := parseRuns(payload)
+	runs, data, ok := parseRuns(payload, false)
 	switch {
 	case w == nil:
 		st = rmaNoWin
@@ -380,4 +415,138 @@ func (p *proc) onRMAPutV(tok *handlers.Token, a []uint64, payload []byte) {
 
 func (p *proc) onRMAAccV(tok *handlers.Token, a []uint64, payload []byte) {
 	p.onRMARuns(tok, a, payload, true)
+}
+
+// GetAccumulateTyped is GetAccumulate with datatypes (MPI_Get_accumulate's
+// full form): ocount instances of otype from origin combine with op into
+// tcount instances of ttype at displacement disp of target's window, whose
+// previous values arrive as rcount instances of rtype in result. With NoOp
+// origin is not read (it may be empty) and the call is an atomic read. The
+// datatypes' elements must be of T; result must not be touched until a
+// Flush, Unlock, Fence or Complete that follows returns. Errors as
+// GetAccumulate's, plus ErrType (unusable datatypes, other elements than
+// T's, or sides of different sizes) and ErrCount.
+func GetAccumulateTyped[T Number](w *Win, origin []T, ocount int, otype *Datatype, result []T, rcount int, rtype *Datatype,
+	target, disp, tcount int, ttype *Datatype, op Op[T]) error {
+	return getAccumulateTyped(w, origin, ocount, otype, result, rcount, rtype, target, disp, tcount, ttype, op, nil)
+}
+
+// getAccumulateTyped is GetAccumulateTyped completing req (nil: none) once
+// result holds the previous values.
+func getAccumulateTyped[T Number](w *Win, origin []T, ocount int, otype *Datatype, result []T, rcount int, rtype *Datatype,
+	target, disp, tcount int, ttype *Datatype, op Op[T], req *reqState) error {
+	const call = "GetAccumulateTyped"
+	code, err := rmaOpCode(op)
+	if err != nil {
+		return err
+	}
+	noop := op.Name == "no_op"
+	k := dtype.Kind(code & 0xff)
+	types := []*Datatype{rtype, ttype}
+	if !noop {
+		types = append(types, otype)
+	}
+	for _, d := range types {
+		if err := d.usable(); err != nil {
+			return err
+		}
+		if d.t.Homogeneous() != k {
+			return fmt.Errorf("%w: %s's datatypes must hold elements of %v only (%v)", ErrType, call, k, d.t)
+		}
+	}
+	mem := raw(result)
+	contig, lay, err := layoutOf(mem, rcount, rtype)
+	if err != nil {
+		return err
+	}
+	n := rcount * rtype.Size()
+	var in []byte
+	if !noop {
+		if in, _, err = originBytes(raw(origin), ocount, otype); err != nil {
+			return err
+		}
+		if len(in) != n {
+			return fmt.Errorf("%w: %s combines %d bytes from the origin into a result of %d", ErrType, call, len(in), n)
+		}
+	}
+	runs, world, err := w.targetRuns(target, disp, tcount, ttype, n, call)
+	if err != nil {
+		return err
+	}
+	buf, then := contig, func() {}
+	if lay != nil {
+		buf = make([]byte, n) // packed here, unpacked into result once complete
+		then = func() { lay.unpack(mem, buf, 0) }
+	}
+	if n == 0 {
+		if req != nil {
+			req.complete(Status{})
+		}
+		return nil
+	}
+	if w.local != nil && w.local[target] != nil {
+		w.lockPart(target) // applied here, through the node mapping
+		b, ops := buf, in
+		for _, r := range runs {
+			var operand []byte
+			if len(ops) > 0 {
+				operand, ops = ops[:r.n], ops[r.n:]
+			}
+			getAccApply(w.local[target][r.off:r.off+uint64(r.n)], operand, b[:r.n], code)
+			b = b[r.n:]
+		}
+		w.unlockPart(target)
+		then()
+		if req != nil {
+			req.complete(Status{})
+		}
+		return nil
+	}
+	var z T
+	groups := chunkRuns(runs, w.p.ep.MaxMediumTo(world), int(unsafe.Sizeof(z)), len(in) > 0)
+	return w.gatherRuns(groups, in, buf, target, world, hRMAGetAccV, []uint64{code}, req, then, call)
+}
+
+// onRMAGetAccV runs at the target: read a GetAccumulateTyped's runs,
+// combine the operands into them (none: NoOp), and store the old values,
+// packed, back into the origin's buffer.
+func (p *proc) onRMAGetAccV(tok *handlers.Token, a []uint64, payload []byte) {
+	id, code, addr, cookie := a[0], a[1], a[2], a[3]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w := p.winLocked(id)
+	st := uint64(rmaOK)
+	runs, in, ok := parseRuns(payload, true)
+	switch {
+	case w == nil:
+		st = rmaNoWin
+	case !ok:
+		st = rmaBadOp
+	default:
+		for _, r := range runs { // every run checked before anything changes
+			if w.regionLocked(r.off, uint64(r.n)) == nil {
+				st = rmaRange
+				break
+			}
+		}
+	}
+	var old []byte
+	if st == rmaOK {
+		old = make([]byte, runsLen(runs))
+		b := old
+		w.lockPart(w.c.rank)
+		for _, r := range runs {
+			var operand []byte
+			if len(in) > 0 {
+				operand, in = in[:r.n], in[r.n:]
+			}
+			if !getAccApply(w.regionLocked(r.off, uint64(r.n)), operand, b[:r.n], code) {
+				st, old = rmaBadOp, nil
+				break
+			}
+			b = b[r.n:]
+		}
+		w.unlockPart(w.c.rank)
+	}
+	p.storeBackLocked(tok.Source(), id, addr, cookie, old, st)
 }
