@@ -83,7 +83,7 @@ func runRMA(name string, args []string) error {
 		if world.Rank() >= 2 {
 			return world.Barrier()
 		}
-		r := &rmaRun{c: pair, me: pair.Rank(), name: name, sync: sync, lat: lat, o: o, busy: busy,
+		r := &rmaRun{c: pair, me: pair.Rank(), name: name, kind: kindOf(name), sync: sync, lock: sync == "lock", lat: lat, o: o, busy: busy,
 			sum32: mpiam.Sum[int32](), sum64: mpiam.Sum[int64]()}
 		if err := r.window(create, max(o.MaxSize, 8)*max(o.Window, 1)); err != nil {
 			return err
@@ -116,7 +116,9 @@ type rmaRun struct {
 	c        *mpiam.Comm
 	me       int
 	name     string
+	kind     rmaKind // name, decoded once: op switches on it per operation
 	sync     string
+	lock     bool // sync == "lock"
 	lat      bool
 	o        osu.Options
 	w        *mpiam.Win
@@ -153,20 +155,47 @@ func (r *rmaRun) window(create string, n int) error {
 	return err
 }
 
+// rmaKind is a test's operation.
+type rmaKind int
+
+const (
+	kindPut rmaKind = iota
+	kindGet
+	kindAcc
+	kindFop
+	kindCas
+)
+
+// kindOf is the operation of the test named name.
+func kindOf(name string) rmaKind {
+	switch name {
+	case "put_latency", "put_bw":
+		return kindPut
+	case "get_latency", "get_bw":
+		return kindGet
+	case "acc_latency":
+		return kindAcc
+	case "fop_latency":
+		return kindFop
+	default: // cas_latency
+		return kindCas
+	}
+}
+
 // op issues the test's operation of size bytes to the other rank, at slot k
 // of the window.
 func (r *rmaRun) op(size, k int) error {
 	peer, disp := 1-r.me, k*size
-	switch r.name {
-	case "put_latency", "put_bw":
+	switch r.kind {
+	case kindPut:
 		return mpiam.Put(r.w, r.src[disp:disp+size], peer, disp)
-	case "get_latency", "get_bw":
+	case kindGet:
 		return mpiam.Get(r.w, r.dst[disp:disp+size], peer, disp)
-	case "acc_latency":
+	case kindAcc:
 		return mpiam.Accumulate(r.w, int32s(r.src[:size]), peer, 0, r.sum32)
-	case "fop_latency":
+	case kindFop:
 		return mpiam.FetchAndOp(r.w, 1, &r.old, peer, 0, r.sum64)
-	default: // cas_latency
+	default:
 		return mpiam.CompareAndSwap(r.w, 1, 0, &r.old, peer, 0)
 	}
 }
@@ -252,7 +281,7 @@ func (r *rmaRun) size(size int) (float64, error) {
 // passiveRound is one iteration of flush or lock: ops operations, then
 // Flush, or all inside Lock/Unlock.
 func (r *rmaRun) passiveRound(size, ops int) error {
-	if r.sync == "lock" {
+	if r.lock {
 		if err := r.w.Lock(mpiam.LockShared, 1, 0); err != nil {
 			return err
 		}
@@ -262,7 +291,7 @@ func (r *rmaRun) passiveRound(size, ops int) error {
 			return err
 		}
 	}
-	if r.sync == "lock" {
+	if r.lock {
 		return r.w.Unlock(1)
 	}
 	return r.w.Flush(1)
