@@ -84,7 +84,7 @@ type Win struct {
 	// it directly (r on this node, in shm's mapping); nil: not so. Put and
 	// Get to such a rank are copies.
 	local        [][]byte
-	lw           []*uint32 // per window rank in local: the lock word of its accumulates (rma_shared.go)
+	lw           []*uint32 // per window rank in local: its lock words, accumulates' and passive target's (rma_shared.go)
 	sharedFlavor bool      // made by WinAllocateShared
 
 	// Dynamic windows (rma_dynamic.go): displacements are addresses,
@@ -272,7 +272,7 @@ func (c *Comm) winCreate(m winMem, unit int) (*Win, error) {
 	w.settled.Store(true)
 	if !dynamic && w.local == nil && len(mem) > 0 {
 		w.local, w.lw = make([][]byte, d.size), make([]*uint32, d.size)
-		w.local[d.rank], w.lw[d.rank] = mem, new(uint32)
+		w.local[d.rank], w.lw[d.rank] = mem, &new(lockWords)[0]
 	}
 	var regErr error
 	if len(mem) > 0 {
@@ -788,6 +788,12 @@ func (w *Win) Lock(t LockType, target, assert int) error {
 	if assert&ModeNocheck != 0 {
 		return nil
 	}
+	if ls := w.lockState(target); ls != nil && tryLockState(ls, t, true) {
+		p.mu.Lock() // taken in the node mapping: no message
+		w.granted[target] = true
+		p.mu.Unlock()
+		return nil
+	}
 	world := w.c.world(target)
 	err := p.ep.RequestShort(world, hRMALock, uint64(w.id), uint64(t))
 	if err == nil {
@@ -848,6 +854,9 @@ func (w *Win) unlock(target int) error {
 	p.mu.Unlock()
 	if nochk {
 		return nil
+	}
+	if ls := w.lockState(target); ls != nil && unlockState(ls, true) {
+		return nil // released in the node mapping: nobody is queued for it
 	}
 	world := w.c.world(target)
 	if err := p.ep.RequestShort(world, hRMAUnlock, uint64(w.id)); err != nil {
@@ -1139,28 +1148,71 @@ func (p *proc) onRMALock(tok *handlers.Token, a []uint64, _ []byte) {
 		p.dropped(fmt.Errorf("lock request for window %d of kind %d from world rank %d: no such window or kind", a[0], a[1], tok.Source()))
 		return
 	}
-	if len(w.waiters) == 0 && w.grantableLocked(t) {
-		w.takeLocked(t)
+	if len(w.waiters) == 0 && w.tryTakeLocked(t) {
 		_ = tok.ReplyShort(hRMAGrant, a[0])
 		return
 	}
 	w.waiters = append(w.waiters, lockWaiter{src: tok.Source(), t: t})
-}
-
-// grantableLocked reports whether a lock of kind t can be held now. p.mu held.
-func (w *Win) grantableLocked(t LockType) bool {
-	if t == LockShared {
-		return !w.excl
+	if ls := w.lockState(w.c.rank); ls != nil {
+		// Node mates stop taking the lock directly, and release it through
+		// here; one may have released it since the attempt above.
+		atomic.OrUint32(ls, lockQueued)
+		p.grantWaitersLocked(w)
 	}
-	return !w.excl && w.shared == 0
 }
 
-// takeLocked records a lock of kind t as held. p.mu held.
-func (w *Win) takeLocked(t LockType) {
-	if t == LockShared {
+// tryTakeLocked takes a lock of kind t at this rank's window if it can be
+// held now, and reports whether it did: in the lock-state word when this
+// rank has one (its node mates take and release it there directly), else in
+// the window's counts. p.mu held.
+func (w *Win) tryTakeLocked(t LockType) bool {
+	if ls := w.lockState(w.c.rank); ls != nil {
+		return tryLockState(ls, t, false)
+	}
+	switch {
+	case t == LockShared && !w.excl:
 		w.shared++
-	} else {
+	case t == LockExclusive && !w.excl && w.shared == 0:
 		w.excl = true
+	default:
+		return false
+	}
+	return true
+}
+
+// releaseLocked releases one lock held at this rank's window (its kind
+// follows from the state: an exclusive lock excludes all others). p.mu held.
+func (w *Win) releaseLocked() {
+	if ls := w.lockState(w.c.rank); ls != nil {
+		unlockState(ls, false)
+		return
+	}
+	switch {
+	case w.excl:
+		w.excl = false
+	case w.shared > 0:
+		w.shared--
+	}
+}
+
+// grantWaitersLocked grants the queued lock requests that can be held now,
+// in their order (a shared request behind an exclusive one waits, so an
+// exclusive lock is not starved), each grant a request sent from deferred
+// work (a handler must not wait for credit). Once the queue is empty node
+// mates may take the lock directly again. p.mu held.
+func (p *proc) grantWaitersLocked(w *Win) {
+	id := uint64(w.id)
+	for len(w.waiters) > 0 && w.tryTakeLocked(w.waiters[0].t) {
+		q := w.waiters[0]
+		w.waiters = w.waiters[1:]
+		p.queueLocked(deferred{kind: workFunc, fn: func() {
+			if err := p.ep.RequestShort(q.src, hRMAGrant, id); err != nil {
+				p.dropped(fmt.Errorf("lock grant for world rank %d: %w", q.src, err))
+			}
+		}})
+	}
+	if ls := w.lockState(w.c.rank); ls != nil && len(w.waiters) == 0 {
+		atomic.AndUint32(ls, ^uint32(lockQueued))
 	}
 }
 
@@ -1187,22 +1239,7 @@ func (p *proc) onRMAUnlock(tok *handlers.Token, a []uint64, _ []byte) {
 		rmaAck(tok, a[0], rmaNoWin)
 		return
 	}
-	switch {
-	case w.excl:
-		w.excl = false
-	case w.shared > 0:
-		w.shared--
-	}
+	w.releaseLocked()
 	rmaAck(tok, a[0], rmaUnlocked)
-	id := a[0]
-	for len(w.waiters) > 0 && w.grantableLocked(w.waiters[0].t) {
-		q := w.waiters[0]
-		w.waiters = w.waiters[1:]
-		w.takeLocked(q.t)
-		p.queueLocked(deferred{kind: workFunc, fn: func() {
-			if err := p.ep.RequestShort(q.src, hRMAGrant, id); err != nil {
-				p.dropped(fmt.Errorf("lock grant for world rank %d: %w", q.src, err))
-			}
-		}})
-	}
+	p.grantWaitersLocked(w)
 }

@@ -95,9 +95,83 @@ func allocNode(c *Comm, n int) (*sharedWin, []byte, error) {
 	return sh, sh.part(c.rank), nil
 }
 
-// lockWord is the word that orders the accumulates into node rank r's part.
+// lockWord is the first of node rank r's lock words (lockWords): the word
+// that orders the accumulates into its part.
 func (sh *sharedWin) lockWord(r int) *uint32 {
 	return (*uint32)(unsafe.Pointer(&sh.mem[sh.lockOff+64*r]))
+}
+
+// lockWords is the layout of a part's lock words, a cache line: [0] orders
+// the accumulates into the part (spinLock), [1] is its passive-target lock
+// (lockStateOf). A rank's own memory outside a node mapping gets one in Go
+// memory.
+type lockWords [16]uint32
+
+// The bits of a passive-target lock-state word: the exclusive holder, the
+// target's queue of lock requests being non-empty, and the number of shared
+// holders.
+const (
+	lockExcl       = 1 << 31
+	lockQueued     = 1 << 30
+	lockSharedMask = lockQueued - 1
+)
+
+// lockState is window rank r's passive-target lock-state word when this rank
+// can reach it (r's memory is local), else nil: then r's handler keeps the
+// lock alone.
+func (w *Win) lockState(r int) *uint32 {
+	if w.lw == nil || w.lw[r] == nil {
+		return nil
+	}
+	return (*uint32)(unsafe.Add(unsafe.Pointer(w.lw[r]), 4))
+}
+
+// tryLockState takes a lock of kind t in the lock-state word ls if it can
+// be held now. A direct attempt (a rank taking a lock without a message)
+// also fails while the target has requests queued: they go first.
+func tryLockState(ls *uint32, t LockType, direct bool) bool {
+	for {
+		v := atomic.LoadUint32(ls)
+		if direct && v&lockQueued != 0 {
+			return false
+		}
+		next := v + 1
+		if t == LockExclusive {
+			if v&^lockQueued != 0 {
+				return false
+			}
+			next = v | lockExcl
+		} else if v&lockExcl != 0 || v&lockSharedMask == lockSharedMask {
+			return false
+		}
+		if atomic.CompareAndSwapUint32(ls, v, next) {
+			return true
+		}
+	}
+}
+
+// unlockState releases one lock held in ls. A direct release (without a
+// message) fails, changing nothing, while the target has requests queued:
+// the release must then reach the target, which grants them.
+func unlockState(ls *uint32, direct bool) bool {
+	for {
+		v := atomic.LoadUint32(ls)
+		if direct && v&lockQueued != 0 {
+			return false
+		}
+		var next uint32
+		switch {
+		case v&lockExcl != 0:
+			next = v &^ lockExcl
+		case v&lockSharedMask != 0:
+			next = v - 1
+		default:
+			return true // nothing held
+		}
+		if atomic.CompareAndSwapUint32(ls, v, next) {
+			return true
+		}
+	}
 }
 
 // spinLock takes the lock word l, spinning (and yielding now and then: the

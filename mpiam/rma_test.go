@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"unsafe"
+
+	"github.com/stretchr/testify/require"
 )
 
 // Fence epochs (MPI-4.1 §12.5.1): each rank puts into its right neighbour's
@@ -568,4 +570,63 @@ func TestRMATyped_MPI41_12_3(t *testing.T) {
 		r.NoError(created.Free())
 		r.NoError(dyn.Free())
 	})
+}
+
+// Exclusive writers and shared readers of one target, mixed: a reader never
+// sees a half-done write, the writes' count is exact (MPI-4.1 §12.5.3). In
+// a node mapping node mates take the lock in its lock-state word while
+// other nodes queue at the target's handler; this mixes both.
+func TestRMALockSharedExclusiveMixed_MPI41_12_5_3(t *testing.T) {
+	eachNetwork(t, 4, func(r *rk, c *Comm) {
+		n := c.Size()
+		const rounds = 40
+		w, mem, err := WinAllocate[int64](c, 2, 8)
+		r.NoError(err)
+		for i := range rounds {
+			var v [2]int64
+			if i%2 == 0 {
+				r.NoError(w.Lock(LockExclusive, 0, 0))
+				r.NoError(Get(w, v[:], 0, 0))
+				r.NoError(w.Flush(0))
+				v[0]++
+				v[1]++
+				r.NoError(Put(w, v[:1], 0, 0))
+				r.NoError(w.Flush(0)) // the pair is torn in between
+				r.NoError(Put(w, v[1:], 0, 1))
+			} else {
+				r.NoError(w.Lock(LockShared, 0, 0))
+				r.NoError(Get(w, v[:], 0, 0))
+				r.NoError(w.Flush(0))
+				r.Equal(v[0], v[1], "a shared holder saw a write under way")
+			}
+			r.NoError(w.Unlock(0))
+		}
+		r.NoError(c.Barrier())
+		if c.Rank() == 0 {
+			r.Equal([]int64{int64(n * rounds / 2), int64(n * rounds / 2)}, mem)
+		}
+		r.NoError(w.Free())
+	})
+}
+
+// The lock-state word: exclusive excludes all, shared holders count, and
+// direct takes and releases fail while requests are queued.
+func TestLockStateWord(t *testing.T) {
+	var ls uint32
+	require.True(t, tryLockState(&ls, LockShared, true))
+	require.True(t, tryLockState(&ls, LockShared, true))
+	require.False(t, tryLockState(&ls, LockExclusive, false))
+	require.True(t, unlockState(&ls, true))
+	require.True(t, unlockState(&ls, true))
+	require.Equal(t, uint32(0), ls)
+	require.True(t, tryLockState(&ls, LockExclusive, true))
+	require.False(t, tryLockState(&ls, LockShared, false))
+	require.False(t, tryLockState(&ls, LockExclusive, false))
+	ls |= lockQueued
+	require.False(t, unlockState(&ls, true), "a direct release while requests are queued")
+	require.Equal(t, uint32(lockExcl|lockQueued), ls, "a refused release changes nothing")
+	require.True(t, unlockState(&ls, false))
+	require.False(t, tryLockState(&ls, LockShared, true), "a direct take while requests are queued")
+	require.True(t, tryLockState(&ls, LockShared, false), "the target grants its queue")
+	require.Equal(t, uint32(lockQueued|1), ls)
 }
