@@ -64,10 +64,12 @@ const (
 // WinCreate or WinAllocate (collective), synchronize with Fence or
 // Lock/Unlock, and release it with Free (collective).
 //
-// Passive-target operations (Lock ... Unlock) progress at the target when it
-// polls: while it is inside any MPI call, or always with a progress
-// goroutine (AMGO_PROGRESS, docs/mpi.md). A target that computes for long
-// without MPI calls delays the origins that lock it.
+// Passive-target operations (Lock ... Unlock) from another node progress at
+// the target when it polls: while it is inside any MPI call, or always with
+// a progress goroutine (AMGO_PROGRESS, docs/mpi.md); a target that computes
+// for long without MPI calls delays them. Between ranks of one node sharing
+// WinAllocate's mapping, the operations and an uncontended lock need
+// nothing of the target (docs/rma.md).
 type Win struct {
 	p     *proc
 	c     *Comm  // a duplicate of the creating communicator: the window's own context
