@@ -262,6 +262,11 @@ func (x coll) bcast(b []byte, root int) error {
 	if p == 1 || len(b) == 0 {
 		return nil
 	}
+	if x.v == nil && len(b) <= shmCollSlot {
+		if a := x.c.shmArea(); a != nil {
+			return a.bcast(x, b, root)
+		}
+	}
 	if l := x.nodeLevels(); l != nil {
 		return x.bcastNodes(b, root, l)
 	}
@@ -459,6 +464,11 @@ func allreduce[T any](x coll, send, recv []T, op Op[T]) error {
 		return fmt.Errorf("%w: Allreduce of %d elements into a receive buffer of %d", ErrCount, len(send), len(recv))
 	}
 	p := x.size()
+	if x.v == nil && p > 1 && len(raw(recv)) <= shmCollSlot {
+		if a := x.c.shmArea(); a != nil {
+			return shmAllreduce(a, x, send, recv, op)
+		}
+	}
 	if l := x.nodeLevels(); l != nil && (op.Commutative || l.contiguous) {
 		return allreduceNodes(x, send, recv, op, l)
 	}

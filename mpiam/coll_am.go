@@ -29,8 +29,10 @@ import (
 // dissemination barrier (after round r, ranks i-1 ... i-2^(r+1)+1 have entered
 // barrier e) therefore holds by induction over r even when a rank's next
 // barrier's messages overtake the current one's, and even with several
-// Ibarriers in flight at once. A Barrier on one rank and an Ibarrier on
-// another match, as before.
+// Ibarriers in flight at once. (A Barrier on one rank and an Ibarrier on
+// another match here, though MPI-4.1 §6.12 says that blocking and
+// nonblocking collectives never do; between ranks of one node, Barrier goes
+// through the shared area of coll_shm.go instead and does not match.)
 //
 // A tool's piggybacked value (Piggybacker) rides in the short message's
 // header. The handler keeps it in a small ring per round, stamped with the
@@ -135,6 +137,14 @@ func (x coll) barrier() error {
 	p := c.p
 	if c.size == 1 {
 		return nil
+	}
+	if x.v == nil {
+		if a := c.shmArea(); a != nil {
+			// It sends no barrier message: give back the number that
+			// message barriers count (every rank alike).
+			c.barriers.Add(^uint64(0))
+			return a.barrier(x)
+		}
 	}
 	if l := x.nodeLevels(); l != nil {
 		return x.barrierNodes(l)

@@ -47,6 +47,7 @@ type arSlot struct {
 	// waiter polls it, then takes the data under p.mu.
 	ready atomic.Uint64
 	n     int
+	pb    handlers.Piggyback // the tool value the message carried, if any
 	data  [allreduceAMMax]byte
 }
 
@@ -54,6 +55,7 @@ type arSlot struct {
 type arMsg struct {
 	step  int
 	epoch uint64
+	pb    handlers.Piggyback
 	data  []byte
 }
 
@@ -76,34 +78,34 @@ func (s *arState) slotLocked(step int, epoch uint64) *arSlot {
 
 // putLocked files data for (step, epoch); false: its slot is taken and the
 // overflow list full (a partner that breaks the protocol). p.mu held.
-func (s *arState) putLocked(step int, epoch uint64, data []byte) bool {
+func (s *arState) putLocked(step int, epoch uint64, data []byte, pb handlers.Piggyback) bool {
 	sl := s.slotLocked(step, epoch)
 	if sl.ready.Load() != 0 {
 		if len(s.over) >= arMaxOver {
 			return false
 		}
-		s.over = append(s.over, arMsg{step: step, epoch: epoch, data: append([]byte(nil), data...)})
+		s.over = append(s.over, arMsg{step: step, epoch: epoch, pb: pb, data: append([]byte(nil), data...)})
 		return true
 	}
-	sl.n = copy(sl.data[:], data)
+	sl.n, sl.pb = copy(sl.data[:], data), pb
 	sl.ready.Store(epoch + 1)
 	return true
 }
 
 // takeLocked copies the data of (step, epoch), which is ready, into dst,
 // frees the slot and moves a waiting overflow message in. p.mu held.
-func (s *arState) takeLocked(step int, epoch uint64, dst []byte) int {
+func (s *arState) takeLocked(step int, epoch uint64, dst []byte) (int, handlers.Piggyback) {
 	sl := s.slotLocked(step, epoch)
-	n := copy(dst, sl.data[:sl.n])
+	n, pb := copy(dst, sl.data[:sl.n]), sl.pb
 	sl.ready.Store(0)
 	for i, m := range s.over {
 		if m.step == step && m.epoch&1 == epoch&1 {
 			s.over = append(s.over[:i], s.over[i+1:]...)
-			s.putLocked(m.step, m.epoch, m.data)
+			s.putLocked(m.step, m.epoch, m.data, m.pb)
 			break
 		}
 	}
-	return n
+	return n, pb
 }
 
 // onAllreduceAM files an allreduce message: a[0] is the communicator's
@@ -114,8 +116,10 @@ func (p *proc) onAllreduceAM(tok *handlers.Token, a []uint64, payload []byte) {
 		p.dropped(fmt.Errorf("from rank %d: %w", tok.Source(), err))
 		return
 	}
+	var pb handlers.Piggyback
+	pb.Value, pb.Set = tok.Piggyback()
 	p.mu.Lock()
-	ok := byContextLocked(&p.arStates, m.Context).putLocked(int(m.Step), m.Call, payload)
+	ok := byContextLocked(&p.arStates, m.Context).putLocked(int(m.Step), m.Call, payload, pb)
 	p.mu.Unlock()
 	if !ok {
 		p.dropped(fmt.Errorf("from rank %d: allreduce message for communicator %d, step %d, call %d: its slot and the overflow list are full",
@@ -126,7 +130,7 @@ func (p *proc) onAllreduceAM(tok *handlers.Token, a []uint64, payload []byte) {
 // allreduceAMOK reports whether collective call x may reduce nb bytes with
 // op over active messages.
 func allreduceAMOK[T any](x coll, nb int, op Op[T]) bool {
-	return x.v == nil && x.pb == nil && op.Commutative && nb <= allreduceAMMax && x.c.size > 1
+	return x.v == nil && op.Commutative && nb <= allreduceAMMax && x.c.size > 1
 }
 
 // allreduceAM is the Allreduce of buf (in place) over active messages.
@@ -144,7 +148,11 @@ func allreduceAM[T any](x coll, buf []T, op Op[T]) error {
 	send := func(to, step int) error {
 		w := c.world(to)
 		a0, a1 := proto.AllreduceAM{Context: c.ctx, Step: uint32(step), Call: epoch}.Args()
-		if err := p.ep.RequestMedium(w, hAllreduce, data, a0, a1); err != nil {
+		var pb handlers.Piggyback
+		if x.pb != nil {
+			pb.Value, pb.Set = x.outgoing()
+		}
+		if err := p.ep.RequestMediumWith(w, hAllreduce, data, pb, a0, a1); err != nil {
 			return p.netErr(c, w, fmt.Sprintf("allreduce on communicator %d", c.ctx), err)
 		}
 		return nil
@@ -158,8 +166,9 @@ func allreduceAM[T any](x coll, buf []T, op Op[T]) error {
 			return err
 		}
 		p.mu.Lock()
-		st.takeLocked(step, epoch, in)
+		_, pb := st.takeLocked(step, epoch, in)
 		p.mu.Unlock()
+		x.observe(Status{Piggyback: pb.Value, HasPiggyback: pb.Set})
 		return nil
 	}
 	n, me := c.size, c.rank

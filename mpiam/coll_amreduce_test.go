@@ -2,6 +2,7 @@ package mpiam
 
 import (
 	"fmt"
+	"github.com/amgo-hpc/amgo/handlers"
 	"testing"
 
 	"github.com/amgo-hpc/amgo/mpiam/internal/proto"
@@ -13,8 +14,10 @@ import (
 // case the two slots per step are for), with sizes on both sides of
 // allreduceAMMax interleaved, on every network and at power-of-two and
 // other sizes (fold-in and fold-out), at both thread levels. Every result is
-// exact and alike on every rank.
+// exact and alike on every rank. The shared-memory collectives are off:
+// they would take these calls on one node.
 func TestAllreduceOverActiveMessages(t *testing.T) {
+	t.Setenv(EnvCollShm, "0")
 	for _, n := range []int{2, 3, 4, 5, 6, 7} {
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
 			eachNetwork(t, n, func(r *rk, w *Comm) { checkSmallAllreduces(r, w) })
@@ -66,24 +69,27 @@ func checkSmallAllreduces(r *rk, w *Comm) {
 // the message is refused (the handler drops and counts it).
 func TestAllreduceSlots(t *testing.T) {
 	var s arState
-	require.True(t, s.putLocked(1, 4, []byte{1}))
-	require.True(t, s.putLocked(1, 6, []byte{3}), "same parity: overflow")
-	require.True(t, s.putLocked(1, 5, []byte{2}))
+	require.True(t, s.putLocked(1, 4, []byte{1}, handlers.Piggyback{}))
+	require.True(t, s.putLocked(1, 6, []byte{3}, handlers.Piggyback{Value: 9, Set: true}), "same parity: overflow")
+	require.True(t, s.putLocked(1, 5, []byte{2}, handlers.Piggyback{}))
 	sl := s.slotLocked(1, 4)
 	require.EqualValues(t, 5, sl.ready.Load())
 	dst := make([]byte, 1)
-	require.Equal(t, 1, s.takeLocked(1, 4, dst))
+	n, pb := s.takeLocked(1, 4, dst)
+	require.Equal(t, 1, n)
+	require.False(t, pb.Set)
 	require.Equal(t, byte(1), dst[0])
 	require.EqualValues(t, 7, sl.ready.Load(), "call 6 moved in")
 	require.Empty(t, s.over)
-	s.takeLocked(1, 6, dst)
+	_, pb = s.takeLocked(1, 6, dst)
+	require.Equal(t, handlers.Piggyback{Value: 9, Set: true}, pb, "the overflowed message's tool value moved in with it")
 	require.Equal(t, byte(3), dst[0])
 	require.Zero(t, sl.ready.Load())
 	for i := 0; i < arMaxOver; i++ {
-		require.True(t, s.putLocked(2, uint64(2*i), nil))
+		require.True(t, s.putLocked(2, uint64(2*i), nil, handlers.Piggyback{}))
 	}
-	require.True(t, s.putLocked(2, 2*arMaxOver, nil), "the slot took the first, the list the rest")
-	require.False(t, s.putLocked(2, 2*arMaxOver+2, nil), "list full")
+	require.True(t, s.putLocked(2, 2*arMaxOver, nil, handlers.Piggyback{}), "the slot took the first, the list the rest")
+	require.False(t, s.putLocked(2, 2*arMaxOver+2, nil, handlers.Piggyback{}), "list full")
 }
 
 // Malformed allreduce messages are refused by the parser: odd context, a

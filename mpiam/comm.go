@@ -38,6 +38,8 @@ type Comm struct {
 	ar       atomic.Pointer[arState]       // this rank's small-allreduce slots on c, once looked up (coll_amreduce.go)
 	arCalls  atomic.Uint64                 // small allreduces over active messages started on c
 	lv       atomic.Pointer[levels]        // how c's ranks sit on nodes, once computed (coll_node.go)
+	shmState atomic.Int32                  // whether c's collectives go through a shared area (coll_shm.go)
+	shmc     *shmColl                      // that area, set before shmState becomes shmReady
 
 	// nbcq is c's nonblocking and persistent collectives under way, in
 	// the order they started, from nbcHead on (proc.nbc.mu): each is
@@ -255,6 +257,9 @@ func (c *Comm) free() error {
 		return fmt.Errorf("%w: the world communicator cannot be freed", ErrComm)
 	}
 	c.freed.Store(true)
+	if c.shmState.CompareAndSwap(shmReady, shmNone) {
+		c.shmc.free()
+	}
 	return nil
 }
 

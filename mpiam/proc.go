@@ -82,6 +82,7 @@ const (
 	hRMAAccV                                 // medium request: runs of an AccumulateTyped, applied by the target
 	hRMAGetV                                 // medium request: runs of a GetTyped, gathered by the target and stored back
 	hRMAGetAccV                              // medium request: runs of a GetAccumulateTyped and their operands, applied by the target and the old values stored back
+	hCollWake                                // short request: a rank published in a collectives' shared area; wakes a rank that may sleep (coll_shm.go)
 )
 
 // Message flags, in the envelope's third argument (proto.FlagSync, FlagReady).
@@ -262,6 +263,7 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		{Index: hFin, Name: "mpi.fin", NArgs: 1, Fn: p.onData},
 		{Index: hPulled, Name: "mpi.pulled", NArgs: 1, Fn: p.onPulled},
 		{Index: hBarrier, Name: "mpi.barrier", NArgs: 2, Fn: p.onBarrier},
+		{Index: hCollWake, Name: "mpi.coll.wake", NArgs: 0, Fn: p.onCollWake},
 		{Index: hThrottle, Name: "mpi.throttle", NArgs: 2, Fn: p.onThrottle},
 		{Index: hStorePart, Name: "mpi.data.part", NArgs: 0, Fn: p.onStorePart},
 		{Index: hEagerSig, Name: "mpi.eager.sig", NArgs: 4, Fn: p.onEagerSig},

@@ -274,7 +274,12 @@ func (sh *sharedWin) mapAll(c *Comm, total int) error {
 		}
 		copy(name[:], path)
 	}
-	if berr := Bcast(c, name[:], 0); berr != nil {
+	// The library's own collectives, unseen by tools.
+	x, berr := c.startColl(CallBcast, false)
+	if berr == nil {
+		berr = x.bcast(name[:], 0)
+	}
+	if berr != nil {
 		return berr
 	}
 	path := string(name[:clen(name[:])])
@@ -286,7 +291,11 @@ func (sh *sharedWin) mapAll(c *Comm, total int) error {
 		ok[0] = 0
 	}
 	all := []int32{0}
-	if aerr := Allreduce(c, ok, all, Min[int32]()); aerr != nil {
+	x, aerr := c.startColl(CallAllreduce, false)
+	if aerr == nil {
+		aerr = allreduce(x, ok, all, Min[int32]())
+	}
+	if aerr != nil {
 		return aerr
 	}
 	if c.rank == 0 && path != "" {

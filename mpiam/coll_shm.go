@@ -1,0 +1,329 @@
+package mpiam
+
+import (
+	"os"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/amgo-hpc/amgo/handlers"
+)
+
+// Collectives through a node's shared memory.
+//
+// When every rank of a communicator runs on one node, its blocking Barrier,
+// and its Bcast and Allreduce of at most shmCollSlot bytes, need no message:
+// the ranks meet in a mapping they share, as Open MPI's coll/sm and MPICH's
+// shared-memory collectives do (Graham and Shipman, "MPI support for
+// multi-core architectures: optimized shared memory collectives", EuroPVM/MPI
+// 2008). Each rank owns a control line (64 bytes, written by it alone) and
+// shmSlots data slots. The k-th such collective on the communicator (k = 1,
+// 2, ..., the same on every rank since collectives are called in the same
+// order) uses slot k%shmSlots and these rules:
+//
+//   - a rank writes its slot k%shmSlots only once every rank's done ≥
+//     k-shmSlots: all have finished reading what that slot held (the rank
+//     remembers the least done it saw, and reads the lines again only when
+//     that is not enough: a root that runs ahead reads them once every few
+//     calls);
+//   - it publishes with ready = k (its data, if any, is in its slot) and
+//     finishes with done = k (it has read what it needed);
+//   - Barrier waits until every ready ≥ k; Allreduce the same, then reduces
+//     all the slots in rank order, so every rank computes the same bits;
+//     Bcast's non-roots wait for the root's ready ≥ k and copy its slot.
+//
+// A rank that has waited long (past shmSpin checks) sets its line's sleep
+// word, counts itself in the area's sleepers word, and waits in the
+// endpoint, which may sleep on the network's wake-up; a rank that publishes
+// reads the sleepers word (a line that changes only then, so the load stays
+// in its cache) and, when it is not zero, wakes the ranks whose sleep word
+// is set with a short request (mpi.coll.wake), whose handler does nothing:
+// its arrival is the wake-up.
+//
+// A tool's piggybacked value (Piggybacker) goes in the publisher's line,
+// stamped with the collective's number; a rank that heard from another in
+// that collective (every rank, in Barrier and Allreduce; the root, in Bcast)
+// observes it as it would a message's.
+//
+// The choice is made once per communicator, at its first collective that
+// could use it, by every rank alike: AMGO_COLL_SHM=0 turns it off, and a
+// communicator of more than shmCollMax ranks or across nodes never uses it.
+// Blocking collectives do not match nonblocking ones (MPI-4.1 §6.12):
+// Ibarrier, Ibcast and Iallreduce keep their message schedules.
+
+// EnvCollShm turns the shared-memory collectives off when "0".
+const EnvCollShm = "AMGO_COLL_SHM"
+
+const (
+	shmCollMax  = 8    // ranks: beyond, the message algorithms (flat waits read every rank's line)
+	shmCollSlot = 1024 // bytes per rank per slot: the largest Bcast or Allreduce that goes through it
+	shmSlots    = 8    // data slots per rank, used in turn
+	shmSpin     = 2000 // checks of the condition before a wait polls the network and may sleep
+)
+
+// States of Comm.shmState.
+const (
+	shmUntried int32 = iota
+	shmCreating
+	shmReady
+	shmNone
+)
+
+// shmCtl is a rank's control line.
+type shmCtl struct {
+	ready atomic.Uint64 // the last collective this rank has published in
+	done  atomic.Uint64 // the last collective this rank has finished reading in
+	sleep atomic.Uint64 // nonzero: this rank may sleep in the endpoint; wake it with a message
+	pbk   [2]atomic.Uint64 // by collective parity: the collective pbv holds the value of (0 while it changes)
+	pbv   [2]atomic.Uint64 // by collective parity: this rank's outgoing tool value
+	_     [8]byte
+}
+
+// shmColl is a communicator's shared area at this rank.
+type shmColl struct {
+	sh       sharedWin
+	n, me    int
+	seq      uint64 // shared-memory collectives this rank has started on the communicator
+	minDone  uint64 // the least done this rank saw last time it read every line
+	ctl      []*shmCtl
+	sleepers *atomic.Int64 // ranks that set their sleep word, in a line of its own
+	slots    [][shmSlots][]byte
+	world    []int // world rank of each rank of the communicator
+}
+
+// shmArea is c's shared area when its collectives may use it, else nil. The
+// first call on c decides, collectively (every rank makes its first call at
+// the same collective); the collectives it calls meanwhile see nil.
+func (c *Comm) shmArea() *shmColl {
+	switch c.shmState.Load() {
+	case shmReady:
+		return c.shmc
+	case shmUntried:
+	default:
+		return nil
+	}
+	if c.size < 2 || c.size > shmCollMax || os.Getenv(EnvCollShm) == "0" {
+		c.shmState.Store(shmNone)
+		return nil
+	}
+	me := c.p.ep.Node(c.world(c.rank))
+	for r := range c.size {
+		if c.p.ep.Node(c.world(r)) != me {
+			c.shmState.Store(shmNone)
+			return nil
+		}
+	}
+	c.shmState.Store(shmCreating)
+	a := newShmColl(c)
+	if a == nil {
+		c.shmState.Store(shmNone)
+		return nil
+	}
+	c.shmc = a
+	c.shmState.Store(shmReady)
+	return a
+}
+
+// newShmColl maps c's shared area, collectively, or returns nil when it
+// cannot be mapped (every rank alike).
+func newShmColl(c *Comm) *shmColl {
+	n := c.size
+	a := &shmColl{n: n, me: c.rank, ctl: make([]*shmCtl, n), slots: make([][shmSlots][]byte, n), world: make([]int, n)}
+	// The control lines, the sleepers' line, then each rank's slots.
+	if err := a.sh.mapAll(c, 64*(n+1)+n*shmSlots*shmCollSlot); err != nil {
+		return nil
+	}
+	a.sleepers = (*atomic.Int64)(unsafe.Pointer(&a.sh.mem[64*n]))
+	for r := range n {
+		a.ctl[r] = (*shmCtl)(unsafe.Pointer(&a.sh.mem[64*r]))
+		for s := range shmSlots {
+			base := 64*(n+1) + (r*shmSlots+s)*shmCollSlot
+			a.slots[r][s] = a.sh.mem[base : base+shmCollSlot : base+shmCollSlot]
+		}
+		a.world[r] = c.world(r)
+	}
+	return a
+}
+
+// free unmaps the area (Comm.Free).
+func (a *shmColl) free() { a.sh.unmap() }
+
+// publish sets this rank's ready (and, when done, done) to k, with its tool
+// value first, and wakes the ranks that may sleep.
+func (a *shmColl) publish(x coll, k uint64, done bool) {
+	p, l := x.c.p, a.ctl[a.me]
+	if x.pb != nil {
+		v, _ := x.outgoing()
+		l.pbk[k%2].Store(0)
+		l.pbv[k%2].Store(v)
+		l.pbk[k%2].Store(k)
+	}
+	a.ctl[a.me].ready.Store(k)
+	if done {
+		a.ctl[a.me].done.Store(k)
+	}
+	a.wake(p)
+}
+
+// heard observes rank r's tool value of collective k, if it has one.
+func (a *shmColl) heard(x coll, r int, k uint64) {
+	if x.pb == nil || r == a.me {
+		return
+	}
+	l := a.ctl[r]
+	if l.pbk[k%2].Load() != k {
+		return // none, or rewritten by a later collective: lost
+	}
+	v := l.pbv[k%2].Load()
+	if l.pbk[k%2].Load() == k { // not rewritten meanwhile
+		x.observe(Status{Piggyback: v, HasPiggyback: true})
+	}
+}
+
+// finish sets this rank's done to k and wakes the ranks that may sleep.
+func (a *shmColl) finish(p *proc, k uint64) {
+	a.ctl[a.me].done.Store(k)
+	a.wake(p)
+}
+
+// wake sends mpi.coll.wake to every rank whose sleep word is set: it may be
+// asleep in its endpoint while what it waits for has changed.
+func (a *shmColl) wake(p *proc) {
+	if a.sleepers.Load() == 0 {
+		return
+	}
+	for r, l := range a.ctl {
+		if r != a.me && l.sleep.Load() != 0 {
+			_ = p.ep.RequestShort(a.world[r], hCollWake) // a dead rank's failure shows in the waits
+		}
+	}
+}
+
+// wait returns once cond holds: it checks shmSpin times, then waits in the
+// endpoint (polling, and sleeping on the network's wake-up after the spin
+// time) with the sleep word set. Errors: ErrProcFailed (a rank of c failed).
+func (a *shmColl) wait(p *proc, c *Comm, cond func() bool) error {
+	for range shmSpin {
+		if cond() {
+			return nil
+		}
+	}
+	l := a.ctl[a.me]
+	l.sleep.Store(1)
+	a.sleepers.Add(1)
+	err := p.waitColl(c, cond)
+	a.sleepers.Add(-1)
+	l.sleep.Store(0)
+	return err
+}
+
+// all reports whether every rank's ready (or done) is at least k.
+func (a *shmColl) all(k uint64, done bool) bool {
+	for _, l := range a.ctl {
+		v := &l.ready
+		if done {
+			v = &l.done
+		}
+		if v.Load() < k {
+			return false
+		}
+	}
+	return true
+}
+
+// slot waits until this rank's slot of collective k may be written (every
+// rank has finished collective k-shmSlots, the slot's last use) and returns
+// it.
+func (a *shmColl) slot(p *proc, c *Comm, k uint64) ([]byte, error) {
+	s := a.slots[a.me][k%shmSlots]
+	if k <= shmSlots || a.minDone >= k-shmSlots {
+		return s, nil
+	}
+	least := func() uint64 {
+		m := a.ctl[0].done.Load()
+		for _, l := range a.ctl[1:] {
+			m = min(m, l.done.Load())
+		}
+		return m
+	}
+	err := a.wait(p, c, func() bool {
+		a.minDone = least()
+		return a.minDone >= k-shmSlots
+	})
+	return s, err
+}
+
+// heardAll observes every other rank's tool value of collective k.
+func (a *shmColl) heardAll(x coll, k uint64) {
+	if x.pb == nil {
+		return
+	}
+	for r := range a.n {
+		a.heard(x, r, k)
+	}
+}
+
+// barrier is Barrier through the area.
+func (a *shmColl) barrier(x coll) error {
+	p, c := x.c.p, x.c
+	a.seq++
+	k := a.seq
+	a.publish(x, k, false)
+	err := a.wait(p, c, func() bool { return a.all(k, false) })
+	a.heardAll(x, k)
+	a.finish(p, k)
+	return err
+}
+
+// bcast is Bcast of b (at most shmCollSlot bytes) through the area.
+func (a *shmColl) bcast(x coll, b []byte, root int) error {
+	p, c := x.c.p, x.c
+	a.seq++
+	k := a.seq
+	if a.me == root {
+		s, err := a.slot(p, c, k)
+		if err != nil {
+			return err
+		}
+		copy(s, b)
+		a.publish(x, k, true)
+		return nil
+	}
+	rl := a.ctl[root]
+	if err := a.wait(p, c, func() bool { return rl.ready.Load() >= k }); err != nil {
+		return err
+	}
+	copy(b, a.slots[root][k%shmSlots])
+	a.heard(x, root, k)
+	a.publish(x, k, true)
+	return nil
+}
+
+// shmAllreduce is Allreduce of send into recv (at most shmCollSlot bytes)
+// through the area: every rank reduces every slot, in rank order.
+func shmAllreduce[T any](a *shmColl, x coll, send, recv []T, op Op[T]) error {
+	p, c := x.c.p, x.c
+	a.seq++
+	k := a.seq
+	mine, err := a.slot(p, c, k)
+	if err != nil {
+		return err
+	}
+	s := k % shmSlots
+	n := copy(mine, raw(send))
+	a.publish(x, k, false)
+	if err := a.wait(p, c, func() bool { return a.all(k, false) }); err != nil {
+		return err
+	}
+	a.heardAll(x, k)
+	out := raw(recv)
+	copy(out, a.slots[a.n-1][s][:n])
+	for r := a.n - 2; r >= 0; r-- {
+		op.Fn(fromRaw[T](a.slots[r][s][:n]), recv) // recv = x_r ∘ recv: x_0 ∘ (x_1 ∘ (... ∘ x_(n-1)))
+	}
+	a.finish(p, k)
+	return nil
+}
+
+// onCollWake runs when a rank published in a shared area while this one
+// may sleep: its arrival woke the endpoint, which is all it is for.
+func (p *proc) onCollWake(*handlers.Token, []uint64, []byte) {}

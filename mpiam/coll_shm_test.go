@@ -1,0 +1,113 @@
+package mpiam
+
+import (
+	"fmt"
+	"math/rand"
+	"testing"
+	"time"
+)
+
+// Blocking Barrier, Bcast and Allreduce between the ranks of one node go
+// through the communicator's shared area: back to back in a mixed order
+// (the slots' reuse), with roots and sizes varying up to the slot's size,
+// a non-commutative operation (rank order), and ranks arriving late enough
+// to sleep in their endpoints (the wake-up messages). Results are exact;
+// the area was used on one node and not across nodes.
+func TestCollectivesThroughSharedMemory(t *testing.T) {
+	for _, n := range []int{2, 3, 5, 8} {
+		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			eachNetwork(t, n, func(r *rk, c *Comm) {
+				me := c.Rank()
+				rng := rand.New(rand.NewSource(int64(n*100 + me)))
+				calls := 60
+				if r.net == "sim" || r.net == "loop+sim" || r.net == "udp" {
+					calls = 20
+				}
+				for i := range calls {
+					if rng.Intn(8) == 0 { // late: the others wait past their spin
+						time.Sleep(time.Duration(rng.Intn(3)) * time.Millisecond)
+					}
+					switch i % 4 {
+					case 0:
+						r.NoError(c.Barrier())
+					case 1:
+						root := i % n
+						k := 1 + i*37%(shmCollSlot/8) // up to the slot's size
+						b := make([]int64, k)
+						if me == root {
+							for j := range b {
+								b[j] = int64(i*1000 + j)
+							}
+						}
+						r.NoError(Bcast(c, b, root))
+						for j := range b {
+							r.Equal(int64(i*1000+j), b[j], "call %d element %d", i, j)
+						}
+					case 2:
+						k := 1 + i%9
+						send, got := make([]int64, k), make([]int64, k)
+						for j := range send {
+							send[j] = int64((me+1)*(i+1) + j)
+						}
+						r.NoError(Allreduce(c, send, got, Sum[int64]()))
+						for j := range got {
+							r.Equal(int64(n*(n+1)/2*(i+1)+n*j), got[j], "call %d element %d", i, j)
+						}
+					case 3:
+						// Rank order: "a∘b = b's digits after a's" shows any misordering.
+						cat := NewOp("concat", func(in, inout []int64) {
+							for j := range inout {
+								d := int64(1)
+								for d <= inout[j] {
+									d *= 10
+								}
+								inout[j] = in[j]*d + inout[j]
+							}
+						}, false)
+						v := []int64{int64(me + 1)}
+						r.NoError(Allreduce(c, nil, v, cat))
+						want := int64(0)
+						for q := range n {
+							want = want*10 + int64(q+1)
+						}
+						r.Equal(want, v[0], "call %d: rank order", i)
+					}
+				}
+				oneNode := true
+				for q := range n {
+					oneNode = oneNode && c.p.ep.Node(c.world(q)) == c.p.ep.Node(c.world(me))
+				}
+				r.Equal(oneNode, c.shmState.Load() == shmReady, "the area is used exactly on one node")
+			})
+		})
+	}
+}
+
+// Beyond shmCollMax ranks, or with AMGO_COLL_SHM=0, the message algorithms
+// run.
+func TestCollectivesSharedMemoryOff(t *testing.T) {
+	runJob(t, "loop", shmCollMax+1, Config{}, func(r *rk, c *Comm) {
+		r.NoError(c.Barrier())
+		r.Equal(shmNone, c.shmState.Load())
+	})
+	t.Setenv(EnvCollShm, "0")
+	runJob(t, "shm", 2, Config{}, func(r *rk, c *Comm) {
+		r.NoError(c.Barrier())
+		r.Equal(shmNone, c.shmState.Load())
+	})
+}
+
+// A sub-communicator gets an area of its own, freed with it.
+func TestCollectivesSharedMemorySubComm(t *testing.T) {
+	runJob(t, "shm", 4, Config{}, func(r *rk, c *Comm) {
+		half, err := c.Split(c.Rank()%2, 0)
+		r.NoError(err)
+		v := []int{c.Rank()}
+		r.NoError(Allreduce(half, nil, v, Sum[int]()))
+		r.Equal(c.Rank()%2*2+2, v[0]) // ranks 0+2 or 1+3
+		r.Equal(shmReady, half.shmState.Load())
+		r.NoError(half.Free())
+		r.Equal(shmNone, half.shmState.Load())
+		r.NoError(c.Barrier())
+	})
+}
