@@ -70,9 +70,9 @@ const (
 
 // shmCtl is a rank's control line.
 type shmCtl struct {
-	ready atomic.Uint64 // the last collective this rank has published in
-	done  atomic.Uint64 // the last collective this rank has finished reading in
-	sleep atomic.Uint64 // nonzero: this rank may sleep in the endpoint; wake it with a message
+	ready atomic.Uint64    // the last collective this rank has published in
+	done  atomic.Uint64    // the last collective this rank has finished reading in
+	sleep atomic.Uint64    // nonzero: this rank may sleep in the endpoint; wake it with a message
 	pbk   [2]atomic.Uint64 // by collective parity: the collective pbv holds the value of (0 while it changes)
 	pbv   [2]atomic.Uint64 // by collective parity: this rank's outgoing tool value
 	_     [8]byte
