@@ -2,6 +2,7 @@ package mpiam
 
 import (
 	"os"
+	"runtime"
 	"sync/atomic"
 	"unsafe"
 
@@ -200,11 +201,15 @@ func (a *shmColl) wake(p *proc) {
 
 // wait returns once cond holds: it checks shmSpin times, then waits in the
 // endpoint (polling, and sleeping on the network's wake-up after the spin
-// time) with the sleep word set. Errors: ErrProcFailed (a rank of c failed).
+// time) with the sleep word set. Errors: ErrProcFailed (a rank of c failed
+// during the wait; the collectives check before they start).
 func (a *shmColl) wait(p *proc, c *Comm, cond func() bool) error {
-	for range shmSpin {
+	for i := range shmSpin {
 		if cond() {
 			return nil
+		}
+		if i%256 == 255 {
+			runtime.Gosched() // ranks as goroutines: the one awaited may need this processor
 		}
 	}
 	l := a.ctl[a.me]
@@ -265,6 +270,9 @@ func (a *shmColl) heardAll(x coll, k uint64) {
 // barrier is Barrier through the area.
 func (a *shmColl) barrier(x coll) error {
 	p, c := x.c.p, x.c
+	if err := p.collFailed(c); err != nil {
+		return err // a dead rank never publishes: fail as the message algorithms do
+	}
 	a.seq++
 	k := a.seq
 	a.publish(x, k, false)
@@ -277,6 +285,9 @@ func (a *shmColl) barrier(x coll) error {
 // bcast is Bcast of b (at most shmCollSlot bytes) through the area.
 func (a *shmColl) bcast(x coll, b []byte, root int) error {
 	p, c := x.c.p, x.c
+	if err := p.collFailed(c); err != nil {
+		return err // a dead rank never publishes: fail as the message algorithms do
+	}
 	a.seq++
 	k := a.seq
 	if a.me == root {
@@ -302,6 +313,9 @@ func (a *shmColl) bcast(x coll, b []byte, root int) error {
 // through the area: every rank reduces every slot, in rank order.
 func shmAllreduce[T any](a *shmColl, x coll, send, recv []T, op Op[T]) error {
 	p, c := x.c.p, x.c
+	if err := p.collFailed(c); err != nil {
+		return err // a dead rank never publishes: fail as the message algorithms do
+	}
 	a.seq++
 	k := a.seq
 	mine, err := a.slot(p, c, k)
