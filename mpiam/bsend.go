@@ -1,9 +1,11 @@
 package mpiam
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 )
 
 // BsendOverhead is the bytes of attached buffer each buffered send uses besides
@@ -19,6 +21,15 @@ type bsendBuffer struct {
 }
 
 type bsendBlock struct{ off, end int }
+
+// errBsendFull marks a buffered send that found the attached buffer full of
+// pending ones: the sender polls (for bsendWait at most) and tries again
+// before it returns the error.
+var errBsendFull = errors.New("attached buffer full")
+
+// bsendWait bounds the polling of a buffered send that finds the buffer
+// full: a pending send whose receive is not posted may never free its space.
+const bsendWait = 100 * time.Millisecond
 
 // take copies send r's data into the attached buffer and returns an internal
 // standard-mode send of the copy, which frees the space when it completes.
@@ -38,8 +49,12 @@ func (b *bsendBuffer) take(r *reqState) (*reqState, error) {
 		off = b.blocks[i].end
 	}
 	if len(b.buf)-off < need && i == len(b.blocks) {
-		return nil, fmt.Errorf("%w: buffered send of %d bytes (+%d overhead) does not fit the attached buffer of %d bytes (%d blocks pending)",
+		err := fmt.Errorf("%w: buffered send of %d bytes (+%d overhead) does not fit the attached buffer of %d bytes (%d blocks pending)",
 			ErrBuffer, r.size(), BsendOverhead, len(b.buf), len(b.blocks))
+		if len(b.blocks) > 0 {
+			err = fmt.Errorf("%w: %w", errBsendFull, err) // polling may free some
+		}
+		return nil, err
 	}
 	blk := bsendBlock{off, off + need}
 	b.blocks = append(b.blocks, bsendBlock{})

@@ -1,7 +1,10 @@
 package mpiam
 
 import (
+	"errors"
 	"fmt"
+	"runtime"
+	"time"
 
 	"github.com/amgo-hpc/amgo/handlers"
 	"github.com/amgo-hpc/amgo/mpiam/internal/match"
@@ -46,6 +49,16 @@ func (p *proc) startSend(r *reqState) error {
 		// Copy into the attached buffer and send the copy; the user's request
 		// completes at once (a local operation, MPI-4.1 §3.4).
 		ir, err := p.bsend.take(r)
+		if errors.Is(err, errBsendFull) {
+			// Pending buffered sends may finish (or have finished without
+			// this rank having polled their completion): poll for a while
+			// before failing, as MPICH's buffered send does.
+			for start := time.Now(); errors.Is(err, errBsendFull) && time.Since(start) < bsendWait; {
+				p.progress()
+				runtime.Gosched()
+				ir, err = p.bsend.take(r)
+			}
+		}
 		if err != nil {
 			r.complete(Status{Err: err})
 			return err
@@ -299,7 +312,8 @@ func Send[T Elem](c *Comm, buf []T, dest, tag int) error {
 
 // Bsend is a buffered-mode send (MPI_Bsend, MPI-4.1 §3.4): the message is copied
 // into the buffer attached with BufferAttach and Bsend returns; ErrBuffer when the
-// attached buffer lacks len(buf)*size + BsendOverhead bytes.
+// attached buffer lacks len(buf)*size + BsendOverhead bytes (after polling
+// for up to 100 ms while earlier buffered sends are pending).
 func Bsend[T Elem](c *Comm, buf []T, dest, tag int) error {
 	if c.checking() {
 		return c.sendLayCall(CallBsend, bytesOf(buf), nil, sliceType[T](len(buf)), dest, tag, Buffered)
