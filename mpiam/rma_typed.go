@@ -263,26 +263,41 @@ func chunkRuns(runs []run, max, es int, withData bool) [][]run {
 func (p *proc) onRMAGetV(tok *handlers.Token, a []uint64, payload []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	w := p.winLocked(a[0])
-	st := uint64(rmaOK)
-	runs, in, ok := parseRuns(payload, true)
-	var data []byte
-	switch {
-	case w == nil:
-		st = rmaNoWin
-	case !ok || len(in) != 0:
+	w, runs, in, st := p.runsAtTargetLocked(a[0], payload, true)
+	if st == rmaOK && len(in) != 0 {
 		st = rmaBadOp
-	default:
+	}
+	var data []byte
+	if st == rmaOK {
+		data = make([]byte, 0, runsLen(runs))
 		for _, r := range runs {
-			src := w.regionLocked(r.off, uint64(r.n))
-			if src == nil {
-				st, data = rmaRange, nil
-				break
-			}
-			data = append(data, src...)
+			data = append(data, w.regionLocked(r.off, uint64(r.n))...)
 		}
 	}
 	p.storeBackLocked(tok.Source(), a[0], a[1], a[2], data, st)
+}
+
+// runsAtTargetLocked finds the window that a runs request (PutTyped,
+// AccumulateTyped, GetTyped, GetAccumulateTyped) names and splits its
+// payload into runs and their bytes (dataOptional: see parseRuns), checking
+// every run against the window before the handler reads or changes
+// anything. The status is rmaOK, rmaNoWin, rmaBadOp (a malformed payload)
+// or rmaRange (a run outside the window).
+func (p *proc) runsAtTargetLocked(id uint64, payload []byte, dataOptional bool) (*Win, []run, []byte, uint64) {
+	w := p.winLocked(id)
+	if w == nil {
+		return nil, nil, nil, rmaNoWin
+	}
+	runs, data, ok := parseRuns(payload, dataOptional)
+	if !ok {
+		return w, nil, nil, rmaBadOp
+	}
+	for _, r := range runs {
+		if w.regionLocked(r.off, uint64(r.n)) == nil {
+			return w, nil, nil, rmaRange
+		}
+	}
+	return w, runs, data, rmaOK
 }
 
 // AccumulateTyped is Accumulate with datatypes (MPI_Accumulate's full form):
@@ -372,22 +387,8 @@ func parseRuns(payload []byte, dataOptional bool) ([]run, []byte, bool) {
 // the runs of a PutTyped or AccumulateTyped.
 func (p *proc) onRMARuns(tok *handlers.Token, a []uint64, payload []byte, acc bool) {
 	p.mu.Lock()
-	w := p.winLocked(a[0])
-	st := uint64(rmaOK)
-	runs, data, ok := parseRuns(payload, false)
-	switch {
-	case w == nil:
-		st = rmaNoWin
-	case !ok:
-		st = rmaBadOp
-	default:
-		// Check every run before changing anything.
-		for _, r := range runs {
-			if w.regionLocked(r.off, uint64(r.n)) == nil {
-				st = rmaRange
-				break
-			}
-		}
+	w, runs, data, st := p.runsAtTargetLocked(a[0], payload, false)
+	if st == rmaOK {
 		if acc {
 			w.lockPart(w.c.rank)
 		}
@@ -514,22 +515,7 @@ func (p *proc) onRMAGetAccV(tok *handlers.Token, a []uint64, payload []byte) {
 	id, code, addr, cookie := a[0], a[1], a[2], a[3]
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	w := p.winLocked(id)
-	st := uint64(rmaOK)
-	runs, in, ok := parseRuns(payload, true)
-	switch {
-	case w == nil:
-		st = rmaNoWin
-	case !ok:
-		st = rmaBadOp
-	default:
-		for _, r := range runs { // every run checked before anything changes
-			if w.regionLocked(r.off, uint64(r.n)) == nil {
-				st = rmaRange
-				break
-			}
-		}
-	}
+	w, runs, in, st := p.runsAtTargetLocked(id, payload, true)
 	var old []byte
 	if st == rmaOK {
 		old = make([]byte, runsLen(runs))
