@@ -17,20 +17,24 @@ import (
 // shared-memory collectives do (Graham and Shipman, "MPI support for
 // multi-core architectures: optimized shared memory collectives", EuroPVM/MPI
 // 2008). Each rank owns a control line (64 bytes, written by it alone) and
-// shmSlots data slots. The k-th such collective on the communicator (k = 1,
-// 2, ..., the same on every rank since collectives are called in the same
-// order) uses slot k%shmSlots and these rules:
+// shmSlots data slots, each a stamp word followed by the data in the same
+// cache line (and the lines after it), so that a rank waiting for another's
+// data pulls one line for up to 56 bytes. The k-th such collective on the
+// communicator (k = 1, 2, ..., the same on every rank since collectives are
+// called in the same order) uses slot k%shmSlots and these rules:
 //
 //   - a rank writes its slot k%shmSlots only once every rank's done ≥
 //     k-shmSlots: all have finished reading what that slot held (the rank
 //     remembers the least done it saw, and reads the lines again only when
 //     that is not enough: a root that runs ahead reads them once every few
 //     calls);
-//   - it publishes with ready = k (its data, if any, is in its slot) and
-//     finishes with done = k (it has read what it needed);
-//   - Barrier waits until every ready ≥ k; Allreduce the same, then reduces
-//     all the slots in rank order, so every rank computes the same bits;
-//     Bcast's non-roots wait for the root's ready ≥ k and copy its slot.
+//   - a rank that writes data sets its slot's stamp to k after the data;
+//     Barrier publishes ready = k instead; every rank finishes with done =
+//     k (it has read what it needed);
+//   - Barrier waits until every ready ≥ k; Allreduce until every slot's
+//     stamp is k, then reduces all the slots in rank order, so every rank
+//     computes the same bits; Bcast's non-roots wait for the root's stamp
+//     and copy its slot.
 //
 // A rank that has waited long (past shmSpin checks) sets its line's sleep
 // word, counts itself in the area's sleepers word, and waits in the
@@ -55,10 +59,11 @@ import (
 const EnvCollShm = "AMGO_COLL_SHM"
 
 const (
-	shmCollMax  = 8    // ranks: beyond, the message algorithms (flat waits read every rank's line)
-	shmCollSlot = 1024 // bytes per rank per slot: the largest Bcast or Allreduce that goes through it
-	shmSlots    = 8    // data slots per rank, used in turn
-	shmSpin     = 2000 // checks of the condition before a wait polls the network and may sleep
+	shmCollMax  = 8                // ranks: beyond, the message algorithms (flat waits read every rank's line)
+	shmCollSlot = 1024             // bytes per rank per slot: the largest Bcast or Allreduce that goes through it
+	shmStride   = 64 + shmCollSlot // a slot: its stamp (8 bytes), its data, padding to whole lines
+	shmSlots    = 8                // data slots per rank, used in turn
+	shmSpin     = 2000             // checks of the condition before a wait polls the network and may sleep
 )
 
 // States of Comm.shmState.
@@ -87,8 +92,15 @@ type shmColl struct {
 	minDone  uint64 // the least done this rank saw last time it read every line
 	ctl      []*shmCtl
 	sleepers *atomic.Int64 // ranks that set their sleep word, in a line of its own
-	slots    [][shmSlots][]byte
+	slots    [][shmSlots]shmSlot
 	world    []int // world rank of each rank of the communicator
+}
+
+// shmSlot is one data slot of a rank: its stamp (the collective its data
+// is of; set after the data) and its data, which begins in the stamp's line.
+type shmSlot struct {
+	stamp *atomic.Uint64
+	data  []byte
 }
 
 // shmArea is c's shared area when its collectives may use it, else nil. The
@@ -128,17 +140,20 @@ func (c *Comm) shmArea() *shmColl {
 // cannot be mapped (every rank alike).
 func newShmColl(c *Comm) *shmColl {
 	n := c.size
-	a := &shmColl{n: n, me: c.rank, ctl: make([]*shmCtl, n), slots: make([][shmSlots][]byte, n), world: make([]int, n)}
+	a := &shmColl{n: n, me: c.rank, ctl: make([]*shmCtl, n), slots: make([][shmSlots]shmSlot, n), world: make([]int, n)}
 	// The control lines, the sleepers' line, then each rank's slots.
-	if err := a.sh.mapAll(c, 64*(n+1)+n*shmSlots*shmCollSlot); err != nil {
+	if err := a.sh.mapAll(c, 64*(n+1)+n*shmSlots*shmStride); err != nil {
 		return nil
 	}
 	a.sleepers = (*atomic.Int64)(unsafe.Pointer(&a.sh.mem[64*n]))
 	for r := range n {
 		a.ctl[r] = (*shmCtl)(unsafe.Pointer(&a.sh.mem[64*r]))
 		for s := range shmSlots {
-			base := 64*(n+1) + (r*shmSlots+s)*shmCollSlot
-			a.slots[r][s] = a.sh.mem[base : base+shmCollSlot : base+shmCollSlot]
+			base := 64*(n+1) + (r*shmSlots+s)*shmStride
+			a.slots[r][s] = shmSlot{
+				stamp: (*atomic.Uint64)(unsafe.Pointer(&a.sh.mem[base])),
+				data:  a.sh.mem[base+8 : base+8+shmCollSlot : base+8+shmCollSlot],
+			}
 		}
 		a.world[r] = c.world(r)
 	}
@@ -148,21 +163,33 @@ func newShmColl(c *Comm) *shmColl {
 // free unmaps the area (Comm.Free).
 func (a *shmColl) free() { a.sh.unmap() }
 
-// publish sets this rank's ready (and, when done, done) to k, with its tool
-// value first, and wakes the ranks that may sleep.
-func (a *shmColl) publish(x coll, k uint64, done bool) {
-	p, l := x.c.p, a.ctl[a.me]
-	if x.pb != nil {
-		v, _ := x.outgoing()
-		l.pbk[k%2].Store(0)
-		l.pbv[k%2].Store(v)
-		l.pbk[k%2].Store(k)
-	}
+// publish sets this rank's ready to k, with its tool value first, and wakes
+// the ranks that may sleep.
+func (a *shmColl) publish(x coll, k uint64) {
+	a.toolValue(x, k)
 	a.ctl[a.me].ready.Store(k)
-	if done {
-		a.ctl[a.me].done.Store(k)
+	a.wake(x.c.p)
+}
+
+// publishSlot stamps this rank's slot of collective k (its data written),
+// with its tool value first, and wakes the ranks that may sleep.
+func (a *shmColl) publishSlot(x coll, k uint64) {
+	a.toolValue(x, k)
+	a.slots[a.me][k%shmSlots].stamp.Store(k)
+	a.wake(x.c.p)
+}
+
+// toolValue puts this rank's outgoing tool value of collective k in its
+// line, when a tool piggybacks values.
+func (a *shmColl) toolValue(x coll, k uint64) {
+	if x.pb == nil {
+		return
 	}
-	a.wake(p)
+	l := a.ctl[a.me]
+	v, _ := x.outgoing()
+	l.pbk[k%2].Store(0)
+	l.pbv[k%2].Store(v)
+	l.pbk[k%2].Store(k)
 }
 
 // heard observes rank r's tool value of collective k, if it has one.
@@ -221,14 +248,21 @@ func (a *shmColl) wait(p *proc, c *Comm, cond func() bool) error {
 	return err
 }
 
-// all reports whether every rank's ready (or done) is at least k.
-func (a *shmColl) all(k uint64, done bool) bool {
+// allReady reports whether every rank's ready is at least k.
+func (a *shmColl) allReady(k uint64) bool {
 	for _, l := range a.ctl {
-		v := &l.ready
-		if done {
-			v = &l.done
+		if l.ready.Load() < k {
+			return false
 		}
-		if v.Load() < k {
+	}
+	return true
+}
+
+// allStamped reports whether every rank's slot of collective k holds its data.
+func (a *shmColl) allStamped(k uint64) bool {
+	s := k % shmSlots
+	for r := range a.slots {
+		if a.slots[r][s].stamp.Load() < k {
 			return false
 		}
 	}
@@ -239,7 +273,7 @@ func (a *shmColl) all(k uint64, done bool) bool {
 // rank has finished collective k-shmSlots, the slot's last use) and returns
 // it.
 func (a *shmColl) slot(p *proc, c *Comm, k uint64) ([]byte, error) {
-	s := a.slots[a.me][k%shmSlots]
+	s := a.slots[a.me][k%shmSlots].data
 	if k <= shmSlots || a.minDone >= k-shmSlots {
 		return s, nil
 	}
@@ -275,8 +309,8 @@ func (a *shmColl) barrier(x coll) error {
 	}
 	a.seq++
 	k := a.seq
-	a.publish(x, k, false)
-	err := a.wait(p, c, func() bool { return a.all(k, false) })
+	a.publish(x, k)
+	err := a.wait(p, c, func() bool { return a.allReady(k) })
 	a.heardAll(x, k)
 	a.finish(p, k)
 	return err
@@ -296,16 +330,18 @@ func (a *shmColl) bcast(x coll, b []byte, root int) error {
 			return err
 		}
 		copy(s, b)
-		a.publish(x, k, true)
+		a.toolValue(x, k)
+		a.slots[a.me][k%shmSlots].stamp.Store(k)
+		a.finish(p, k) // the root reads nothing: done at once
 		return nil
 	}
-	rl := a.ctl[root]
-	if err := a.wait(p, c, func() bool { return rl.ready.Load() >= k }); err != nil {
+	rs := a.slots[root][k%shmSlots]
+	if err := a.wait(p, c, func() bool { return rs.stamp.Load() >= k }); err != nil {
 		return err
 	}
-	copy(b, a.slots[root][k%shmSlots])
+	copy(b, rs.data)
 	a.heard(x, root, k)
-	a.publish(x, k, true)
+	a.finish(p, k)
 	return nil
 }
 
@@ -324,15 +360,15 @@ func shmAllreduce[T any](a *shmColl, x coll, send, recv []T, op Op[T]) error {
 	}
 	s := k % shmSlots
 	n := copy(mine, raw(send))
-	a.publish(x, k, false)
-	if err := a.wait(p, c, func() bool { return a.all(k, false) }); err != nil {
+	a.publishSlot(x, k)
+	if err := a.wait(p, c, func() bool { return a.allStamped(k) }); err != nil {
 		return err
 	}
 	a.heardAll(x, k)
 	out := raw(recv)
-	copy(out, a.slots[a.n-1][s][:n])
+	copy(out, a.slots[a.n-1][s].data[:n])
 	for r := a.n - 2; r >= 0; r-- {
-		op.Fn(fromRaw[T](a.slots[r][s][:n]), recv) // recv = x_r ∘ recv: x_0 ∘ (x_1 ∘ (... ∘ x_(n-1)))
+		op.Fn(fromRaw[T](a.slots[r][s].data[:n]), recv) // recv = x_r ∘ recv: x_0 ∘ (x_1 ∘ (... ∘ x_(n-1)))
 	}
 	a.finish(p, k)
 	return nil
