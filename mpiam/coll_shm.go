@@ -1,6 +1,7 @@
 package mpiam
 
 import (
+	"math"
 	"os"
 	"runtime"
 	"sync/atomic"
@@ -23,14 +24,15 @@ import (
 // communicator (k = 1, 2, ..., the same on every rank since collectives are
 // called in the same order) uses slot k%shmSlots and these rules:
 //
-//   - a rank writes its slot k%shmSlots only once every rank's done ≥
-//     k-shmSlots: all have finished reading what that slot held (the rank
-//     remembers the least done it saw, and reads the lines again only when
-//     that is not enough: a root that runs ahead reads them once every few
-//     calls);
-//   - a rank that writes data sets its slot's stamp to k after the data;
-//     Barrier publishes ready = k instead; every rank finishes with done =
-//     k (it has read what it needed);
+//   - a rank writes its slot k%shmSlots only once every rank has finished
+//     collective k-shmSlots, reading what that slot held: its done ≥
+//     k-shmSlots, or its ready > k-shmSlots (the rank remembers the least
+//     it saw, and reads the lines again only when that is not enough: a
+//     root that runs ahead reads them once every few calls);
+//   - a rank that writes data sets its slot's stamp to k after the data,
+//     and Bcast and Allreduce finish with done = k (the rank has read what
+//     it needed); Barrier publishes ready = k, which says as much for every
+//     collective before k, and sets no done;
 //   - Barrier waits until every ready ≥ k; Allreduce until every slot's
 //     stamp is k, then reduces all the slots in rank order, so every rank
 //     computes the same bits; Bcast's non-roots wait for the root's stamp
@@ -277,10 +279,16 @@ func (a *shmColl) slot(p *proc, c *Comm, k uint64) ([]byte, error) {
 	if k <= shmSlots || a.minDone >= k-shmSlots {
 		return s, nil
 	}
+	// A rank has finished reading collective j once its done ≥ j, or once
+	// it has entered a Barrier after j (ready ≥ j+1): Barrier sets no done.
 	least := func() uint64 {
-		m := a.ctl[0].done.Load()
-		for _, l := range a.ctl[1:] {
-			m = min(m, l.done.Load())
+		m := uint64(math.MaxUint64)
+		for _, l := range a.ctl {
+			d := l.done.Load()
+			if r := l.ready.Load(); r > d+1 {
+				d = r - 1
+			}
+			m = min(m, d)
 		}
 		return m
 	}
@@ -312,7 +320,9 @@ func (a *shmColl) barrier(x coll) error {
 	a.publish(x, k)
 	err := a.wait(p, c, func() bool { return a.allReady(k) })
 	a.heardAll(x, k)
-	a.finish(p, k)
+	// No done: ready = k already says this rank finished every collective
+	// before k (see slot), and a store to the line the others have just
+	// read would wait for their copies to be invalidated.
 	return err
 }
 
