@@ -80,4 +80,13 @@ func TestHungJobPrintsPendingOperations(t *testing.T) {
 			require.Contains(t, s, "timed out after 1s", s)
 		})
 	}
+	// At a single-threaded level the blocking collective under way is
+	// recorded without a lock, and still listed.
+	cmd := exec.Command(filepath.Join(dir, "amrun"), "-n", "3", "--transport", "shm", "--timeout", "1s",
+		filepath.Join(dir, "abortcheck"), "hang", "single")
+	out, _ := cmd.CombinedOutput()
+	s := string(out)
+	require.Contains(t, s, "amgo: rank 1:   Bcast on communicator 0, root 0, 800 bytes", s)
+	require.Contains(t, s, "amgo: rank 2:   Barrier on communicator 0", s)
+	require.Contains(t, s, "without locks: receives not listed", s)
 }

@@ -141,7 +141,7 @@ func (c *Comm) runColl(call Call, peer, bytes int, f func(x coll) error) error {
 	if err != nil {
 		return err
 	}
-	defer c.p.collEnd(c.p.collBegin(call, c, peer, bytes))
+	defer c.p.collEnd(c.p.collBeginBlocking(call, c, peer, bytes))
 	if !c.hooked() {
 		return f(x)
 	}
@@ -164,8 +164,8 @@ func (c *Comm) startColl(call Call, nb bool) (coll, error) {
 	if nb {
 		x.tag = c.collTag()
 	}
-	if call == CallBarrier || call == CallIbarrier {
-		x.epoch = c.barriers.Add(1) - 1
+	if call == CallIbarrier {
+		x.epoch = c.barriers.Add(1) - 1 // Barrier takes its own when it sends messages (coll.barrier)
 	}
 	if c.p.pbTool != nil {
 		x.pb = new(collPB)

@@ -140,12 +140,12 @@ func (x coll) barrier() error {
 	}
 	if x.v == nil {
 		if a := c.shmArea(); a != nil {
-			// It sends no barrier message: give back the number that
-			// message barriers count (every rank alike).
-			c.barriers.Add(^uint64(0))
+			// It sends no barrier message, so takes no number among the
+			// message barriers (every rank alike).
 			return a.barrier(x)
 		}
 	}
+	x.epoch = c.barriers.Add(1) - 1 // shared with Ibarrier: both match the same messages
 	if l := x.nodeLevels(); l != nil {
 		return x.barrierNodes(l)
 	}

@@ -210,6 +210,9 @@ type proc struct {
 	diagMu  sync.Mutex   // guards colls and collSeq
 	colls   []activeColl // collective calls under way, for writePending (signals.go)
 	collSeq uint64
+	// blocking records the blocking collective under way at a
+	// single-threaded level without diagMu (collBeginBlocking).
+	blocking collSlot
 }
 
 func newProc(ep *am.Endpoint) (*proc, error) {

@@ -5,12 +5,15 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/amgo-hpc/amgo/internal/release"
 	"github.com/amgo-hpc/amgo/mpiam/internal/match"
 )
 
@@ -149,6 +152,67 @@ type activeColl struct {
 	bytes int
 }
 
+// collBeginBlocking is collBegin for a blocking collective: at a
+// single-threaded level, where only one goroutine is in the library, the
+// outermost one goes into p.blocking without a lock (id 0).
+func (p *proc) collBeginBlocking(call Call, c *Comm, peer, bytes int) uint64 {
+	if p.seq != nil && !p.blocking.busy() {
+		p.blocking.begin(call, c.ctx, peer, bytes)
+		return 0
+	}
+	return p.collBegin(call, c, peer, bytes)
+}
+
+// collSlot records one collective call under way for a reader on another
+// goroutine (writePending) without a lock, as a sequence lock: the writer
+// makes gen odd, writes the words, makes gen even again; the reader takes
+// the words only between two equal even readings of gen. Every word is
+// written with a release store (a plain MOV on amd64, which keeps stores
+// in order) and read with an atomic load.
+type collSlot struct {
+	gen, on, call, ctx, peer, bytes uint64
+}
+
+// busy reports whether a call is recorded (the writer's own view).
+func (s *collSlot) busy() bool { return atomic.LoadUint64(&s.on) != 0 }
+
+func (s *collSlot) begin(call Call, ctx uint32, peer, bytes int) {
+	g := atomic.LoadUint64(&s.gen)
+	release.Store64(&s.gen, g+1)
+	release.Store64(&s.call, uint64(call))
+	release.Store64(&s.ctx, uint64(ctx))
+	release.Store64(&s.peer, uint64(peer))
+	release.Store64(&s.bytes, uint64(bytes))
+	release.Store64(&s.on, 1)
+	release.Store64(&s.gen, g+2)
+}
+
+func (s *collSlot) end() {
+	g := atomic.LoadUint64(&s.gen)
+	release.Store64(&s.gen, g+1)
+	release.Store64(&s.on, 0)
+	release.Store64(&s.gen, g+2)
+}
+
+// read returns the recorded call, if any, as the reader sees it (false: none,
+// or it kept changing).
+func (s *collSlot) read() (activeColl, bool) {
+	for range 1000 {
+		g := atomic.LoadUint64(&s.gen)
+		if g%2 == 1 {
+			runtime.Gosched()
+			continue
+		}
+		a := activeColl{call: Call(atomic.LoadUint64(&s.call)), ctx: uint32(atomic.LoadUint64(&s.ctx)),
+			peer: int(int64(atomic.LoadUint64(&s.peer))), bytes: int(atomic.LoadUint64(&s.bytes))}
+		on := atomic.LoadUint64(&s.on) != 0
+		if atomic.LoadUint64(&s.gen) == g {
+			return a, on
+		}
+	}
+	return activeColl{}, false
+}
+
 // collBegin records a collective call under way, for writePending, and
 // returns its id for collEnd, which forgets it. Neither allocates once the
 // slice has grown to the number of collectives in flight.
@@ -162,6 +226,10 @@ func (p *proc) collBegin(call Call, c *Comm, peer, bytes int) uint64 {
 }
 
 func (p *proc) collEnd(id uint64) {
+	if id == 0 {
+		p.blocking.end()
+		return
+	}
 	p.diagMu.Lock()
 	for i := range p.colls {
 		if p.colls[i].id == id {
@@ -176,15 +244,20 @@ func (p *proc) collEnd(id uint64) {
 // posted receives, rendezvous transfers and the unexpected messages queued.
 func (p *proc) writePending(w io.Writer) {
 	var lines []string
+	colls := p.colls[:0:0]
+	if a, ok := p.blocking.read(); ok {
+		colls = append(colls, a)
+	}
 	p.diagMu.Lock()
-	for _, a := range p.colls {
+	colls = append(colls, p.colls...)
+	p.diagMu.Unlock()
+	for _, a := range colls {
 		l := fmt.Sprintf("%v on communicator %d", a.call, a.ctx)
 		if a.peer != AnySource {
 			l += fmt.Sprintf(", root %d", a.peer)
 		}
 		lines = append(lines, l+fmt.Sprintf(", %d bytes", a.bytes))
 	}
-	p.diagMu.Unlock()
 
 	locked := false
 	for deadline := time.Now().Add(100 * time.Millisecond); p.seq == nil && !locked && time.Now().Before(deadline); {

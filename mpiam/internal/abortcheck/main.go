@@ -1,7 +1,7 @@
 // Command abortcheck is a job that goes wrong, for the mpiam tests, which
 // launch it with amrun over loop, shm and tcp.
 //
-// Usage: abortcheck [hang]
+// Usage: abortcheck [hang [single]]
 //
 // Without an argument, every rank exchanges one message with its neighbours
 // and passes a barrier; then the last rank calls Abort(7) while the others
@@ -11,7 +11,9 @@
 // With "hang", the program is erroneous and never ends: rank 0 waits for a
 // message with tag 5 that rank 1 never sends, rank 1 waits in a Bcast of 800
 // bytes from root 0 that rank 0 never calls, and the others in a Barrier.
-// amrun --timeout must have each rank print what it waits for.
+// amrun --timeout must have each rank print what it waits for; with
+// "single" the ranks run at ThreadSingle (collectives under way are still
+// listed, without a lock).
 package main
 
 import (
@@ -23,7 +25,11 @@ import (
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "hang" {
-		hang()
+		cfg := mpiam.Config{}
+		if len(os.Args) > 2 && os.Args[2] == "single" {
+			cfg.Thread = mpiam.ThreadSingle
+		}
+		hang(cfg)
 		return
 	}
 	err := mpiam.Run(mpiam.Config{}, func(w *mpiam.Comm) error {
@@ -46,8 +52,8 @@ func main() {
 	}
 }
 
-func hang() {
-	err := mpiam.Run(mpiam.Config{}, func(w *mpiam.Comm) error {
+func hang(cfg mpiam.Config) {
+	err := mpiam.Run(cfg, func(w *mpiam.Comm) error {
 		switch w.Rank() {
 		case 0:
 			_, err := mpiam.Recv(w, make([]int64, 1), 1, 5)
