@@ -151,7 +151,7 @@ func Ibcast[T any](c *Comm, buf []T, root int) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf[T](CallIbcast, buf, nil, nil, root), CallIbcast, root, len(raw(buf)), checkedSched[T](c, CallIbcast, len(buf), bcastSched(buf, root)))
+	return c.startSchedKey(keyOf[T](CallIbcast, buf, nil, nil, root), CallIbcast, root, len(raw(buf)), bcastSched(buf, root), sigCheckOf[T](c, CallIbcast, len(buf)))
 }
 
 // BcastInit makes a persistent broadcast request (MPI_Bcast_init, MPI-4.1
@@ -193,7 +193,7 @@ func Ireduce[T any](c *Comm, send, recv []T, op Op[T], root int) (*Request, erro
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIreduce, send, recv, &op, root), CallIreduce, root, len(raw(send)), checkedSched[T](c, CallIreduce, max(len(send), len(recv)*btoi(send == nil)), reduceSched(send, recv, op, root)))
+	return c.startSchedKey(keyOf(CallIreduce, send, recv, &op, root), CallIreduce, root, len(raw(send)), reduceSched(send, recv, op, root), sigCheckOf[T](c, CallIreduce, max(len(send), len(recv)*btoi(send == nil))))
 }
 
 // ReduceInit makes a persistent reduction request (MPI_Reduce_init,
@@ -237,7 +237,7 @@ func Iallreduce[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIallreduce, send, recv, &op, 0), CallIallreduce, AnySource, len(raw(recv)), checkedSched[T](c, CallIallreduce, len(recv), allreduceSched(send, recv, op)))
+	return c.startSchedKey(keyOf(CallIallreduce, send, recv, &op, 0), CallIallreduce, AnySource, len(raw(recv)), allreduceSched(send, recv, op), sigCheckOf[T](c, CallIallreduce, len(recv)))
 }
 
 // AllreduceInit makes a persistent allreduce request (MPI_Allreduce_init,
@@ -301,7 +301,7 @@ func Igather[T any](c *Comm, send, recv []T, root int) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIgather, send, recv, nil, root), CallIgather, root, len(raw(send)), checkedSched[T](c, CallIgather, rootBlock(c, root, len(send), len(recv)), gatherSched(send, recv, nil, nil, root, false)))
+	return c.startSchedKey(keyOf(CallIgather, send, recv, nil, root), CallIgather, root, len(raw(send)), gatherSched(send, recv, nil, nil, root, false), sigCheckOf[T](c, CallIgather, rootBlock(c, root, len(send), len(recv))))
 }
 
 // GatherInit makes a persistent gather request (MPI_Gather_init, MPI-4.1
@@ -360,7 +360,7 @@ func Iscatter[T any](c *Comm, send, recv []T, root int) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIscatter, send, recv, nil, root), CallIscatter, root, len(raw(recv)), checkedSched[T](c, CallIscatter, rootBlock(c, root, len(recv), len(send)), scatterSched(send, nil, nil, recv, root, false)))
+	return c.startSchedKey(keyOf(CallIscatter, send, recv, nil, root), CallIscatter, root, len(raw(recv)), scatterSched(send, nil, nil, recv, root, false), sigCheckOf[T](c, CallIscatter, rootBlock(c, root, len(recv), len(send))))
 }
 
 // ScatterInit makes a persistent scatter request (MPI_Scatter_init,
@@ -427,7 +427,7 @@ func Iallgather[T any](c *Comm, send, recv []T) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIallgather, send, recv, nil, 0), CallIallgather, AnySource, len(raw(send)), checkedSched[T](c, CallIallgather, perRank(c, len(recv)), allgatherSched(send, recv, nil, nil, false)))
+	return c.startSchedKey(keyOf(CallIallgather, send, recv, nil, 0), CallIallgather, AnySource, len(raw(send)), allgatherSched(send, recv, nil, nil, false), sigCheckOf[T](c, CallIallgather, perRank(c, len(recv))))
 }
 
 // AllgatherInit makes a persistent allgather request (MPI_Allgather_init,
@@ -490,7 +490,7 @@ func Ialltoall[T any](c *Comm, send, recv []T) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIalltoall, send, recv, nil, 0), CallIalltoall, AnySource, len(raw(send)), checkedSched[T](c, CallIalltoall, perRank(c, len(recv)), alltoallSched(send, nil, nil, recv, nil, nil)))
+	return c.startSchedKey(keyOf(CallIalltoall, send, recv, nil, 0), CallIalltoall, AnySource, len(raw(send)), alltoallSched(send, nil, nil, recv, nil, nil), sigCheckOf[T](c, CallIalltoall, perRank(c, len(recv))))
 }
 
 // AlltoallInit makes a persistent all-to-all request (MPI_Alltoall_init,
@@ -599,7 +599,7 @@ func IreduceScatterBlock[T any](c *Comm, send, recv []T, op Op[T]) (*Request, er
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIreduceScatterBlock, send, recv, &op, 0), CallIreduceScatterBlock, AnySource, len(raw(send)), checkedSched[T](c, CallIreduceScatterBlock, len(recv)/max(1, c.sizeIf(send == nil)), reduceScatterSched(send, recv, nil, op)))
+	return c.startSchedKey(keyOf(CallIreduceScatterBlock, send, recv, &op, 0), CallIreduceScatterBlock, AnySource, len(raw(send)), reduceScatterSched(send, recv, nil, op), sigCheckOf[T](c, CallIreduceScatterBlock, len(recv)/max(1, c.sizeIf(send == nil))))
 }
 
 // ReduceScatterBlockInit makes a persistent ReduceScatterBlock request
@@ -633,7 +633,7 @@ func Iscan[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIscan, send, recv, &op, 0), CallIscan, AnySource, len(raw(recv)), checkedSched[T](c, CallIscan, len(recv), scanSched(send, recv, op, false)))
+	return c.startSchedKey(keyOf(CallIscan, send, recv, &op, 0), CallIscan, AnySource, len(raw(recv)), scanSched(send, recv, op, false), sigCheckOf[T](c, CallIscan, len(recv)))
 }
 
 // Iexscan starts an exclusive prefix reduction (MPI_Iexscan); see Exscan;
@@ -642,5 +642,5 @@ func Iexscan[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIexscan, send, recv, &op, 0), CallIexscan, AnySource, len(raw(recv)), checkedSched[T](c, CallIexscan, len(recv), scanSched(send, recv, op, true)))
+	return c.startSchedKey(keyOf(CallIexscan, send, recv, &op, 0), CallIexscan, AnySource, len(raw(recv)), scanSched(send, recv, op, true), sigCheckOf[T](c, CallIexscan, len(recv)))
 }

@@ -339,13 +339,13 @@ func (p *proc) progressColls() {
 // startSched starts collective call on c as a schedule built by build, and
 // returns its request; build's error (bad arguments) is returned at once.
 func (c *Comm) startSched(call Call, peer, bytes int, build func(x coll, b *sched.Builder) error) (*Request, error) {
-	return c.startSchedKey(schedKey{}, call, peer, bytes, build)
+	return c.startSchedKey(schedKey{}, call, peer, bytes, build, sigCheck{})
 }
 
 // startSchedKey is startSched for a call whose schedule may come from c's
 // cache (key's call set): a kept operation built for the same arguments runs
 // again on the call's new tag base.
-func (c *Comm) startSchedKey(key schedKey, call Call, peer, bytes int, build func(x coll, b *sched.Builder) error) (*Request, error) {
+func (c *Comm) startSchedKey(key schedKey, call Call, peer, bytes int, build func(x coll, b *sched.Builder) error, chk sigCheck) (*Request, error) {
 	start := func() (*Request, error) {
 		x, err := c.startColl(call, true)
 		if err != nil {
@@ -361,6 +361,7 @@ func (c *Comm) startSchedKey(key schedKey, call Call, peer, bytes int, build fun
 			}
 		}
 		var b sched.Builder
+		chk.add(x, &b)
 		if err := build(x, &b); err != nil {
 			return nil, err
 		}

@@ -162,26 +162,52 @@ func agreeType[T any](c *Comm, call Call, k int) error {
 	return nil
 }
 
-// checkedSched prepends the agreement to a nonblocking or persistent
-// collective's schedule (checking mode only): the contributions are
-// reduced in rounds of their own, and a disagreement ends the schedule
-// with ErrType before any data moves.
-func checkedSched[T any](c *Comm, call Call, k int, build func(x coll, b *sched.Builder) error) func(x coll, b *sched.Builder) error {
+// sigCheck is the type-signature agreement that checking mode prepends to
+// a nonblocking or persistent collective's schedule (on false: none).
+type sigCheck struct {
+	on   bool
+	call Call
+	mine [2]uint64
+}
+
+// sigCheckOf is the agreement of a call of k elements of T on c.
+func sigCheckOf[T any](c *Comm, call Call, k int) sigCheck {
 	if !c.checking() {
+		return sigCheck{}
+	}
+	return sigCheck{on: true, call: call, mine: blockSig[T](k)}
+}
+
+// add prepends the agreement to the schedule b builds: the contributions
+// are reduced in rounds of their own, and a disagreement ends the schedule
+// with ErrType before any data moves. Kept apart from the collective's own
+// builder, so that a call's builder (a closure over its arguments) stays on
+// its stack outside checking mode.
+func (k sigCheck) add(x coll, b *sched.Builder) {
+	if !k.on {
+		return
+	}
+	in, out := b.Temp(16), b.Temp(16)
+	b.Call(func() error { copy(in, raw(k.mine[:])); return nil })
+	sched.Allreduce(b, x.group(), in, out, reduction(Max[uint64]()), checkSteps)
+	b.Call(func() error {
+		if sigsDisagree([2]uint64(fromRaw[uint64](out))) {
+			return sigErrColl(k.call)
+		}
+		return nil
+	})
+	b.Fence()
+}
+
+// checkedSched is build with the agreement prepended (checking mode only):
+// for persistent collectives, built once.
+func checkedSched[T any](c *Comm, call Call, k int, build func(x coll, b *sched.Builder) error) func(x coll, b *sched.Builder) error {
+	chk := sigCheckOf[T](c, call, k)
+	if !chk.on {
 		return build
 	}
-	mine := blockSig[T](k)
 	return func(x coll, b *sched.Builder) error {
-		in, out := b.Temp(16), b.Temp(16)
-		b.Call(func() error { copy(in, raw(mine[:])); return nil })
-		sched.Allreduce(b, x.group(), in, out, reduction(Max[uint64]()), checkSteps)
-		b.Call(func() error {
-			if sigsDisagree([2]uint64(fromRaw[uint64](out))) {
-				return sigErrColl(call)
-			}
-			return nil
-		})
-		b.Fence()
+		chk.add(x, b)
 		return build(x, b)
 	}
 }
