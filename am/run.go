@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/amgo-hpc/amgo/am/transport"
@@ -104,8 +105,9 @@ func (ep *Endpoint) Abort(code int, msg string) error {
 
 // RunJob runs fn on the ranks of an in-process job, one goroutine per
 // transport of trs (rank i on trs[i], all of one job, as loop.NewJob or
-// sim.NewJob open them), each rank followed by a Barrier; it returns when all
-// have finished, and closes the transports. If fn fails on a rank (or the
+// sim.NewJob open them), each rank followed by a Barrier (after which it
+// polls until every rank has passed it); it returns when all have finished,
+// and closes the transports. If fn fails on a rank (or the
 // barrier does), every endpoint is marked closed so that the others' blocked
 // calls return ErrClosed; the result joins the errors that are not ErrClosed,
 // each naming its rank (if there are none, it wraps ErrRankFailed). A rank
@@ -133,6 +135,7 @@ func RunJob(trs []transport.Transport, cfg Config, fn func(ep *Endpoint) error) 
 		ep.abortJob = fail
 	}
 	var wg sync.WaitGroup
+	var passed atomic.Int64 // ranks past the closing barrier
 	for i := range eps {
 		wg.Add(1)
 		go func(ep *Endpoint) {
@@ -140,6 +143,15 @@ func RunJob(trs []transport.Transport, cfg Config, fn func(ep *Endpoint) error) 
 			err := fn(ep)
 			if err == nil {
 				err = ep.Barrier()
+			}
+			if err == nil {
+				// Poll on until every rank is past the barrier, as a
+				// process does in Close: a rank's last barrier message may
+				// still wait in its network for a connection opened lazily
+				// (tcp dials a peer at its first packet), which only its
+				// own polls complete.
+				passed.Add(1)
+				err = ep.PollUntil(func() bool { return passed.Load() == int64(n) })
 			}
 			if err != nil {
 				if !errors.Is(err, ErrAborted) {
