@@ -174,10 +174,14 @@ func (a *shmColl) publish(x coll, k uint64) {
 }
 
 // publishSlot stamps this rank's slot of collective k (its data written),
-// with its tool value first, and wakes the ranks that may sleep.
-func (a *shmColl) publishSlot(x coll, k uint64) {
+// with its tool value first, sets done = k too when done (a rank that reads
+// nothing in k), and wakes the ranks that may sleep.
+func (a *shmColl) publishSlot(x coll, k uint64, done bool) {
 	a.toolValue(x, k)
 	a.slots[a.me][k%shmSlots].stamp.Store(k)
+	if done {
+		a.ctl[a.me].done.Store(k)
+	}
 	a.wake(x.c.p)
 }
 
@@ -340,9 +344,7 @@ func (a *shmColl) bcast(x coll, b []byte, root int) error {
 			return err
 		}
 		copy(s, b)
-		a.toolValue(x, k)
-		a.slots[a.me][k%shmSlots].stamp.Store(k)
-		a.finish(p, k) // the root reads nothing: done at once
+		a.publishSlot(x, k, true) // the root reads nothing: done at once
 		return nil
 	}
 	rs := a.slots[root][k%shmSlots]
@@ -370,7 +372,7 @@ func shmAllreduce[T any](a *shmColl, x coll, send, recv []T, op Op[T]) error {
 	}
 	s := k % shmSlots
 	n := copy(mine, raw(send))
-	a.publishSlot(x, k)
+	a.publishSlot(x, k, false)
 	if err := a.wait(p, c, func() bool { return a.allStamped(k) }); err != nil {
 		return err
 	}

@@ -244,7 +244,7 @@ func (p *proc) collEnd(id uint64) {
 // posted receives, rendezvous transfers and the unexpected messages queued.
 func (p *proc) writePending(w io.Writer) {
 	var lines []string
-	colls := p.colls[:0:0]
+	var colls []activeColl
 	if a, ok := p.blocking.read(); ok {
 		colls = append(colls, a)
 	}
