@@ -926,7 +926,11 @@ func (w *Win) UnlockAll() error {
 func (w *Win) Flush(target int) error {
 	if w != nil && uint(target) < uint(len(w.tg)) &&
 		w.tg[target].epoch.Load()&epPassive != 0 && w.settled.Load() {
-		return nil // nothing under way: the Puts and Gets were copies
+		// Nothing under way (the Puts and Gets were copies), but a rank
+		// that spins on Flush, say waiting for a mutex in its own window,
+		// still owes the others its progress: their requests wait for it.
+		w.p.progress()
+		return nil
 	}
 	if w == nil || w.p == nil || target < 0 || target >= w.c.size {
 		if err := w.valid(); err != nil {
@@ -946,7 +950,8 @@ func (w *Win) Flush(target int) error {
 		return fmt.Errorf("%w: Flush of rank %d outside a passive-target epoch", ErrRMASync, target)
 	}
 	if idle {
-		return nil // nothing under way to target: its Puts and Gets were copies
+		w.p.progress() // nothing under way to target, but progress as above
+		return nil
 	}
 	return w.waitTarget(target)
 }
@@ -962,6 +967,7 @@ func (w *Win) FlushAll() error {
 	if !locked {
 		return fmt.Errorf("%w: FlushAll outside a passive-target epoch", ErrRMASync)
 	}
+	w.p.progress() // waitAll returns at once when nothing is under way; progress as Flush does
 	return w.waitAll()
 }
 
@@ -979,8 +985,16 @@ func (w *Win) FlushLocalAll() error { return w.FlushAll() }
 // Sync synchronizes the public and private copies of the window
 // (MPI_Win_sync): amgo's windows have one copy (the unified model, MPI-4.1
 // §12.4), which the Go memory model keeps consistent at every MPI call, so
-// it only checks the window. Errors: ErrWin.
-func (w *Win) Sync() error { return w.valid() }
+// it checks the window and polls once: a rank that spins on Sync waiting
+// for a flag in a shared window makes progress for the others meanwhile.
+// Errors: ErrWin.
+func (w *Win) Sync() error {
+	if err := w.valid(); err != nil {
+		return err
+	}
+	w.p.progress()
+	return nil
+}
 
 // rmaHandlers are the handlers of one-sided communication.
 func (p *proc) rmaHandlers() []handlers.Entry {

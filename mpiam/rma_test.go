@@ -2,6 +2,7 @@ package mpiam
 
 import (
 	"slices"
+	"sync/atomic"
 	"testing"
 	"unsafe"
 
@@ -168,6 +169,46 @@ func TestRMAMutexAndExclusiveLock_MPI41_12_5_3(t *testing.T) {
 			r.Equal(int64(n*rounds), mem[1])
 			r.Equal(int64(n*rounds), mem[2])
 		}
+		r.NoError(w.Free())
+	})
+}
+
+// A rank that spins on calls it completes locally (CompareAndSwap on its
+// own window and Flush, or Sync waiting for a flag) still makes progress
+// for the others (MPI-4.1 §2.9, §12.7): rank 1 holds a mutex in rank 0's
+// window and can release it only through rank 0's handlers on a network,
+// while rank 0 spins to take it; then rank 0 spins on Sync until rank 1's
+// Put of a flag arrives.
+func TestRMASpinningOnLocalCallsMakesProgress_MPI41_12_7(t *testing.T) {
+	eachNetwork(t, 2, func(r *rk, c *Comm) {
+		me := c.Rank()
+		w, mem, err := WinAllocate[int64](c, 2, 8) // mutex, flag
+		r.NoError(err)
+		r.NoError(w.LockAll(0))
+		var old int64
+		if me == 1 {
+			r.NoError(CompareAndSwap(w, 2, 0, &old, 0, 0))
+			r.NoError(w.Flush(0))
+			r.Equal(int64(0), old)
+		}
+		r.NoError(c.Barrier())
+		if me == 1 {
+			r.NoError(CompareAndSwap(w, 0, 2, &old, 0, 0))
+			r.NoError(w.Flush(0))
+			r.Equal(int64(2), old)
+			r.NoError(Put(w, []int64{1}, 0, 1))
+			r.NoError(w.Flush(0))
+		} else {
+			for old = 1; old != 0; {
+				r.NoError(CompareAndSwap(w, 1, 0, &old, 0, 0))
+				r.NoError(w.Flush(0))
+			}
+			for atomic.LoadInt64(&mem[1]) == 0 {
+				r.NoError(w.Sync())
+			}
+		}
+		r.NoError(w.UnlockAll())
+		r.NoError(c.Barrier())
 		r.NoError(w.Free())
 	})
 }
