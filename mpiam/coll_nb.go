@@ -127,22 +127,36 @@ func (c *Comm) BarrierInit() (*Request, error) {
 // bcastSched builds Bcast's schedule: a binomial tree, or a scatter and a
 // ring allgather from AMGO_BCAST_LARGE bytes on 4 or more ranks.
 func bcastSched[T any](buf []T, root int) func(x coll, b *sched.Builder) error {
-	return func(x coll, b *sched.Builder) error {
-		if err := checkRoot(x.c, root); err != nil {
-			return err
-		}
-		rb := raw(buf)
-		if l := x.nodeLevels(); l != nil && len(rb) > 0 {
-			bcastNodesSched(b, x, rb, root, l)
-			return nil
-		}
-		if len(rb) >= bcastLarge && x.size() >= 4 {
-			sched.BcastScatterAllgather(b, x.group(), rb, root, 0)
-		} else {
-			sched.Bcast(b, x.group(), rb, root, 0)
-		}
+	return func(x coll, b *sched.Builder) error { return buildBcast(x, b, buf, root, false) }
+}
+
+// ibcastSched is bcastSched for a one-shot Ibcast, which may go through the
+// communicator's shared area (coll_shm_nb.go).
+func ibcastSched[T any](buf []T, root int) func(x coll, b *sched.Builder) error {
+	return func(x coll, b *sched.Builder) error { return buildBcast(x, b, buf, root, true) }
+}
+
+// buildBcast builds a broadcast's schedule; through the shared area when
+// shm and the area exists.
+func buildBcast[T any](x coll, b *sched.Builder, buf []T, root int, shm bool) error {
+	if err := checkRoot(x.c, root); err != nil {
+		return err
+	}
+	rb := raw(buf)
+	if a := shmNBArea(x, shm, len(rb)); a != nil && len(rb) > 0 {
+		shmIbcastSched(b, a, rb, root)
 		return nil
 	}
+	if l := x.nodeLevels(); l != nil && len(rb) > 0 {
+		bcastNodesSched(b, x, rb, root, l)
+		return nil
+	}
+	if len(rb) >= bcastLarge && x.size() >= 4 {
+		sched.BcastScatterAllgather(b, x.group(), rb, root, 0)
+	} else {
+		sched.Bcast(b, x.group(), rb, root, 0)
+	}
+	return nil
 }
 
 // Ibcast starts a broadcast (MPI_Ibcast); see Bcast. Errors at the call:
@@ -151,7 +165,7 @@ func Ibcast[T any](c *Comm, buf []T, root int) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf[T](CallIbcast, buf, nil, nil, root), CallIbcast, root, len(raw(buf)), bcastSched(buf, root), sigCheckOf[T](c, CallIbcast, len(buf)))
+	return c.startSchedKey(keyOf[T](CallIbcast, buf, nil, nil, root).onArea(c), CallIbcast, root, len(raw(buf)), ibcastSched(buf, root), sigCheckOf[T](c, CallIbcast, len(buf)))
 }
 
 // BcastInit makes a persistent broadcast request (MPI_Bcast_init, MPI-4.1
@@ -209,26 +223,39 @@ func ReduceInit[T any](c *Comm, send, recv []T, op Op[T], root int) (*Request, e
 // from AMGO_ALLREDUCE_RING bytes (commutative operations, at least one
 // element per rank), Reduce then Bcast for non-commutative operations.
 func allreduceSched[T any](send, recv []T, op Op[T]) func(x coll, b *sched.Builder) error {
-	return func(x coll, b *sched.Builder) error {
-		send := send
-		if send == nil {
-			send = recv
-		}
-		if len(recv) != len(send) {
-			return fmt.Errorf("%w: Allreduce of %d elements into a receive buffer of %d", ErrCount, len(send), len(recv))
-		}
-		red := reduction(op)
-		if l := x.nodeLevels(); l != nil && (op.Commutative || l.contiguous) {
-			allreduceNodesSched(b, raw(send), raw(recv), red, l)
-			return nil
-		}
-		if op.Commutative && len(raw(recv)) >= allreduceRing && len(recv) >= x.size() {
-			sched.AllreduceRing(b, x.group(), raw(send), raw(recv), red, 0)
-		} else {
-			sched.Allreduce(b, x.group(), raw(send), raw(recv), red, 0)
-		}
+	return func(x coll, b *sched.Builder) error { return buildAllreduce(x, b, send, recv, op, false) }
+}
+
+// iallreduceSched is allreduceSched for a one-shot Iallreduce, which may go
+// through the communicator's shared area (coll_shm_nb.go).
+func iallreduceSched[T any](send, recv []T, op Op[T]) func(x coll, b *sched.Builder) error {
+	return func(x coll, b *sched.Builder) error { return buildAllreduce(x, b, send, recv, op, true) }
+}
+
+// buildAllreduce builds an allreduce's schedule; through the shared area
+// when shm and the area exists.
+func buildAllreduce[T any](x coll, b *sched.Builder, send, recv []T, op Op[T], shm bool) error {
+	if send == nil {
+		send = recv
+	}
+	if len(recv) != len(send) {
+		return fmt.Errorf("%w: Allreduce of %d elements into a receive buffer of %d", ErrCount, len(send), len(recv))
+	}
+	red := reduction(op)
+	if a := shmNBArea(x, shm, len(raw(recv))); a != nil {
+		shmIallreduceSched(b, a, raw(send), raw(recv), red)
 		return nil
 	}
+	if l := x.nodeLevels(); l != nil && (op.Commutative || l.contiguous) {
+		allreduceNodesSched(b, raw(send), raw(recv), red, l)
+		return nil
+	}
+	if op.Commutative && len(raw(recv)) >= allreduceRing && len(recv) >= x.size() {
+		sched.AllreduceRing(b, x.group(), raw(send), raw(recv), red, 0)
+	} else {
+		sched.Allreduce(b, x.group(), raw(send), raw(recv), red, 0)
+	}
+	return nil
 }
 
 // Iallreduce starts an allreduce (MPI_Iallreduce); see Allreduce. Errors at
@@ -237,7 +264,7 @@ func Iallreduce[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIallreduce, send, recv, &op, 0), CallIallreduce, AnySource, len(raw(recv)), allreduceSched(send, recv, op), sigCheckOf[T](c, CallIallreduce, len(recv)))
+	return c.startSchedKey(keyOf(CallIallreduce, send, recv, &op, 0).onArea(c), CallIallreduce, AnySource, len(raw(recv)), iallreduceSched(send, recv, op), sigCheckOf[T](c, CallIallreduce, len(recv)))
 }
 
 // AllreduceInit makes a persistent allreduce request (MPI_Allreduce_init,
@@ -450,6 +477,25 @@ func Iallgatherv[T any](c *Comm, send, recv []T, counts, displs []int) (*Request
 // alltoallSched builds Alltoall's (rcounts nil) or Alltoallv's schedule:
 // every message posted at once. In place (nil send), the send side is a copy
 // of recv taken when the operation starts.
+// ialltoallSched is a one-shot Ialltoall's schedule: through the
+// communicator's shared area when it exists and every rank's send buffer
+// fits a slot (coll_shm_nb.go), else alltoallSched's.
+func ialltoallSched[T any](send, recv []T) func(x coll, b *sched.Builder) error {
+	return func(x coll, b *sched.Builder) error {
+		p := x.size()
+		if a := shmNBArea(x, true, len(raw(recv))); a != nil && len(recv)%p == 0 && (send == nil || len(send) == len(recv)) {
+			rb := raw(recv)
+			sb := raw(send)
+			if send == nil {
+				sb = rb // published before anything is written to recv
+			}
+			shmIalltoallSched(b, a, sb, rb, len(rb)/p)
+			return nil
+		}
+		return alltoallSched(send, nil, nil, recv, nil, nil)(x, b)
+	}
+}
+
 func alltoallSched[T any](send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) func(x coll, b *sched.Builder) error {
 	return func(x coll, b *sched.Builder) error {
 		p := x.size()
@@ -490,7 +536,7 @@ func Ialltoall[T any](c *Comm, send, recv []T) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIalltoall, send, recv, nil, 0), CallIalltoall, AnySource, len(raw(send)), alltoallSched(send, nil, nil, recv, nil, nil), sigCheckOf[T](c, CallIalltoall, perRank(c, len(recv))))
+	return c.startSchedKey(keyOf(CallIalltoall, send, recv, nil, 0).onArea(c), CallIalltoall, AnySource, len(raw(send)), ialltoallSched(send, recv), sigCheckOf[T](c, CallIalltoall, perRank(c, len(recv))))
 }
 
 // AlltoallInit makes a persistent all-to-all request (MPI_Alltoall_init,

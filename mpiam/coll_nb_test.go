@@ -347,7 +347,20 @@ func TestNonblockingEveryNetwork(t *testing.T) {
 // started (when one has completed, all earlier ones have).
 func TestManyIallreducesInFlight(t *testing.T) {
 	const k = 10000
+	for _, area := range []bool{false, true} {
+		t.Run(fmt.Sprintf("area=%v", area), func(t *testing.T) { manyIallreduces(t, k, area) })
+	}
+}
+
+// manyIallreduces is TestManyIallreducesInFlight with or without the
+// communicator's shared area made first (coll_shm_nb.go).
+func manyIallreduces(t *testing.T, k int, area bool) {
 	runColl(t, 4, func(w *Comm) error {
+		if area {
+			if err := w.Barrier(); err != nil {
+				return err
+			}
+		}
 		reqs := make([]*Request, k)
 		out := make([]int, k)
 		for i := range k {

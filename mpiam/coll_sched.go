@@ -2,6 +2,7 @@ package mpiam
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -48,6 +49,9 @@ type nbcEngine struct {
 
 	until  []*nbc // schedules waiting on a condition: advanced at every poll
 	nUntil atomic.Int32
+
+	areas  []*shmColl // shared areas with nonblocking collectives queued (coll_shm_nb.go): driven at every poll
+	nAreas atomic.Int32
 }
 
 // stepDone is every posted step's completion callback: it queues the
@@ -76,6 +80,10 @@ func (n *nbc) Post(i int, op *sched.Op) error {
 	}
 	cc := n.x.cc
 	r.p, r.comm, r.peer, r.tag, r.buf, r.onDone, r.coll = cc.p, cc, op.Peer, n.x.tag+op.Tag, op.Buf, stepDone, n
+	if op.Kind == sched.EventOp {
+		op.Ext.(*shmNBOp).post(n.x, r) // the only events: the shared area's (coll_shm_nb.go)
+		return nil
+	}
 	if op.Ext != nil {
 		r.lay = op.Ext.(*layout) // non-contiguous data (coll_typed.go)
 	}
@@ -100,6 +108,9 @@ func (n *nbc) Test(i int, op *sched.Op) (bool, error) {
 	}
 	r := n.msgs[i]
 	if !r.done.Load() {
+		if op.Kind == sched.EventOp {
+			return false, n.x.c.p.collFailed(n.x.c) // a dead rank never publishes
+		}
 		return false, nil
 	}
 	st := r.status
@@ -250,6 +261,16 @@ type schedKey struct {
 	op         unsafe.Pointer // the operation's function (nil: none)
 	commute    bool
 	elem       int
+	area       bool // the communicator's shared area existed (coll_shm_nb.go)
+}
+
+// onArea is k for a call that may go through c's shared area: whether it
+// exists is part of the key, so that a schedule built before it did is not
+// reused after (the choice must be every rank's alike; a kept schedule is
+// not).
+func (k schedKey) onArea(c *Comm) schedKey {
+	k.area = c.readyArea() != nil
+	return k
 }
 
 // keyOf is the cache key of call on buffers send and recv of T with op
@@ -305,12 +326,27 @@ func (c *Comm) cachedSched(key schedKey) *nbc {
 // goroutine at a time does the work, the others go on polling.
 func (p *proc) progressColls() {
 	e := &p.nbc
-	for e.pending.Load() || e.nUntil.Load() > 0 {
+	for e.pending.Load() || e.nUntil.Load() > 0 || e.nAreas.Load() > 0 {
 		if !e.mu.TryLock() {
 			return
 		}
 		for _, n := range e.until {
 			n.advanceLocked()
+		}
+		yield := false
+		for i := 0; i < len(e.areas); {
+			empty, y := e.areas[i].progressNB(p)
+			yield = yield || y
+			if empty {
+				a := e.areas[i]
+				a.nb.queued = false
+				last := len(e.areas) - 1
+				e.areas[i], e.areas[last] = e.areas[last], nil
+				e.areas = e.areas[:last]
+				e.nAreas.Add(-1)
+				continue
+			}
+			i++
 		}
 		for e.pending.Load() {
 			e.readyMu.Lock()
@@ -330,6 +366,9 @@ func (p *proc) progressColls() {
 			e.readyMu.Unlock()
 		}
 		e.mu.Unlock()
+		if yield {
+			runtime.Gosched()
+		}
 		if !e.pending.Load() {
 			return // waiting conditions were looked at once: the next poll looks again
 		}

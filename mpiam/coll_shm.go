@@ -80,7 +80,7 @@ const (
 type shmCtl struct {
 	ready atomic.Uint64    // the last collective this rank has published in
 	done  atomic.Uint64    // the last collective this rank has finished reading in
-	sleep atomic.Uint64    // nonzero: this rank may sleep in the endpoint; wake it with a message
+	sleep atomic.Uint64    // nonzero: this rank may sleep in the endpoint; wake it with a message (a count of its waits that may)
 	pbk   [2]atomic.Uint64 // by collective parity: the collective pbv holds the value of (0 while it changes)
 	pbv   [2]atomic.Uint64 // by collective parity: this rank's outgoing tool value
 	_     [8]byte
@@ -96,6 +96,7 @@ type shmColl struct {
 	sleepers *atomic.Int64 // ranks that set their sleep word, in a line of its own
 	slots    [][shmSlots]shmSlot
 	world    []int // world rank of each rank of the communicator
+	nb       shmNB // the nonblocking section
 }
 
 // shmSlot is one data slot of a rank: its stamp (the collective its data
@@ -143,8 +144,10 @@ func (c *Comm) shmArea() *shmColl {
 func newShmColl(c *Comm) *shmColl {
 	n := c.size
 	a := &shmColl{n: n, me: c.rank, ctl: make([]*shmCtl, n), slots: make([][shmSlots]shmSlot, n), world: make([]int, n)}
-	// The control lines, the sleepers' line, then each rank's slots.
-	if err := a.sh.mapAll(c, 64*(n+1)+n*shmSlots*shmStride); err != nil {
+	// The control lines, the sleepers' line, then each rank's slots; then
+	// the nonblocking section (coll_shm_nb.go).
+	blocking := 64*(n+1) + n*shmSlots*shmStride
+	if err := a.sh.mapAll(c, blocking+nbSize(n)); err != nil {
 		return nil
 	}
 	a.sleepers = (*atomic.Int64)(unsafe.Pointer(&a.sh.mem[64*n]))
@@ -159,11 +162,21 @@ func newShmColl(c *Comm) *shmColl {
 		}
 		a.world[r] = c.world(r)
 	}
+	a.initNB(blocking)
 	return a
 }
 
-// free unmaps the area (Comm.Free).
-func (a *shmColl) free() { a.sh.unmap() }
+// free unmaps the area (Comm.Free), or leaves that to the last of the
+// nonblocking collectives still under way in it.
+func (a *shmColl) free(p *proc) {
+	p.nbc.mu.Lock()
+	defer p.nbc.mu.Unlock()
+	if a.nb.head < len(a.nb.q) {
+		a.nb.unmap = true
+		return
+	}
+	a.sh.unmap()
+}
 
 // publish sets this rank's ready to k, with its tool value first, and wakes
 // the ranks that may sleep.
@@ -246,11 +259,11 @@ func (a *shmColl) wait(p *proc, c *Comm, cond func() bool) error {
 		}
 	}
 	l := a.ctl[a.me]
-	l.sleep.Store(1)
+	l.sleep.Add(1)
 	a.sleepers.Add(1)
 	err := p.waitColl(c, cond)
 	a.sleepers.Add(-1)
-	l.sleep.Store(0)
+	l.sleep.Add(^uint64(0))
 	return err
 }
 

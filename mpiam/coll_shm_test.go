@@ -116,3 +116,127 @@ func TestCollectivesSharedMemorySubComm(t *testing.T) {
 		r.NoError(c.Barrier())
 	})
 }
+
+// Ibcast, Iallreduce and Ialltoall between the ranks of one node go through
+// the nonblocking section of the shared area once it exists: many more in
+// flight than there are slots (the slots' reuse waits for every rank to
+// finish), completed in a shuffled order of Waits and interleaved with
+// blocking collectives, which use the other section meanwhile; in place and
+// not, a non-commutative operation (rank order), ranks late enough to sleep
+// in their endpoints. Results are exact, and the section was used exactly
+// on one node. A communicator freed with collectives under way in its area
+// keeps it mapped until they finish.
+func TestNonblockingCollectivesThroughSharedMemory(t *testing.T) {
+	for _, n := range []int{2, 3, 5} {
+		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+			eachNetwork(t, n, func(r *rk, c *Comm) {
+				me := c.Rank()
+				rng := rand.New(rand.NewSource(int64(n*100 + me)))
+				r.NoError(c.Barrier()) // makes the area, where the node allows
+				cat := NewOp("concat", func(in, inout []int64) {
+					for j := range inout {
+						d := int64(1)
+						for d <= inout[j] {
+							d *= 10
+						}
+						inout[j] = in[j]*d + inout[j]
+					}
+				}, false)
+				catWant := int64(0)
+				for q := range n {
+					catWant = catWant*10 + int64(q+1)
+				}
+				const calls = 3*shmSlots + 5
+				reqs := make([]*Request, calls)
+				checks := make([]func(), calls)
+				for i := range calls {
+					if rng.Intn(10) == 0 {
+						time.Sleep(time.Duration(rng.Intn(2)) * time.Millisecond)
+					}
+					var err error
+					switch i % 4 {
+					case 0:
+						root := i % n
+						b := make([]int64, 1+i*37%(shmCollSlot/8))
+						if me == root {
+							for j := range b {
+								b[j] = int64(i*1000 + j)
+							}
+						}
+						reqs[i], err = Ibcast(c, b, root)
+						checks[i] = func() {
+							for j := range b {
+								r.Equal(int64(i*1000+j), b[j], "Ibcast %d element %d", i, j)
+							}
+						}
+					case 1:
+						k := 1 + i%9
+						send, got := make([]int64, k), make([]int64, k)
+						for j := range send {
+							send[j] = int64((me+1)*(i+1) + j)
+						}
+						reqs[i], err = Iallreduce(c, send, got, Sum[int64]())
+						checks[i] = func() {
+							for j := range got {
+								r.Equal(int64(n*(n+1)/2*(i+1)+n*j), got[j], "Iallreduce %d element %d", i, j)
+							}
+						}
+					case 2:
+						v := []int64{int64(me + 1)}
+						reqs[i], err = Iallreduce(c, nil, v, cat)
+						checks[i] = func() { r.Equal(catWant, v[0], "Iallreduce %d: rank order", i) }
+					case 3:
+						blk := 1 + i%5
+						send, got := make([]int32, n*blk), make([]int32, n*blk)
+						for j := range send {
+							send[j] = int32(me*100000 + i*100 + j)
+						}
+						if i%8 == 7 {
+							copy(got, send)
+							send = nil // in place
+						}
+						reqs[i], err = Ialltoall(c, send, got)
+						checks[i] = func() {
+							for q := range n {
+								for j := range blk {
+									r.Equal(int32(q*100000+i*100+me*blk+j), got[q*blk+j], "Ialltoall %d from %d", i, q)
+								}
+							}
+						}
+					}
+					r.NoError(err)
+					if i%7 == 3 {
+						v := []int{me}
+						r.NoError(Allreduce(c, nil, v, Sum[int]())) // the blocking section, meanwhile
+						r.Equal(n*(n-1)/2, v[0])
+					}
+				}
+				for _, i := range rng.Perm(calls) {
+					_, err := reqs[i].Wait()
+					r.NoError(err)
+					checks[i]()
+				}
+				oneNode := true
+				for q := range n {
+					oneNode = oneNode && c.p.ep.Node(c.world(q)) == c.p.ep.Node(c.world(me))
+				}
+				r.Equal(oneNode, c.shmState.Load() == shmReady, "the area is used exactly on one node")
+				if oneNode {
+					r.Equal(uint64(calls), c.shmc.nb.seq, "every call went through the area")
+				}
+
+				d, err := c.Dup()
+				r.NoError(err)
+				r.NoError(d.Barrier())
+				v := []int{me + 1}
+				req, err := Iallreduce(d, nil, v, Sum[int]())
+				r.NoError(err)
+				r.NoError(d.Free())
+				_, err = req.Wait()
+				r.NoError(err)
+				r.Equal(n*(n+1)/2, v[0])
+				r.NoError(c.Barrier())
+			})
+		})
+	}
+}

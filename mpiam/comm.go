@@ -258,7 +258,7 @@ func (c *Comm) free() error {
 	}
 	c.freed.Store(true)
 	if c.shmState.CompareAndSwap(shmReady, shmNone) {
-		c.shmc.free()
+		c.shmc.free(c.p)
 	}
 	return nil
 }

@@ -401,7 +401,7 @@ func (p *proc) pullInHandler(tok *handlers.Token, d deferred) {
 // arrived. Any goroutine that waits in MPI runs it; each item runs once.
 func (p *proc) runDeferred() {
 	p.runWorkQueue()
-	if p.nbc.pending.Load() || p.nbc.nUntil.Load() > 0 {
+	if e := &p.nbc; e.pending.Load() || e.nUntil.Load() > 0 || e.nAreas.Load() > 0 {
 		p.progressColls() // after the queue, whose work may complete their steps
 	}
 }

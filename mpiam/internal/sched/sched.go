@@ -41,6 +41,11 @@ const (
 	// UntilOp waits, like a message, until Cond holds (a condition set by
 	// something other than a message of the schedule: barrier counters).
 	UntilOp
+	// EventOp is posted through Net like a message and completes when the
+	// caller says so (Ext describes what it waits for): a wait on an event
+	// that something else drives, without the schedule testing a condition
+	// at every poll as for an UntilOp.
+	EventOp
 )
 
 // String names k.
@@ -58,6 +63,8 @@ func (k Kind) String() string {
 		return "call"
 	case UntilOp:
 		return "until"
+	case EventOp:
+		return "event"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -94,7 +101,9 @@ type Op struct {
 }
 
 // message reports whether the step waits for something outside the rank.
-func (o *Op) message() bool { return o.Kind == SendOp || o.Kind == RecvOp || o.Kind == UntilOp }
+func (o *Op) message() bool {
+	return o.Kind == SendOp || o.Kind == RecvOp || o.Kind == UntilOp || o.Kind == EventOp
+}
 
 // Schedule is a collective operation's steps in rounds. It is immutable once
 // built and may be run any number of times (persistent collectives), one run
@@ -184,6 +193,10 @@ func (b *Builder) Copy(dst, src []byte) {
 // Call adds fn to the current round.
 func (b *Builder) Call(fn func() error) { b.add(Op{Kind: CallOp, Fn: fn}) }
 
+// Event adds a wait for an event that ext describes to the current round:
+// the run posts it through Net.Post and tests it with Net.Test.
+func (b *Builder) Event(ext any) { b.add(Op{Kind: EventOp, Ext: ext}) }
+
 // Until adds a wait for cond to the current round.
 func (b *Builder) Until(cond func() bool) { b.add(Op{Kind: UntilOp, Cond: cond}) }
 
@@ -223,7 +236,7 @@ func (b *Builder) Schedule() *Schedule {
 // step's index in the schedule, so the caller can keep per-step state in a
 // slice of the schedule's length.
 type Net interface {
-	// Post starts step i (a Send or Recv).
+	// Post starts step i (a Send, Recv or Event).
 	Post(i int, op *Op) error
 	// Test reports whether step i (a send, receive or wait) has completed,
 	// and its error. A receive of other than len(op.Buf) bytes is an error
@@ -310,7 +323,7 @@ func (r *Run) Progress(n Net) (finished bool, err error) {
 // start starts step i of the current round.
 func (r *Run) start(n Net, i int, op *Op) error {
 	switch op.Kind {
-	case SendOp, RecvOp:
+	case SendOp, RecvOp, EventOp:
 		return n.Post(i, op)
 	case ReduceOp:
 		op.Red.Fn(op.Buf, op.Dst)

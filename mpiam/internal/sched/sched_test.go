@@ -696,3 +696,50 @@ func FuzzAllreduce(f *testing.F) {
 		}
 	})
 }
+
+// eventNet posts events and completes them when told; messages it refuses.
+type eventNet struct {
+	posted map[int]any
+	done   map[int]bool
+}
+
+func (e *eventNet) Post(i int, op *Op) error {
+	if op.Kind != EventOp {
+		return errBoom
+	}
+	e.posted[i] = op.Ext
+	return nil
+}
+
+func (e *eventNet) Test(i int, op *Op) (bool, error) { return e.done[i], nil }
+
+func (e *eventNet) Cancel(int, *Op) {}
+
+// An event step is posted with the round that holds it, after the calls
+// before it in the round, and holds the round until the Net completes it.
+func TestRunEvent(t *testing.T) {
+	var b Builder
+	var order []string
+	b.Call(func() error { order = append(order, "number"); return nil })
+	b.Event("the area's")
+	b.Fence()
+	b.Call(func() error { order = append(order, "after"); return nil })
+	s := b.Schedule()
+	require.Equal(t, "event", s.Ops()[1].Kind.String())
+	require.Zero(t, s.Messages(), "an event is not a message")
+	var r Run
+	r.Reset(s)
+	n := &eventNet{posted: map[int]any{}, done: map[int]bool{}}
+	done, err := r.Progress(n)
+	require.NoError(t, err)
+	require.False(t, done, "the event holds the round")
+	require.Equal(t, map[int]any{1: "the area's"}, n.posted)
+	require.Equal(t, []string{"number"}, order)
+	done, _ = r.Progress(n)
+	require.False(t, done)
+	n.done[1] = true
+	done, err = r.Progress(n)
+	require.True(t, done)
+	require.NoError(t, err)
+	require.Equal(t, []string{"number", "after"}, order)
+}
