@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/amgo-hpc/amgo/mpiam/internal/sched"
@@ -37,7 +38,8 @@ import (
 // ten thousand in flight. A section that has made no progress for shmSpin
 // of its polls sets the rank's sleep word (a count, shared with the blocking
 // waits) so that publishers wake it with a message, as the blocking waits
-// do, and clears it when its queue is empty.
+// do, and clears it when its queue is empty; until then it keeps the
+// endpoint's waits polling (Endpoint.Expect), since nothing would wake them.
 //
 // Whether a call goes through the area is decided from the area's state at
 // the call, which is the same on every rank since collectives are called in
@@ -69,6 +71,11 @@ type shmNB struct {
 	queued  bool       // on the engine's list of sections to drive
 	unmap   bool       // the communicator was freed meanwhile: unmap when q empties
 }
+
+// nbExpect is how long the endpoint's waits keep polling, from a poll
+// that found the section's queue stuck, before they may sleep: longer than
+// shmSpin polls take, after which the sleep word is set.
+const nbExpect = 500 * time.Microsecond
 
 // nbSize is the nonblocking section's bytes for n ranks: a done line per
 // rank, then each rank's slots.
@@ -265,6 +272,12 @@ func (a *shmColl) progressNB(p *proc) (empty, yield bool) {
 	if !moved && nb.head < len(nb.q) {
 		nb.idle++
 		yield = nb.idle%256 == 0
+		if !nb.slept && nb.idle%256 == 1 {
+			// Nothing wakes the endpoint for what the area's words say
+			// until the sleep word is set: keep its waits from sleeping
+			// before then (they would sleep out their whole timeout).
+			p.ep.Expect(nbExpect)
+		}
 		if nb.idle >= shmSpin && !nb.slept {
 			// Sleep word first, then look again: a publisher that did not
 			// see it has published before it was set.
