@@ -54,8 +54,9 @@ import (
 // The choice is made once per communicator, at its first collective that
 // could use it, by every rank alike: AMGO_COLL_SHM=0 turns it off, and a
 // communicator of more than shmCollMax ranks or across nodes never uses it.
-// Blocking collectives do not match nonblocking ones (MPI-4.1 §6.12):
-// Ibarrier, Ibcast and Iallreduce keep their message schedules.
+// Blocking collectives do not match nonblocking ones (MPI-4.1 §6.12): the
+// nonblocking Ibcast, Iallreduce and Ialltoall that use the area do so in a
+// section of their own (coll_shm_nb.go), and Ibarrier keeps its messages.
 
 // EnvCollShm turns the shared-memory collectives off when "0".
 const EnvCollShm = "AMGO_COLL_SHM"
