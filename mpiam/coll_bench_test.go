@@ -27,9 +27,20 @@ func BenchmarkAllreduce8B(b *testing.B) {
 
 // BenchmarkIallreduce8B is BenchmarkAllreduce8B started and waited for
 // (the schedule engine's cost per call).
-func BenchmarkIallreduce8B(b *testing.B) {
+func BenchmarkIallreduce8B(b *testing.B) { benchIallreduce8B(b, false) }
+
+// BenchmarkIallreduce8BArea is BenchmarkIallreduce8B through the
+// communicator's shared area (coll_shm_nb.go), made by a Barrier first.
+func BenchmarkIallreduce8BArea(b *testing.B) { benchIallreduce8B(b, true) }
+
+func benchIallreduce8B(b *testing.B, area bool) {
 	err := RunLocal(2, Config{}, func(w *Comm) error {
 		s, r := []float64{1}, []float64{0}
+		if area {
+			if err := w.Barrier(); err != nil {
+				return err
+			}
+		}
 		if w.Rank() == 0 {
 			b.ReportAllocs()
 			b.ResetTimer()

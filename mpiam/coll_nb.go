@@ -264,7 +264,11 @@ func Iallreduce[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIallreduce, send, recv, &op, 0).onArea(c), CallIallreduce, AnySource, len(raw(recv)), iallreduceSched(send, recv, op), sigCheckOf[T](c, CallIallreduce, len(recv)))
+	key, chk := keyOf(CallIallreduce, send, recv, &op, 0).onArea(c), sigCheckOf[T](c, CallIallreduce, len(recv))
+	if !c.hooked() {
+		return c.startSchedUnhooked(key, CallIallreduce, AnySource, len(raw(recv)), iallreduceSched(send, recv, op), chk)
+	}
+	return c.startSchedKey(key, CallIallreduce, AnySource, len(raw(recv)), iallreduceSched(send, recv, op), chk)
 }
 
 // AllreduceInit makes a persistent allreduce request (MPI_Allreduce_init,

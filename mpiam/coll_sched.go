@@ -385,37 +385,44 @@ func (c *Comm) startSched(call Call, peer, bytes int, build func(x coll, b *sche
 // cache (key's call set): a kept operation built for the same arguments runs
 // again on the call's new tag base.
 func (c *Comm) startSchedKey(key schedKey, call Call, peer, bytes int, build func(x coll, b *sched.Builder) error, chk sigCheck) (*Request, error) {
-	start := func() (*Request, error) {
-		x, err := c.startColl(call, true)
-		if err != nil {
-			return nil, err
-		}
-		if key.call != 0 && x.pb == nil {
-			if n := c.cachedSched(key); n != nil {
-				n.x = x
-				n.newReq()
-				h := n.h
-				n.begin()
-				return h, nil
-			}
-		}
-		var b sched.Builder
-		chk.add(x, &b)
-		if err := build(x, &b); err != nil {
-			return nil, err
-		}
-		n := newNBC(x, call, peer, bytes, b.Schedule())
-		if x.pb == nil {
-			n.key = key
-		}
-		h := n.h
-		n.begin()
-		return h, nil
-	}
 	if c.hooked() {
-		return c.p.hookReq(&Event{Call: call, Comm: c, Peer: peer, Bytes: bytes}, start)
+		return c.p.hookReq(&Event{Call: call, Comm: c, Peer: peer, Bytes: bytes}, func() (*Request, error) {
+			return c.startSchedUnhooked(key, call, peer, bytes, build, chk)
+		})
 	}
-	return start()
+	return c.startSchedUnhooked(key, call, peer, bytes, build, chk)
+}
+
+// startSchedUnhooked is startSchedKey without the tools' hooks. It only
+// calls build, so a caller that calls it directly when c has no tools
+// keeps its builder's closure on its stack: a call served from the cache
+// then allocates nothing for it.
+func (c *Comm) startSchedUnhooked(key schedKey, call Call, peer, bytes int, build func(x coll, b *sched.Builder) error, chk sigCheck) (*Request, error) {
+	x, err := c.startColl(call, true)
+	if err != nil {
+		return nil, err
+	}
+	if key.call != 0 && x.pb == nil {
+		if n := c.cachedSched(key); n != nil {
+			n.x = x
+			n.newReq()
+			h := n.h
+			n.begin()
+			return h, nil
+		}
+	}
+	var b sched.Builder
+	chk.add(x, &b)
+	if err := build(x, &b); err != nil {
+		return nil, err
+	}
+	n := newNBC(x, call, peer, bytes, b.Schedule())
+	if x.pb == nil {
+		n.key = key
+	}
+	h := n.h
+	n.begin()
+	return h, nil
 }
 
 // runSched runs collective call on c as a schedule to completion: the

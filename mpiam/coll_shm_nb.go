@@ -272,7 +272,7 @@ func (a *shmColl) progressNB(p *proc) (empty, yield bool) {
 	if !moved && nb.head < len(nb.q) {
 		nb.idle++
 		yield = nb.idle%256 == 0
-		if !nb.slept && nb.idle%256 == 1 {
+		if !nb.slept && nb.idle%256 == 64 {
 			// Nothing wakes the endpoint for what the area's words say
 			// until the sleep word is set: keep its waits from sleeping
 			// before then (they would sleep out their whole timeout).

@@ -48,7 +48,35 @@ type Integer interface {
 
 // Sum is MPI_SUM.
 func Sum[T Number]() Op[T] {
-	return Op[T]{Name: "sum", Commutative: true, predefined: true, Fn: sumInto[T]}
+	return Op[T]{Name: "sum", Commutative: true, predefined: true, Fn: sumFn[T]()}
+}
+
+// sumFn is sumInto for T. For the common element types it is a function
+// value of a concrete instantiation, which needs no allocation where the
+// generic one binds T's dictionary in a closure: a loop that passes Sum[T]()
+// to a nonblocking collective, whose operation outlives the call,
+// allocates nothing for it.
+func sumFn[T Number]() func(in, io []T) {
+	var f any
+	switch any(*new(T)).(type) {
+	case float64:
+		f = sumInto[float64]
+	case float32:
+		f = sumInto[float32]
+	case int:
+		f = sumInto[int]
+	case int64:
+		f = sumInto[int64]
+	case int32:
+		f = sumInto[int32]
+	case uint64:
+		f = sumInto[uint64]
+	case uint32:
+		f = sumInto[uint32]
+	default:
+		return sumInto[T]
+	}
+	return f.(func(in, io []T))
 }
 
 // sumInto sets io[i] = in[i] + io[i], eight elements per iteration: the
