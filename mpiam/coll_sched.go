@@ -3,10 +3,10 @@ package mpiam
 import (
 	"fmt"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/amgo-hpc/amgo/internal/locks"
 	"github.com/amgo-hpc/amgo/mpiam/internal/sched"
 )
 
@@ -40,11 +40,11 @@ type nbc struct {
 
 // nbcEngine is a rank's collective schedules under way.
 type nbcEngine struct {
-	mu sync.Mutex // held while advancing schedules; guards nbc.finished, until, Comm.nbcq
+	mu locks.Mutex // held while advancing schedules; guards nbc.finished, until, Comm.nbcq (a flag at single-threaded levels)
 
-	readyMu sync.Mutex // a leaf lock: guards ready alone
-	ready   []*nbc     // schedules with a step that completed since they were last advanced
-	batch   []*nbc     // ready's spare array
+	readyMu locks.Mutex // a leaf lock: guards ready alone (a flag at single-threaded levels)
+	ready   []*nbc      // schedules with a step that completed since they were last advanced
+	batch   []*nbc      // ready's spare array
 	pending atomic.Bool
 
 	until  []*nbc // schedules waiting on a condition: advanced at every poll

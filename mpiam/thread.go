@@ -148,6 +148,8 @@ func (p *proc) setThread(l ThreadLevel) {
 		p.seq = locks.NewSeq()
 		p.mu.SetSeq(p.seq)
 		p.states.mu.SetSeq(p.seq)
+		p.nbc.mu.SetSeq(p.seq)
+		p.nbc.readyMu.SetSeq(p.seq)
 	}
 }
 
