@@ -109,7 +109,11 @@ func (n *nbc) Test(i int, op *sched.Op) (bool, error) {
 	r := n.msgs[i]
 	if !r.done.Load() {
 		if op.Kind == sched.EventOp {
-			return false, n.x.c.p.collFailed(n.x.c) // a dead rank never publishes
+			err := n.x.c.p.collFailed(n.x.c) // a dead rank never publishes
+			if err != nil {
+				op.Ext.(*shmNBOp).abandon()
+			}
+			return false, err
 		}
 		return false, nil
 	}
@@ -131,6 +135,9 @@ func (n *nbc) Test(i int, op *sched.Op) (bool, error) {
 func (n *nbc) Cancel(i int, op *sched.Op) {
 	if r := n.msgs[i]; r != nil && op.Kind == sched.RecvOp {
 		_ = r.cancel()
+	}
+	if op.Kind == sched.EventOp {
+		op.Ext.(*shmNBOp).abandon()
 	}
 }
 

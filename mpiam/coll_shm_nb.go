@@ -139,13 +139,19 @@ type shmNBOp struct {
 	k          uint64
 	x          coll      // the operation's, for its tool values (set when posted)
 	req        *reqState // the event step, completed when finished
+	abandoned  bool      // the operation failed (a rank died): leave its buffers alone
 }
+
+// abandon marks o's operation as failed: should the section still finish
+// it, it writes nothing into the buffers of a request already completed
+// with an error. Engine lock held.
+func (o *shmNBOp) abandon() { o.abandoned = true }
 
 // start numbers the collective: the first step of its schedule, run at the
 // call.
 func (o *shmNBOp) start() error {
 	o.a.nb.seq++
-	o.k = o.a.nb.seq
+	o.k, o.abandoned = o.a.nb.seq, false
 	return nil
 }
 
@@ -327,7 +333,9 @@ func (a *shmColl) driveNB(p *proc) (moved bool) {
 		if !o.readable() {
 			break
 		}
-		o.read()
+		if !o.abandoned {
+			o.read()
+		}
 		nb.done[a.me].Store(o.k)
 		nb.q[nb.head] = nil
 		nb.head++

@@ -146,7 +146,9 @@ func TestDeadRankLoop(t *testing.T) {
 				requireProcFailed(t, err, victim)
 				since(t, died, "Allreduce")
 				// Nonblocking ones on the schedule engine fail alike,
-				// through a failed receive or a barrier's wait.
+				// through the shared area's event (all four ranks share a
+				// node: the first Allreduce made it) or a barrier's wait.
+				require.Equal(t, shmReady, w.shmState.Load())
 				req, err := Iallreduce(w, []int64{1}, x[:], Sum[int64]())
 				require.NoError(t, err)
 				_, err = req.Wait()

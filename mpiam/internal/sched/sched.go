@@ -242,8 +242,8 @@ type Net interface {
 	// and its error. A receive of other than len(op.Buf) bytes is an error
 	// the Net reports.
 	Test(i int, op *Op) (done bool, err error)
-	// Cancel abandons posted step i, which has not completed, after a
-	// failure elsewhere in the schedule.
+	// Cancel abandons posted step i (a message or an event), which has not
+	// completed, after a failure elsewhere in the schedule.
 	Cancel(i int, op *Op)
 }
 
@@ -341,7 +341,7 @@ func (r *Run) fail(n Net, lo, hi int, err error) {
 	ops := r.s.ops
 	for i := lo; i < hi; i++ {
 		op := &ops[i]
-		if op.Kind != SendOp && op.Kind != RecvOp {
+		if op.Kind != SendOp && op.Kind != RecvOp && op.Kind != EventOp {
 			continue
 		}
 		if done, _ := n.Test(i, op); !done {
