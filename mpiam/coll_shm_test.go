@@ -59,23 +59,9 @@ func TestCollectivesThroughSharedMemory(t *testing.T) {
 							r.Equal(int64(n*(n+1)/2*(i+1)+n*j), got[j], "call %d element %d", i, j)
 						}
 					case 3:
-						// Rank order: "a∘b = b's digits after a's" shows any misordering.
-						cat := NewOp("concat", func(in, inout []int64) {
-							for j := range inout {
-								d := int64(1)
-								for d <= inout[j] {
-									d *= 10
-								}
-								inout[j] = in[j]*d + inout[j]
-							}
-						}, false)
 						v := []int64{int64(me + 1)}
-						r.NoError(Allreduce(c, nil, v, cat))
-						want := int64(0)
-						for q := range n {
-							want = want*10 + int64(q+1)
-						}
-						r.Equal(want, v[0], "call %d: rank order", i)
+						r.NoError(Allreduce(c, nil, v, concatOp()))
+						r.Equal(concatOf(n), v[0], "call %d: rank order", i)
 					}
 				}
 				oneNode := true
@@ -86,6 +72,30 @@ func TestCollectivesThroughSharedMemory(t *testing.T) {
 			})
 		})
 	}
+}
+
+// concatOp is a non-commutative operation that shows any misordering: a∘b
+// is b's digits after a's. Reducing rank r's r+1 over n ranks in rank
+// order gives concatOf(n).
+func concatOp() Op[int64] {
+	return NewOp("concat", func(in, inout []int64) {
+		for j := range inout {
+			d := int64(1)
+			for d <= inout[j] {
+				d *= 10
+			}
+			inout[j] = in[j]*d + inout[j]
+		}
+	}, false)
+}
+
+// concatOf is 12...n, the rank-order reduction of concatOp over n ranks.
+func concatOf(n int) int64 {
+	v := int64(0)
+	for q := range n {
+		v = v*10 + int64(q+1)
+	}
+	return v
 }
 
 // Beyond shmCollMax ranks, or with AMGO_COLL_SHM=0, the message algorithms
@@ -133,19 +143,7 @@ func TestNonblockingCollectivesThroughSharedMemory(t *testing.T) {
 				me := c.Rank()
 				rng := rand.New(rand.NewSource(int64(n*100 + me)))
 				r.NoError(c.Barrier()) // makes the area, where the node allows
-				cat := NewOp("concat", func(in, inout []int64) {
-					for j := range inout {
-						d := int64(1)
-						for d <= inout[j] {
-							d *= 10
-						}
-						inout[j] = in[j]*d + inout[j]
-					}
-				}, false)
-				catWant := int64(0)
-				for q := range n {
-					catWant = catWant*10 + int64(q+1)
-				}
+				cat, catWant := concatOp(), concatOf(n)
 				const calls = 3*shmSlots + 5
 				reqs := make([]*Request, calls)
 				checks := make([]func(), calls)
