@@ -88,3 +88,31 @@ func BenchmarkAllreduceInit8B(b *testing.B) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkIalltoall8BArea is an Ialltoall of 8 bytes per rank on 2 ranks
+// through the communicator's shared area, started and waited for.
+func BenchmarkIalltoall8BArea(b *testing.B) {
+	err := RunLocal(2, Config{}, func(w *Comm) error {
+		s, r := []float64{1, 2}, []float64{0, 0}
+		if err := w.Barrier(); err != nil {
+			return err
+		}
+		if w.Rank() == 0 {
+			b.ReportAllocs()
+			b.ResetTimer()
+		}
+		for i := 0; i < b.N; i++ {
+			req, err := Ialltoall(w, s, r)
+			if err != nil {
+				return err
+			}
+			if _, err := req.Wait(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}

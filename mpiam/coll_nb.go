@@ -165,7 +165,11 @@ func Ibcast[T any](c *Comm, buf []T, root int) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf[T](CallIbcast, buf, nil, nil, root).onArea(c), CallIbcast, root, len(raw(buf)), ibcastSched(buf, root), sigCheckOf[T](c, CallIbcast, len(buf)))
+	key, chk := keyOf[T](CallIbcast, buf, nil, nil, root).onArea(c), sigCheckOf[T](c, CallIbcast, len(buf))
+	if !c.hooked() {
+		return c.startSchedUnhooked(key, CallIbcast, root, len(raw(buf)), ibcastSched(buf, root), chk)
+	}
+	return c.startSchedKey(key, CallIbcast, root, len(raw(buf)), ibcastSched(buf, root), chk)
 }
 
 // BcastInit makes a persistent broadcast request (MPI_Bcast_init, MPI-4.1
@@ -540,7 +544,11 @@ func Ialltoall[T any](c *Comm, send, recv []T) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
 	}
-	return c.startSchedKey(keyOf(CallIalltoall, send, recv, nil, 0).onArea(c), CallIalltoall, AnySource, len(raw(send)), ialltoallSched(send, recv), sigCheckOf[T](c, CallIalltoall, perRank(c, len(recv))))
+	key, chk := keyOf(CallIalltoall, send, recv, nil, 0).onArea(c), sigCheckOf[T](c, CallIalltoall, perRank(c, len(recv)))
+	if !c.hooked() {
+		return c.startSchedUnhooked(key, CallIalltoall, AnySource, len(raw(send)), ialltoallSched(send, recv), chk)
+	}
+	return c.startSchedKey(key, CallIalltoall, AnySource, len(raw(send)), ialltoallSched(send, recv), chk)
 }
 
 // AlltoallInit makes a persistent all-to-all request (MPI_Alltoall_init,
