@@ -69,8 +69,13 @@ func stepDone(r *reqState) {
 	e.pending.Store(true)
 }
 
-// Post starts step i, a send or receive, on the collective context.
+// Post starts step i, a send or receive on the collective context, or the
+// shared area's event (coll_shm_nb.go).
 func (n *nbc) Post(i int, op *sched.Op) error {
+	if op.Kind == sched.EventOp {
+		op.Ext.(*shmNBOp).post(n) // the only events: the shared area's
+		return nil
+	}
 	r := n.msgs[i]
 	if r == nil {
 		r, _ = n.x.c.p.states.get(false)
@@ -80,10 +85,6 @@ func (n *nbc) Post(i int, op *sched.Op) error {
 	}
 	cc := n.x.cc
 	r.p, r.comm, r.peer, r.tag, r.buf, r.onDone, r.coll = cc.p, cc, op.Peer, n.x.tag+op.Tag, op.Buf, stepDone, n
-	if op.Kind == sched.EventOp {
-		op.Ext.(*shmNBOp).post(n.x, r) // the only events: the shared area's (coll_shm_nb.go)
-		return nil
-	}
 	if op.Ext != nil {
 		r.lay = op.Ext.(*layout) // non-contiguous data (coll_typed.go)
 	}
@@ -106,15 +107,19 @@ func (n *nbc) Test(i int, op *sched.Op) (bool, error) {
 		}
 		return false, n.x.c.p.collFailed(n.x.c)
 	}
+	if op.Kind == sched.EventOp {
+		o := op.Ext.(*shmNBOp)
+		if o.done {
+			return true, nil
+		}
+		err := n.x.c.p.collFailed(n.x.c) // a dead rank never publishes
+		if err != nil {
+			o.abandon()
+		}
+		return false, err
+	}
 	r := n.msgs[i]
 	if !r.done.Load() {
-		if op.Kind == sched.EventOp {
-			err := n.x.c.p.collFailed(n.x.c) // a dead rank never publishes
-			if err != nil {
-				op.Ext.(*shmNBOp).abandon()
-			}
-			return false, err
-		}
 		return false, nil
 	}
 	st := r.status
@@ -133,11 +138,12 @@ func (n *nbc) Test(i int, op *sched.Op) (bool, error) {
 // Cancel withdraws a posted receive after a failure; a send cannot be
 // withdrawn and completes on its own.
 func (n *nbc) Cancel(i int, op *sched.Op) {
-	if r := n.msgs[i]; r != nil && op.Kind == sched.RecvOp {
-		_ = r.cancel()
-	}
 	if op.Kind == sched.EventOp {
 		op.Ext.(*shmNBOp).abandon()
+		return
+	}
+	if r := n.msgs[i]; r != nil && op.Kind == sched.RecvOp {
+		_ = r.cancel()
 	}
 }
 

@@ -30,7 +30,7 @@ import (
 //
 // Each call's schedule is two steps: number the collective and queue it on
 // the section (a call), and an event step that completes when the section
-// has finished it. The section drives its queue from the rank's progress
+// has finished it, which then advances the operation at once. The section drives its queue from the rank's progress
 // (progressColls), in order, with two cursors: the first collective not yet
 // published (it publishes once its slot is free) and the first not yet
 // finished (it finishes once the slots it reads are stamped). Each stops at
@@ -137,9 +137,10 @@ type shmNBOp struct {
 	red        *sched.Reduction
 	blk        int // nbAlltoall: bytes per rank
 	k          uint64
-	x          coll      // the operation's, for its tool values (set when posted)
-	req        *reqState // the event step, completed when finished
-	abandoned  bool      // the operation failed (a rank died): leave its buffers alone
+	x          coll // the operation's, for its tool values (set when posted)
+	n          *nbc // the operation, advanced when this finishes
+	done       bool // finished: the event step has completed
+	abandoned  bool // the operation failed (a rank died): leave its buffers alone
 }
 
 // abandon marks o's operation as failed: should the section still finish
@@ -151,14 +152,15 @@ func (o *shmNBOp) abandon() { o.abandoned = true }
 // call.
 func (o *shmNBOp) start() error {
 	o.a.nb.seq++
-	o.k, o.abandoned = o.a.nb.seq, false
+	o.k, o.done, o.abandoned = o.a.nb.seq, false, false
 	return nil
 }
 
-// post queues o on its section, with r the event step to complete when it
-// has finished and x its operation. Engine lock held.
-func (o *shmNBOp) post(x coll, r *reqState) {
-	o.x, o.req = x, r
+// post queues o on its section as the event step of operation n, which
+// is advanced when o finishes. Engine lock held.
+func (o *shmNBOp) post(n *nbc) {
+	o.x, o.n = n.x, n
+	x := n.x
 	a := o.a
 	nb := &a.nb
 	nb.q = append(nb.q, o)
@@ -340,7 +342,8 @@ func (a *shmColl) driveNB(p *proc) (moved bool) {
 		nb.q[nb.head] = nil
 		nb.head++
 		fin = true
-		o.req.complete(Status{})
+		o.done = true
+		o.n.advanceLocked() // under the engine's lock, as the ready list's advances are
 	}
 	if fin {
 		nb.idle = 0
