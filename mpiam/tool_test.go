@@ -141,6 +141,36 @@ func TestToolSeesCallsAndPiggyback(t *testing.T) {
 			r.True(ev.Status.HasPiggyback, "barrier %d", i)
 			r.EqualValues(1000+peer, ev.Status.Piggyback, "barrier %d", i)
 		}
+		// Nonblocking collectives (through the shared area where the ranks
+		// share a node: the Allreduce above made it): more in flight than
+		// the area has slots, each reporting the other rank's value.
+		const k = 2*shmSlots + 3
+		reqs := make([]*Request, 0, 3*k)
+		for i := range k {
+			a := []int{me}
+			req, err := Iallreduce(w, nil, a, Sum[int]())
+			r.NoError(err)
+			reqs = append(reqs, req)
+			req, err = Ialltoall(w, []int{me, me}, make([]int, 2))
+			r.NoError(err)
+			reqs = append(reqs, req)
+			req, err = Ibcast(w, []int{i}, i%2)
+			r.NoError(err)
+			reqs = append(reqs, req)
+		}
+		for i, req := range reqs {
+			st, err := req.Wait()
+			r.NoError(err)
+			if i%3 == 2 && (i/3)%2 == me {
+				continue // a broadcast's root hears from nobody
+			}
+			r.True(st.HasPiggyback, "nonblocking collective %d", i)
+			r.EqualValues(1000+peer, st.Piggyback, "nonblocking collective %d", i)
+		}
+		if r.net == "loop" || r.net == "shm" { // one node
+			r.Equal(shmReady, w.shmState.Load())
+			r.Equal(uint64(3*k), w.shmc.nb.seq, "they went through the area")
+		}
 	})
 	c0 := tools[0].calls()
 	require.Contains(t, c0, CallSend)
