@@ -27,15 +27,33 @@ func BenchmarkAllreduce8B(b *testing.B) {
 
 // BenchmarkIallreduce8B is BenchmarkAllreduce8B started and waited for
 // (the schedule engine's cost per call).
-func BenchmarkIallreduce8B(b *testing.B) { benchIallreduce8B(b, false) }
+func BenchmarkIallreduce8B(b *testing.B) { benchStartWait(b, false, iallreduce8B) }
 
 // BenchmarkIallreduce8BArea is BenchmarkIallreduce8B through the
 // communicator's shared area (coll_shm_nb.go), made by a Barrier first.
-func BenchmarkIallreduce8BArea(b *testing.B) { benchIallreduce8B(b, true) }
+func BenchmarkIallreduce8BArea(b *testing.B) { benchStartWait(b, true, iallreduce8B) }
 
-func benchIallreduce8B(b *testing.B, area bool) {
+// iallreduce8B starts an Iallreduce of one float64 on buffers of its own.
+func iallreduce8B() func(w *Comm) (*Request, error) {
+	s, r := []float64{1}, []float64{0}
+	return func(w *Comm) (*Request, error) { return Iallreduce(w, s, r, Sum[float64]()) }
+}
+
+// BenchmarkIalltoall8BArea is an Ialltoall of 8 bytes per rank through
+// the shared area, started and waited for.
+func BenchmarkIalltoall8BArea(b *testing.B) {
+	benchStartWait(b, true, func() func(w *Comm) (*Request, error) {
+		s, r := []float64{1, 2}, []float64{0, 0}
+		return func(w *Comm) (*Request, error) { return Ialltoall(w, s, r) }
+	})
+}
+
+// benchStartWait times a call followed by a Wait on 2 in-process ranks,
+// after a Barrier that makes the shared area when area; mk gives each rank
+// its call, with buffers of its own.
+func benchStartWait(b *testing.B, area bool, mk func() func(w *Comm) (*Request, error)) {
 	err := RunLocal(2, Config{}, func(w *Comm) error {
-		s, r := []float64{1}, []float64{0}
+		start := mk()
 		if area {
 			if err := w.Barrier(); err != nil {
 				return err
@@ -46,7 +64,7 @@ func benchIallreduce8B(b *testing.B, area bool) {
 			b.ResetTimer()
 		}
 		for i := 0; i < b.N; i++ {
-			req, err := Iallreduce(w, s, r, Sum[float64]())
+			req, err := start(w)
 			if err != nil {
 				return err
 			}
@@ -76,34 +94,6 @@ func BenchmarkAllreduceInit8B(b *testing.B) {
 		}
 		for i := 0; i < b.N; i++ {
 			if err := req.Start(); err != nil {
-				return err
-			}
-			if _, err := req.Wait(); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-}
-
-// BenchmarkIalltoall8BArea is an Ialltoall of 8 bytes per rank on 2 ranks
-// through the communicator's shared area, started and waited for.
-func BenchmarkIalltoall8BArea(b *testing.B) {
-	err := RunLocal(2, Config{}, func(w *Comm) error {
-		s, r := []float64{1, 2}, []float64{0, 0}
-		if err := w.Barrier(); err != nil {
-			return err
-		}
-		if w.Rank() == 0 {
-			b.ReportAllocs()
-			b.ResetTimer()
-		}
-		for i := 0; i < b.N; i++ {
-			req, err := Ialltoall(w, s, r)
-			if err != nil {
 				return err
 			}
 			if _, err := req.Wait(); err != nil {
