@@ -101,6 +101,11 @@ type Config struct {
 	// fails with ErrSeq. Ignored when Progress is set: the progress
 	// goroutine polls beside the client (Sequential reports what holds).
 	Seq bool
+	// NoImmediate turns immediate requests off (RequestImmediate then
+	// always answers false and its caller sends a medium request): for
+	// measuring the path they replace, and for tests of it
+	// (AMGO_IMMEDIATE=0).
+	NoImmediate bool
 }
 
 func (c *Config) fill() error {
@@ -147,6 +152,9 @@ type Stats struct {
 	RequestsSent, RepliesSent, AcksSent uint64 // packets sent, by kind
 	RequestsRecv, RepliesRecv, AcksRecv uint64 // packets handled, by kind
 	BytesSent, BytesRecv                uint64 // payload bytes of requests and replies
+	// ImmediateSent and ImmediateRecv count the immediate requests among
+	// RequestsSent and RequestsRecv (RequestImmediate).
+	ImmediateSent, ImmediateRecv uint64
 	// CreditStalls counts requests that found their space in the peer's buffer
 	// taken and polled until replies freed some (back-pressure).
 	CreditStalls uint64
@@ -170,7 +178,7 @@ type Stats struct {
 
 // sendCounters are kept per peer under the peer's lock.
 type sendCounters struct {
-	requests, replies, acks, bytes, stalls, backlogged, storesPut, storesPacketed uint64
+	requests, replies, acks, bytes, stalls, backlogged, storesPut, storesPacketed, immediate uint64
 }
 
 // peerNet is what the network that reaches one peer offers (the job's
@@ -180,6 +188,7 @@ type peerNet struct {
 	putMin    int  // Caps.PutMin
 	put, get  bool // single-copy put and get
 	putSend   bool // PutSender: a store-done leaves with the data
+	immediate bool // immediate requests: an ordered, reliable network with a bounded queue of opaque packets
 	name      string
 	buffer    int // per-peer buffer in bytes, both ways (Config.BufferBytes or the network's)
 }
@@ -220,6 +229,7 @@ type Endpoint struct {
 	table     handlers.Table
 	maxMedium int
 	maxBuffer int // the largest per-peer buffer
+	immQueue  int // the largest network queue toward a peer that takes immediate requests
 	maxPacket int
 
 	peers  []peer
@@ -278,7 +288,7 @@ type rxState struct {
 	busy    int           // polls that delivered something
 	lastErr error         // the last peer failure Poll returned, and its rank (a cache:
 	lastBad int           // networks repeat a dead peer's error on every idle poll)
-	c       struct{ requests, replies, acks, bytes, drops uint64 }
+	c       struct{ requests, replies, acks, bytes, drops, immediate uint64 }
 }
 
 // New makes an endpoint over an open transport. Register handlers, then
@@ -288,7 +298,8 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 		return nil, err
 	}
 	caps := tr.Caps()
-	if !caps.Ordered || !caps.Reliable {
+	wrapped := !caps.Ordered || !caps.Reliable
+	if wrapped {
 		// A network without ordered or reliable delivery gets sequence
 		// numbers, acknowledgements and retransmission here, once, for every
 		// such network (package reliable).
@@ -358,7 +369,12 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 				ErrConfig, r, c.Name, mm, c.MaxPacket, buf)
 		}
 		ep.nets[r] = peerNet{maxMedium: mm, putMin: c.PutMin, put: ep.putter != nil && c.Put,
-			get: ep.getter != nil && c.Get, putSend: ep.putSender != nil && (c.PutSend || !perPeer), name: c.Name, buffer: buf}
+			get: ep.getter != nil && c.Get, putSend: ep.putSender != nil && (c.PutSend || !perPeer), name: c.Name, buffer: buf,
+			immediate: !wrapped && !cfg.NoImmediate && c.Ordered && c.Reliable && c.QueueBytes > 0 &&
+				c.MaxPacket >= MaxImmediate+wire.ImmediateHeaderLen+8*wire.MaxArgs}
+		if ep.nets[r].immediate {
+			ep.immQueue = max(ep.immQueue, c.QueueBytes)
+		}
 		ep.maxMedium = min(ep.maxMedium, mm)
 		ep.maxBuffer = max(ep.maxBuffer, buf)
 	}

@@ -75,7 +75,11 @@ func (t *fakeTr) Caps() transport.Caps {
 	if t.net.lossy {
 		return transport.Caps{Name: "fake-lossy", MaxPacket: t.net.maxPkt}
 	}
-	return transport.Caps{Name: "fake", Ordered: true, Reliable: true, MaxPacket: t.net.maxPkt, Put: t.net.put, PutMin: t.net.putMin}
+	q := 1 << 20 // nominal: the fake queues without bound unless limit is set
+	if t.net.limit > 0 {
+		q = t.net.limit * t.net.maxPkt
+	}
+	return transport.Caps{Name: "fake", Ordered: true, Reliable: true, MaxPacket: t.net.maxPkt, QueueBytes: q, Put: t.net.put, PutMin: t.net.putMin}
 }
 
 func (t *fakeTr) Send(dst int, hdr, payload []byte) error {

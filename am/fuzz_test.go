@@ -22,6 +22,8 @@ func FuzzDeliver(f *testing.F) {
 	f.Add(enc(wire.Header{Kind: wire.KindReplyShort, Handler: 1, Flags: wire.FlagFree, Reserve: 256}, nil, nil))
 	f.Add(enc(wire.Header{Kind: wire.KindAck, Flags: wire.FlagFree, Off: 64, Reserve: 64}, nil, nil))
 	f.Add(enc(wire.Header{Kind: wire.KindRequestMedium, Handler: 2, Flags: wire.FlagFree, Len: 3, Off: 256, Reserve: 320, FreeOff: 0, FreeLen: 256}, nil, []byte("abc")))
+	f.Add(enc(wire.Header{Kind: wire.KindRequestImmediate, Handler: 1, NArgs: 2, Len: 3}, []uint64{1, 2}, []byte("abc")))
+	f.Add(enc(wire.Header{Kind: wire.KindRequestImmediate, Handler: 2, Len: 1}, nil, []byte("x")))
 	f.Fuzz(func(t *testing.T, pkt []byte) {
 		net := newFakeNet(2)
 		var eps []*Endpoint

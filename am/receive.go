@@ -88,6 +88,10 @@ func (ep *Endpoint) deliver(src int, pkt []byte) {
 	if rx.credit.Urgent() {
 		ep.sendUrgentFrees()
 	}
+	if len(pkt) > 1 && pkt[1] == byte(wire.KindRequestImmediate) {
+		ep.deliverImmediate(src, pkt)
+		return
+	}
 	h := &rx.hdr
 	payload, err := wire.Decode(pkt, h, &rx.args)
 	if err != nil {
@@ -162,6 +166,28 @@ func (ep *Endpoint) deliver(src int, pkt []byte) {
 			ep.addFree(src, h.Off, h.Reserve)
 		}
 	}
+}
+
+// deliverImmediate runs the handler of an immediate request from src: no
+// reservation to check, no credit to return, a token that cannot reply
+// or retain.
+func (ep *Endpoint) deliverImmediate(src int, pkt []byte) {
+	rx := &ep.rx
+	h, nargs, payload, err := wire.DecodeImmediate(pkt, &rx.args)
+	if err != nil {
+		ep.drop(fmt.Errorf("am: packet from rank %d: %w", src, err))
+		return
+	}
+	if uint(src) >= uint(ep.size) || !ep.nets[src].immediate {
+		ep.drop(fmt.Errorf("am: immediate request from rank %d, whose network does not carry them", src))
+		return
+	}
+	rx.c.requests++
+	rx.c.immediate++
+	rx.c.bytes += uint64(len(payload))
+	rx.tok.BeginImmediate((*replier)(ep), src)
+	rx.kind = wire.KindRequestImmediate
+	ep.dispatch(h, rx.args[:nargs], payload)
 }
 
 func (ep *Endpoint) dispatch(idx uint8, args []uint64, payload []byte) {
@@ -276,10 +302,12 @@ func (ep *Endpoint) Stats() Stats {
 		s.Backlogged += p.c.backlogged
 		s.StoresPut += p.c.storesPut
 		s.StoresPacketed += p.c.storesPacketed
+		s.ImmediateSent += p.c.immediate
 		p.mu.Unlock()
 	}
 	ep.pollMu.Lock()
 	s.RequestsRecv = ep.rx.c.requests
+	s.ImmediateRecv = ep.rx.c.immediate
 	s.RepliesRecv = ep.rx.c.replies
 	s.AcksRecv = ep.rx.c.acks
 	s.BytesRecv = ep.rx.c.bytes

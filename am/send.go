@@ -118,6 +118,94 @@ func (ep *Endpoint) requestMedium(dst int, h handlers.Index, payload []byte, fla
 	return ep.sendRequest(dst, &hdr, args, payload)
 }
 
+// MaxImmediate is the largest payload of an immediate request, in bytes.
+const MaxImmediate = 1024
+
+// RequestImmediate sends a medium request (handler h at rank dst with args
+// and payload, which may be reused when it returns) that reserves nothing
+// in dst's per-peer buffer, if it can go at once: true when the network took
+// it. It answers false, having sent nothing and without waiting, when the
+// request cannot go that way now: the payload is over MaxImmediate, the
+// network that reaches dst does not carry immediate requests (only an
+// ordered, reliable network that states a bounded queue of opaque packets,
+// transport.Caps.QueueBytes: PeerCarriesImmediate), the network's queue
+// to dst is full, or replies to
+// dst are queued ahead of it. The caller then sends it as a medium request
+// (RequestMedium), which waits as needed; order between the two is kept.
+//
+// This is Open MPI's send-immediate and GASNet-EX's GEX_FLAG_IMMEDIATE:
+// a small message leaves without a reservation or a descriptor, or not at
+// all. What it saves is the credit: no space is reserved at dst for the
+// payload or a reply, so none comes back; the network's own bounded queue
+// (a shared-memory ring, a socket's send queue) bounds what is in flight.
+// The price is on the handler: its token cannot reply or retain
+// (handlers.ErrImmediate); it must consume the payload before it returns.
+//
+// Errors as RequestMedium (ErrRank, ErrClosed, a dead peer, handler
+// errors, transport errors other than a full queue); false with them.
+func (ep *Endpoint) RequestImmediate(dst int, h handlers.Index, payload []byte, args ...uint64) (bool, error) {
+	if uint(dst) >= uint(ep.size) {
+		return false, ep.checkDst(dst)
+	}
+	if !ep.nets[dst].immediate || len(payload) > MaxImmediate {
+		return false, nil
+	}
+	if h > handlers.MaxClientIndex {
+		return false, fmt.Errorf("%w: %d", handlers.ErrIndexReserved, h)
+	}
+	if err := ep.table.CheckSend(h, len(args)); err != nil {
+		return false, err
+	}
+	if !ep.table.Sealed() {
+		ep.table.Seal() // communication has started
+		ep.startProgress()
+	}
+	if ep.dead[dst].Load() != nil || ep.closed.Load() || ep.seq.Collided() {
+		return false, ep.checkDst(dst)
+	}
+	p := &ep.peers[dst]
+	if !p.mu.TryLock() {
+		return false, nil // another goroutine sends to dst: the medium request waits its turn
+	}
+	if len(p.backlog) > 0 {
+		p.mu.Unlock()
+		return false, nil
+	}
+	n := wire.EncodeImmediate(p.scratch[:], uint8(h), args, len(payload))
+	err := ep.tr.Send(dst, p.scratch[:n], payload)
+	if err == nil {
+		p.c.requests++
+		p.c.immediate++
+		p.c.bytes += uint64(len(payload))
+	}
+	p.mu.Unlock()
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, transport.ErrWouldBlock):
+		return false, nil
+	}
+	if pe := ep.peerFailed(dst, err); pe != nil {
+		return false, pe
+	}
+	return false, fmt.Errorf("am: immediate request to rank %d: %w", dst, err)
+}
+
+// PeerCarriesImmediate reports whether immediate requests to rank dst can
+// go (RequestImmediate): the network that reaches it is ordered and
+// reliable and states a bounded queue (transport.Caps.QueueBytes), and
+// Config.NoImmediate is not set.
+func (ep *Endpoint) PeerCarriesImmediate(dst int) bool {
+	return uint(dst) < uint(ep.size) && ep.nets[dst].immediate
+}
+
+// ImmediateQueueBytes is the most bytes of immediate requests that can be
+// on their way from one peer to this rank (or from this rank to one peer):
+// the largest network queue toward a peer that carries them; 0 when none
+// does. A layer that bounds its memory per sender adds it to the slack it
+// allows for messages already sent when it asks a sender to stop.
+func (ep *Endpoint) ImmediateQueueBytes() int { return ep.immQueue }
+
 // Store is SP AM's am_store (GASNet-EX RequestLong): it
 // writes data into rank dst's memory at addr, an address inside a segment that
 // dst registered (Segment.Addr plus an offset) and passed to this rank, and then

@@ -72,6 +72,10 @@ var (
 	ErrNotInHandler   = errors.New("handlers: reply outside the handler that received the request")
 	ErrReplyFromReply = errors.New("handlers: a reply handler cannot reply")
 	ErrRetained       = errors.New("handlers: payload retained: the release answers the request")
+	// ErrImmediate: the request being handled is an immediate request
+	// (am.Endpoint.RequestImmediate), which reserved no room for a reply
+	// and no space to retain its payload in.
+	ErrImmediate = errors.New("handlers: an immediate request takes no reply and cannot be retained")
 )
 
 // Table maps indices to handlers. Register is safe for concurrent use; Lookup and
@@ -217,6 +221,7 @@ type Retained struct {
 type Token struct {
 	src       int
 	isRequest bool
+	immediate bool
 	active    bool
 	replied   bool
 	retained  bool
@@ -239,11 +244,24 @@ func (tok *Token) Begin(r Replier, src int, isRequest bool) {
 	tok.r = r
 	tok.src = src
 	tok.isRequest = isRequest
+	tok.immediate = false
 	tok.replied = false
 	tok.retained = false
 	tok.active = false
 	tok.hasPB, tok.hasReplyPB = false, false
 }
+
+// BeginImmediate prepares tok for an immediate request from src: Reply and
+// Retain return ErrImmediate. Package am calls it before Dispatch.
+func (tok *Token) BeginImmediate(r Replier, src int) {
+	tok.Begin(r, src, true)
+	tok.immediate = true
+	tok.ReqOff, tok.ReqLen, tok.MaxReply = 0, 0, 0
+}
+
+// IsImmediate reports whether the message is an immediate request: its
+// handler can neither reply nor retain it.
+func (tok *Token) IsImmediate() bool { return tok.immediate }
 
 // SetPiggyback records the value piggybacked on the message being handled;
 // package am calls it after Begin.
@@ -315,13 +333,16 @@ func (tok *Token) canReply() error {
 		return fmt.Errorf("%w (request from rank %d)", ErrReplied, tok.src)
 	case tok.retained:
 		return ErrRetained
+	case tok.immediate:
+		return fmt.Errorf("%w (request from rank %d)", ErrImmediate, tok.src)
 	}
 	return nil
 }
 
 // ReplyShort answers the request with a short reply: handler h at the requester
 // runs with args (at most 16). Errors: ErrNotInHandler, ErrReplyFromReply,
-// ErrReplied, ErrRetained, and the sender's errors (unknown handler, argument count).
+// ErrReplied, ErrRetained, ErrImmediate, and the sender's errors (unknown
+// handler, argument count).
 func (tok *Token) ReplyShort(h Index, args ...uint64) error {
 	return tok.reply(h, nil, false, args)
 }
@@ -353,7 +374,7 @@ func (tok *Token) reply(h Index, payload []byte, medium bool, args []uint64) err
 // its receive comes), and returns
 // it together with the handle that releases it. The request is then answered
 // by the release, not by a reply. Errors: ErrNotInHandler, ErrReplyFromReply,
-// ErrReplied, ErrRetained (twice).
+// ErrReplied, ErrRetained (twice), ErrImmediate.
 func (tok *Token) Retain() ([]byte, Retained, error) {
 	if err := tok.canReply(); err != nil {
 		return nil, Retained{}, err

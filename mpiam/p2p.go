@@ -123,7 +123,7 @@ func (p *proc) startSend(r *reqState) error {
 		err = p.ep.RequestMediumWith(world, hEager, s.b, piggyback, a0, a1, a2)
 		putScratch(s)
 	} else {
-		err = p.ep.RequestMediumWith(world, hEager, r.buf, piggyback, a0, a1, a2)
+		err = p.sendEagerData(world, r.buf, piggyback, a0, a1, a2)
 	}
 	if err != nil {
 		if rndv {
@@ -156,11 +156,24 @@ func (p *proc) sendEager(c *Comm, buf []byte, dest, tag int, mode Mode, pb uint6
 	}
 	seq := c.nextSeq(dest)
 	a0, a1, a2 := envelope(c.ctx, c.rank, tag, seq, flags)
-	err := p.ep.RequestMediumWith(world, hEager, buf, handlers.Piggyback{Value: pb, Set: hasPB}, a0, a1, a2)
+	err := p.sendEagerData(world, buf, handlers.Piggyback{Value: pb, Set: hasPB}, a0, a1, a2)
 	if err != nil {
 		return p.netErr(c, world, fmt.Sprintf("send to rank %d, tag %d", dest, tag), err)
 	}
 	return nil
+}
+
+// sendEagerData sends an eager message's data with its envelope (a0, a1,
+// a2) to world rank world: as an immediate request when it can go at once
+// without a tool value (no reservation in the receiver's buffer, no credit
+// back: am.Endpoint.RequestImmediate), else as a medium request.
+func (p *proc) sendEagerData(world int, buf []byte, pb handlers.Piggyback, a0, a1, a2 uint64) error {
+	if !pb.Set {
+		if ok, err := p.ep.RequestImmediate(world, hEager, buf, a0, a1, a2); ok || err != nil {
+			return err
+		}
+	}
+	return p.ep.RequestMediumWith(world, hEager, buf, pb, a0, a1, a2)
 }
 
 // startRecv posts r (kind recv, fields set).

@@ -234,7 +234,7 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		}
 		p.unexpLimit = n
 	}
-	p.unexpHard = unexpHardLimit(p.unexpLimit, ep.BufferBytes())
+	p.unexpHard = unexpHardLimit(p.unexpLimit, ep.BufferBytes(), ep.ImmediateQueueBytes())
 	p.unexpBytes = make([]atomic.Int64, ep.Size())
 	p.recvThrottle = make([]recvThrottle, ep.Size())
 	p.sendThrottle = make([]sendThrottle, ep.Size())

@@ -59,11 +59,14 @@ type recvThrottle struct {
 
 // unexpHardLimit is the most unexpected cost one source may have before its
 // messages keep their buffer space: the limit plus what a sender can have on
-// the way when the throttle reaches it (four buffers' worth of the smallest
-// messages, records included, for slack). newProc keeps it in p.unexpHard.
-func unexpHardLimit(limit, bufferBytes int) int64 {
-	b := int64(bufferBytes)
-	return int64(limit) + 4*b + 4*b/64*unexpRecordBytes
+// the way when the throttle reaches it: four buffers' worth of the smallest
+// messages, records included, for slack, and a network queue's worth
+// (queueBytes: am.Endpoint.ImmediateQueueBytes) of the smallest immediate
+// requests, which have no buffer space to keep and are always copied.
+// newProc keeps it in p.unexpHard.
+func unexpHardLimit(limit, bufferBytes, queueBytes int) int64 {
+	b, q := int64(bufferBytes), int64(queueBytes)
+	return int64(limit) + 4*b + 4*b/64*unexpRecordBytes + q + q/64*unexpRecordBytes
 }
 
 // chargeUnexpected records that m, unexpected from m.src, costs cost bytes,

@@ -56,10 +56,14 @@ const (
 	// waiting, "0" never does; unset, a rank yields when its node has more
 	// ranks than it may use processors (oversubscribed).
 	EnvYield = "AMGO_YIELD"
+	// EnvImmediate "0" sets am.Config.NoImmediate: eager messages go as
+	// medium requests even where the network could take them immediately
+	// ("1" or unset: immediate requests where the network carries them).
+	EnvImmediate = "AMGO_IMMEDIATE"
 )
 
-// configFromEnv applies EnvProgress and EnvBufferBytes to the fields of cfg
-// left 0. Errors wrap am.ErrConfig.
+// configFromEnv applies EnvProgress, EnvBufferBytes, EnvYield and
+// EnvImmediate to the fields of cfg left 0. Errors wrap am.ErrConfig.
 func configFromEnv(cfg *am.Config) error {
 	if v := os.Getenv(EnvProgress); v != "" && cfg.Progress == 0 {
 		d, err := time.ParseDuration(v)
@@ -81,6 +85,13 @@ func configFromEnv(cfg *am.Config) error {
 		cfg.Yield = true
 	default:
 		return fmt.Errorf("%w: %s=%q (0 or 1)", am.ErrConfig, EnvYield, v)
+	}
+	switch v := os.Getenv(EnvImmediate); v {
+	case "", "1":
+	case "0":
+		cfg.NoImmediate = true
+	default:
+		return fmt.Errorf("%w: %s=%q (0 or 1)", am.ErrConfig, EnvImmediate, v)
 	}
 	return nil
 }

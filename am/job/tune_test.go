@@ -79,6 +79,18 @@ func TestYieldFromEnv(t *testing.T) {
 	require.ErrorIs(t, configFromEnv(&am.Config{}), am.ErrConfig)
 }
 
+// AMGO_IMMEDIATE=0 sets am.Config.NoImmediate; anything but 0 or 1 is an error.
+func TestImmediateFromEnv(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "1": false, "0": true} {
+		t.Setenv(EnvImmediate, v)
+		var cfg am.Config
+		require.NoError(t, configFromEnv(&cfg))
+		require.Equal(t, want, cfg.NoImmediate, "%s=%q", EnvImmediate, v)
+	}
+	t.Setenv(EnvImmediate, "off")
+	require.ErrorIs(t, configFromEnv(&am.Config{}), am.ErrConfig)
+}
+
 // A rank whose launcher left the kernel's timer slack sets its own: on the
 // calling thread, and (as root) on the threads that exist.
 func TestTuneSlack(t *testing.T) {

@@ -46,6 +46,14 @@ type Caps struct {
 	// PutSend: the transport implements PutSender (put data travels in the
 	// packet stream, and a packet can leave with its last piece).
 	PutSend bool
+	// QueueBytes is the most packet bytes the network holds toward one
+	// peer (a shared-memory ring's data area), stated by a network that
+	// carries packets as opaque bytes in a bounded queue; 0 when it does
+	// not say (a socket's kernel buffers grow, a layer such as am's
+	// reliability layer edits the packets' headers). Package am sends
+	// immediate requests, which reserve no room at the receiver, only over
+	// a network that states it: the queue is then what bounds them.
+	QueueBytes int
 	// BufferBytes is the per-peer receive buffer, in bytes, that package am
 	// keeps for the peers of this network unless its Config sets one for
 	// every peer; 0: am's default (16 KiB). Its size bounds what a sender

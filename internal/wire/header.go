@@ -67,11 +67,18 @@ const (
 	// KindStoreDone tells the receiver that a Store whose data was written with a
 	// single-copy Put has landed; its handler runs on arrival.
 	KindStoreDone
+	// KindRequestImmediate is a request with arguments and a small payload
+	// that reserves nothing in the receiver's per-peer buffer: its handler
+	// may neither reply nor retain it, and the network's own queue bounds
+	// what is in flight. Its header is the 8-byte immediate core
+	// (ImmediateHeaderLen), not the 24-byte core: no source (the network
+	// names it), no reservation, no extensions.
+	KindRequestImmediate
 	kindEnd
 )
 
 var kindNames = [...]string{"invalid", "request-short", "request-medium", "request-store",
-	"reply-short", "reply-medium", "ack", "store-done"}
+	"reply-short", "reply-medium", "ack", "store-done", "request-immediate"}
 
 // String names the kind as docs/wire.md does.
 func (k Kind) String() string {
@@ -81,7 +88,8 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-// IsRequest reports whether the kind runs a request handler (and so takes credit).
+// IsRequest reports whether the kind runs a request handler and takes
+// credit (an immediate request runs one but takes none: not included).
 func (k Kind) IsRequest() bool {
 	return k == KindRequestShort || k == KindRequestMedium || k == KindRequestStore || k == KindStoreDone
 }
@@ -164,12 +172,23 @@ func extLen(k Kind, flags uint16) int {
 }
 
 // EncodedLen is the length of h encoded with its arguments, in bytes.
-func (h *Header) EncodedLen() int { return HeaderLen + extLen(h.Kind, h.Flags) + 8*int(h.NArgs) }
+// An immediate request's header is the immediate core and the arguments.
+func (h *Header) EncodedLen() int {
+	if h.Kind == KindRequestImmediate {
+		return ImmediateHeaderLen + 8*int(h.NArgs)
+	}
+	return HeaderLen + extLen(h.Kind, h.Flags) + 8*int(h.NArgs)
+}
 
 // Encode writes h and args (len(args) must equal h.NArgs) into b, which must hold
 // EncodedLen bytes, and returns the number of bytes written: the core, the
-// extensions h's kind and flags call for, the arguments. It does not allocate.
+// extensions h's kind and flags call for, the arguments (for an immediate
+// request: EncodeImmediate of h's handler, arguments and Len). It does not
+// allocate.
 func Encode(b []byte, h *Header, args []uint64) int {
+	if h.Kind == KindRequestImmediate {
+		return EncodeImmediate(b, h.Handler, args[:h.NArgs], int(h.Len))
+	}
 	_ = b[HeaderLen-1]
 	// The core as three little-endian words: one store each rather than one
 	// per field (every packet passes here).
@@ -224,6 +243,14 @@ const noPayload = 1<<KindRequestShort | 1<<KindReplyShort | 1<<KindAck | 1<<Kind
 // pkt must be exactly header, arguments and payload; anything else is an error.
 // Decode never panics and does not allocate on success.
 func Decode(pkt []byte, h *Header, args *[MaxArgs]uint64) (payload []byte, err error) {
+	if len(pkt) >= ImmediateHeaderLen && Kind(pkt[1]) == KindRequestImmediate {
+		handler, nargs, payload, err := DecodeImmediate(pkt, args)
+		if err != nil {
+			return nil, err
+		}
+		*h = Header{Kind: KindRequestImmediate, Handler: handler, NArgs: nargs, Len: uint32(len(payload))}
+		return payload, nil
+	}
 	if len(pkt) < HeaderLen {
 		return nil, fmt.Errorf("%w: %d bytes, need %d", ErrShort, len(pkt), HeaderLen)
 	}
@@ -297,4 +324,71 @@ func decodeExt(pkt []byte, h *Header) {
 	if h.Flags&FlagPiggyback != 0 {
 		h.Piggyback = binary.LittleEndian.Uint64(pkt[at:])
 	}
+}
+
+// ImmediateHeaderLen is the size of an immediate request's header, in bytes:
+// version, kind, handler and nargs bytes, then the payload length as a
+// little-endian uint32. The arguments and the payload follow.
+const ImmediateHeaderLen = 8
+
+// EncodeImmediate writes the header of an immediate request to handler with
+// args (at most MaxArgs) and a payload of payloadLen bytes into b, which must
+// hold ImmediateHeaderLen+8*len(args) bytes, and returns the bytes written.
+// It does not allocate.
+func EncodeImmediate(b []byte, handler uint8, args []uint64, payloadLen int) int {
+	binary.LittleEndian.PutUint64(b, uint64(Version)|uint64(KindRequestImmediate)<<8|uint64(handler)<<16|
+		uint64(len(args))<<24|uint64(uint32(payloadLen))<<32)
+	a := b[ImmediateHeaderLen:]
+	for _, v := range args {
+		binary.LittleEndian.PutUint64(a, v)
+		a = a[8:]
+	}
+	return ImmediateHeaderLen + 8*len(args)
+}
+
+// DecodeImmediate parses an immediate request: its handler index, its
+// arguments (into args) and its payload, which the packet holds exactly.
+// Errors (wrapped with detail): ErrShort, ErrVersion, ErrKind (not an
+// immediate request), ErrArgs, ErrLength. It never panics and does not
+// allocate on success.
+func DecodeImmediate(pkt []byte, args *[MaxArgs]uint64) (handler, nargs uint8, payload []byte, err error) {
+	if len(pkt) >= ImmediateHeaderLen {
+		// Every check at once on the common path; decodeImmediateErr says
+		// which failed.
+		w0 := binary.LittleEndian.Uint64(pkt)
+		nargs = uint8(w0 >> 24)
+		n := ImmediateHeaderLen + 8*int(nargs)
+		if uint16(w0) == uint16(Version)|uint16(KindRequestImmediate)<<8 && nargs <= MaxArgs &&
+			n <= len(pkt) && uint64(len(pkt)-n) == w0>>32 {
+			a := pkt[ImmediateHeaderLen:n]
+			for i := range args[:nargs] {
+				args[i] = binary.LittleEndian.Uint64(a[8*i:])
+			}
+			return uint8(w0 >> 16), nargs, pkt[n:], nil
+		}
+	}
+	return 0, 0, nil, decodeImmediateErr(pkt)
+}
+
+// decodeImmediateErr is the error DecodeImmediate returns for pkt, which
+// failed one of its checks.
+func decodeImmediateErr(pkt []byte) error {
+	if len(pkt) < ImmediateHeaderLen {
+		return fmt.Errorf("%w: %d bytes, need %d", ErrShort, len(pkt), ImmediateHeaderLen)
+	}
+	w0 := binary.LittleEndian.Uint64(pkt)
+	if uint8(w0) != Version {
+		return fmt.Errorf("%w: %d (want %d)", ErrVersion, pkt[0], Version)
+	}
+	if Kind(w0>>8) != KindRequestImmediate {
+		return fmt.Errorf("%w: %d, not an immediate request", ErrKind, pkt[1])
+	}
+	nargs := uint8(w0 >> 24)
+	if nargs > MaxArgs {
+		return fmt.Errorf("%w: %d (max %d)", ErrArgs, nargs, MaxArgs)
+	}
+	if n := ImmediateHeaderLen + 8*int(nargs); len(pkt) < n {
+		return fmt.Errorf("%w: %d bytes, an immediate request with %d arguments needs %d", ErrShort, len(pkt), nargs, n)
+	}
+	return fmt.Errorf("%w: header says %d, packet holds %d", ErrLength, w0>>32, len(pkt)-ImmediateHeaderLen-8*int(nargs))
 }

@@ -14,6 +14,9 @@ func encode(h Header, args []uint64, payload []byte) []byte {
 
 func TestRoundTripEveryKind(t *testing.T) {
 	for k := KindRequestShort; k < kindEnd; k++ {
+		if k == KindRequestImmediate {
+			continue // its own header: TestImmediateRoundTrip
+		}
 		for _, flags := range []uint16{0, FlagFree, FlagLast | FlagFree | FlagPiggyback | FlagSeq, FlagSeq, FlagPiggyback} {
 			var payload []byte
 			if k == KindRequestMedium || k == KindRequestStore || k == KindReplyMedium {
@@ -131,6 +134,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add(encode(Header{Kind: KindRequestMedium, Flags: FlagSeq | FlagPiggyback, Seq: 3, Ack: 2, Piggyback: 9, NArgs: 1, Len: 2}, []uint64{4}, []byte("hi")))
 	f.Add(encode(Header{Kind: KindAck, Flags: FlagSeq, Ack: 5, NArgs: 2}, []uint64{1, 2}, nil))
 	f.Add(encode(Header{Kind: KindRequestMedium, Flags: FlagFree | FlagPiggyback, Off: 256, Reserve: 512, FreeOff: 0, FreeLen: 256, Len: 2}, nil, []byte("hi")))
+	f.Add(encode(Header{Kind: KindRequestImmediate, Handler: 9, NArgs: 3, Len: 8}, []uint64{1, 2, 3}, []byte("8 bytes!")))
+	f.Add(encode(Header{Kind: KindRequestImmediate}, nil, nil))
 	f.Add([]byte{})
 	f.Add([]byte{1, 1, 0, 17})
 	f.Fuzz(func(t *testing.T, pkt []byte) {
@@ -178,6 +183,83 @@ func TestEncodeLayout(t *testing.T) {
 	require.Equal(t, []byte{1, 2, 3}, payload)
 }
 
+// An immediate request: the 8-byte core, arguments, payload; through
+// Encode/Decode and EncodeImmediate/DecodeImmediate alike.
+func TestImmediateRoundTrip(t *testing.T) {
+	args := []uint64{0x0102030405060708, 1 << 63}
+	var b [ImmediateHeaderLen + 16]byte
+	n := EncodeImmediate(b[:], 0xab, args, 3)
+	require.Equal(t, len(b), n)
+	want := []byte{
+		Version, byte(KindRequestImmediate), 0xab, 2, 3, 0, 0, 0, // version, kind, handler, nargs, payload length
+		0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, 0, 0, 0, 0, 0, 0, 0, 0x80, // arguments
+	}
+	require.Equal(t, want, b[:n])
+	pkt := append(b[:n:n], 'x', 'y', 'z')
+
+	var a [MaxArgs]uint64
+	handler, nargs, payload, err := DecodeImmediate(pkt, &a)
+	require.NoError(t, err)
+	require.Equal(t, uint8(0xab), handler)
+	require.Equal(t, args, a[:nargs])
+	require.Equal(t, "xyz", string(payload))
+
+	var h Header
+	payload, err = Decode(pkt, &h, &a)
+	require.NoError(t, err)
+	require.Equal(t, Header{Kind: KindRequestImmediate, Handler: 0xab, NArgs: 2, Len: 3}, h)
+	require.Equal(t, "xyz", string(payload))
+	require.Equal(t, ImmediateHeaderLen+16, h.EncodedLen())
+	require.Equal(t, pkt, encode(h, args, payload))
+	require.False(t, KindRequestImmediate.IsRequest(), "takes no credit")
+	var tiny [ImmediateHeaderLen]byte
+	EncodeImmediate(tiny[:], 1, nil, 0)
+	payload, err = Decode(tiny[:], &h, &a) // shorter than the 24-byte core
+	require.NoError(t, err)
+	require.Empty(t, payload)
+	require.Equal(t, Header{Kind: KindRequestImmediate, Handler: 1}, h)
+	require.Equal(t, "request-immediate", KindRequestImmediate.String())
+
+	mut := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), pkt...)) }
+	for name, c := range map[string]struct {
+		pkt  []byte
+		want error
+	}{
+		"empty":         {nil, ErrShort},
+		"short core":    {pkt[:ImmediateHeaderLen-1], ErrShort},
+		"version":       {mut(func(b []byte) []byte { b[0] = 1; return b }), ErrVersion},
+		"not immediate": {encode(Header{Kind: KindRequestShort}, nil, nil), ErrKind},
+		"too many args": {mut(func(b []byte) []byte { b[3] = MaxArgs + 1; return b }), ErrArgs},
+		"args cut":      {pkt[:ImmediateHeaderLen+12], ErrShort},
+		"payload short": {pkt[:len(pkt)-1], ErrLength},
+		"payload long":  {append(append([]byte(nil), pkt...), 'x'), ErrLength},
+		"length huge":   {mut(func(b []byte) []byte { b[7] = 0xff; return b }), ErrLength},
+	} {
+		_, _, _, err := DecodeImmediate(c.pkt, &a)
+		require.ErrorIs(t, err, c.want, name)
+		if name != "not immediate" {
+			_, err = Decode(c.pkt, &h, &a)
+			require.ErrorIs(t, err, c.want, name)
+		}
+	}
+	require.Zero(t, testing.AllocsPerRun(1000, func() {
+		n := EncodeImmediate(b[:], 1, args, 0)
+		_, _, _, _ = DecodeImmediate(b[:n], &a)
+	}))
+}
+
+// BenchmarkDecodeImmediate decodes an MPI eager message's immediate
+// request: three arguments and 8 payload bytes.
+func BenchmarkDecodeImmediate(b *testing.B) {
+	pkt := encode(Header{Kind: KindRequestImmediate, Handler: 9, NArgs: 3, Len: 8}, []uint64{1, 2, 3}, []byte("8 bytes!"))
+	var args [MaxArgs]uint64
+	for b.Loop() {
+		if _, _, _, err := DecodeImmediate(pkt, &args); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkDecode decodes an MPI eager message's packet: a medium request
 // with three arguments and 8 payload bytes, no extension.
 func BenchmarkDecode(b *testing.B) {
@@ -189,5 +271,15 @@ func BenchmarkDecode(b *testing.B) {
 		if _, err := Decode(pkt, &h, &args); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkEncodeImmediate encodes an MPI eager message's immediate
+// request header: three arguments.
+func BenchmarkEncodeImmediate(b *testing.B) {
+	var buf [ImmediateHeaderLen + 8*MaxArgs]byte
+	args := []uint64{1, 2, 3}
+	for b.Loop() {
+		EncodeImmediate(buf[:], 9, args, 8)
 	}
 }

@@ -21,7 +21,7 @@ const drainBudget = 1024
 // cfg.Self are taken from tr; zero fields take the defaults. clock reads the
 // time (nil: time.Now).
 //
-// The result's Caps: Ordered and Reliable true, MaxPacket tr's less the 8-byte sequence extension (wire.SeqExtLen), no Put, Name
+// The result's Caps: Ordered and Reliable true, QueueBytes 0 (it edits packets' headers), MaxPacket tr's less the 8-byte sequence extension (wire.SeqExtLen), no Put, Name
 // tr's name with "+reliable", Wakeup and BufferBytes tr's. Send returns transport.ErrWouldBlock when Window
 // packets to dst are unacknowledged (after first taking in acknowledgements that
 // have arrived). Poll takes in tr's arrivals, runs the timers, transmits and

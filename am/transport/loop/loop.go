@@ -107,7 +107,7 @@ func NewJob(n int, opts map[string]string) ([]transport.Transport, error) {
 		j.ranks[r] = t
 	}
 	j.caps = transport.Caps{Name: "loop", Ordered: true, Reliable: true,
-		MaxPacket: ring.MaxRecord(c), Put: true, Get: true, Wakeup: true}
+		MaxPacket: ring.MaxRecord(c), QueueBytes: c, Put: true, Get: true, Wakeup: true}
 	ts := make([]transport.Transport, n)
 	for i, t := range j.ranks {
 		ts[i] = t

@@ -223,6 +223,9 @@ func New(rank, size int, nets []Net) (*Transport, error) {
 		t.caps.Put = t.caps.Put || c.Put
 		t.caps.Get = t.caps.Get || c.Get
 		t.caps.PutSend = t.caps.PutSend || c.PutSend
+		if i == 0 || c.QueueBytes < t.caps.QueueBytes {
+			t.caps.QueueBytes = c.QueueBytes
+		}
 		t.caps.Wakeup = t.caps.Wakeup && c.Wakeup
 	}
 	if len(t.nets) > 1 {
@@ -246,8 +249,9 @@ func (t *Transport) Rank() int { return t.rank }
 func (t *Transport) Size() int { return t.size }
 
 // Caps is what holds toward every peer: ordered and reliable (networks
-// without are wrapped), MaxPacket the smallest network's, Put, Get and
-// PutSend when some peer's network has them (PeerCaps says which), and
+// without are wrapped), MaxPacket and QueueBytes the smallest network's,
+// Put, Get and PutSend when some peer's network has them (PeerCaps says
+// which), and
 // Name "route(" and the networks' names, comma-separated, ")".
 func (t *Transport) Caps() transport.Caps { return t.caps }
 

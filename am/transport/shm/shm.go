@@ -254,7 +254,7 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 		os.Remove(dir) // succeeds for the last rank to get here; the others' files are gone too
 	}
 	t.caps = transport.Caps{Name: "shm", Ordered: true, Reliable: true, MaxPacket: maxPacket,
-		Put: true, Get: true, PutMin: PutMin, Wakeup: true}
+		QueueBytes: ringBytes, Put: true, Get: true, PutMin: PutMin, Wakeup: true}
 	t.lastCheck.Store(time.Now().UnixNano())
 	return t, nil
 }

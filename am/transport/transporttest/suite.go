@@ -354,6 +354,12 @@ func testWouldBlock(t *testing.T, ts []transport.Transport) {
 		}
 		require.NoError(t, err)
 	}
+	if q := peerCaps(ts[0], 1).QueueBytes; q > 0 {
+		// A stated queue bound is what bounds immediate requests: it must
+		// hold (each packet of 200 bytes plus its framing, at least 8).
+		require.Less(t, sent, 1_000_000, "QueueBytes %d stated, but the network never pushed back", q)
+		require.LessOrEqual(t, sent*(wire.HeaderLen+8+200+8), q, "QueueBytes %d stated, but the network took %d packets", q, sent)
+	}
 	if sent == 1_000_000 {
 		t.Skip("the network took 10^6 packets without pushing back")
 	}
