@@ -206,6 +206,7 @@ type peer struct {
 	scratch [wire.MaxHeaderLen]byte
 	backlog [][]byte // packets refused by the transport, in order
 	noPut   bool     // single-copy put refused for this peer
+	immRun  int      // immediate requests sent since RequestImmediate last polled
 	c       sendCounters
 	_       [64]byte
 }

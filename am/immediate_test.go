@@ -225,3 +225,33 @@ func TestMalformedImmediateRequestsAreDropped(t *testing.T) {
 	require.Len(t, dropped, 1)
 	require.Zero(t, ran.Load())
 }
+
+// A rank that only sends immediate requests never waits for credit, so it
+// polls once every immediatePollEvery of them: what its receiver sends it
+// (here a request answering the first message) reaches it while it sends.
+func TestImmediateSenderPollsWhileItOnlySends(t *testing.T) {
+	eps := newFakeEndpoints(t, newFakeNet(2), Config{})
+	var stopped atomic.Int64 // sends made when rank 0 ran "stop", plus one
+	var sent int64
+	for _, ep := range eps {
+		_, err := ep.Register(handlers.Entry{Index: 1, Name: "data", NArgs: 0, Fn: func(tok *handlers.Token, _ []uint64, _ []byte) {
+			if tok.Source() == 0 && stopped.Load() == 0 {
+				require.NoError(t, eps[1].RequestShort(0, 2))
+			}
+		}})
+		require.NoError(t, err)
+		_, err = ep.Register(handlers.Entry{Index: 2, Name: "stop", NArgs: 0, Fn: func(*handlers.Token, []uint64, []byte) {
+			stopped.CompareAndSwap(0, sent+1)
+		}})
+		require.NoError(t, err)
+	}
+	for sent = 0; sent < 4*immediatePollEvery; sent++ {
+		ok, err := eps[0].RequestImmediate(1, 1, []byte("x"))
+		require.NoError(t, err)
+		require.True(t, ok)
+		_, err = eps[1].Poll() // rank 1 keeps up; rank 0 never polls itself
+		require.NoError(t, err)
+	}
+	require.Positive(t, stopped.Load(), "the sender never polled")
+	require.LessOrEqual(t, stopped.Load(), int64(immediatePollEvery+1))
+}

@@ -121,6 +121,10 @@ func (ep *Endpoint) requestMedium(dst int, h handlers.Index, payload []byte, fla
 // MaxImmediate is the largest payload of an immediate request, in bytes.
 const MaxImmediate = 1024
 
+// immediatePollEvery is how many immediate requests in a row to one peer
+// RequestImmediate sends before it polls once (see there).
+const immediatePollEvery = 64
+
 // RequestImmediate sends a medium request (handler h at rank dst with args
 // and payload, which may be reused when it returns) that reserves nothing
 // in dst's per-peer buffer, if it can go at once: true when the network took
@@ -140,6 +144,10 @@ const MaxImmediate = 1024
 // (a shared-memory ring, a socket's send queue) bounds what is in flight.
 // The price is on the handler: its token cannot reply or retain
 // (handlers.ErrImmediate); it must consume the payload before it returns.
+// A sender that only sends never waits for credit, and so never polls on
+// its own: RequestImmediate polls once every 64 immediate requests to a
+// peer (not inside a handler, where a poll does nothing), so that what
+// receivers send back, a layer's "stop sending" included, reaches it.
 //
 // Errors as RequestMedium (ErrRank, ErrClosed, a dead peer, handler
 // errors, transport errors other than a full queue); false with them.
@@ -171,9 +179,28 @@ func (ep *Endpoint) RequestImmediate(dst int, h handlers.Index, payload []byte, 
 		p.mu.Unlock()
 		return false, nil
 	}
+	if p.immRun >= immediatePollEvery {
+		// A stream of immediate requests polls now and then, as a stream
+		// of medium requests does whenever its window fills: what the
+		// receiver answers (an upper layer's "stop sending", credit for
+		// other traffic) reaches this rank even when it only sends.
+		p.immRun = 0
+		p.mu.Unlock()
+		if _, err := ep.Poll(); err != nil && !errors.Is(err, ErrPeerDead) {
+			return false, err
+		}
+		if !p.mu.TryLock() {
+			return false, nil
+		}
+		if len(p.backlog) > 0 {
+			p.mu.Unlock()
+			return false, nil
+		}
+	}
 	n := wire.EncodeImmediate(p.scratch[:], uint8(h), args, len(payload))
 	err := ep.tr.Send(dst, p.scratch[:n], payload)
 	if err == nil {
+		p.immRun++
 		p.c.requests++
 		p.c.immediate++
 		p.c.bytes += uint64(len(payload))
@@ -199,12 +226,19 @@ func (ep *Endpoint) PeerCarriesImmediate(dst int) bool {
 	return uint(dst) < uint(ep.size) && ep.nets[dst].immediate
 }
 
-// ImmediateQueueBytes is the most bytes of immediate requests that can be
-// on their way from one peer to this rank (or from this rank to one peer):
-// the largest network queue toward a peer that carries them; 0 when none
-// does. A layer that bounds its memory per sender adds it to the slack it
+// ImmediateQueueBytes is the most bytes of immediate requests that one
+// peer can send this rank between two of its polls, so the most that can
+// follow a message this rank sends it: the largest network queue toward a
+// peer that carries them, plus the 64 requests of at most MaxImmediate
+// bytes RequestImmediate sends between its polls; 0 when no peer carries
+// them. A layer that bounds its memory per sender adds it to the slack it
 // allows for messages already sent when it asks a sender to stop.
-func (ep *Endpoint) ImmediateQueueBytes() int { return ep.immQueue }
+func (ep *Endpoint) ImmediateQueueBytes() int {
+	if ep.immQueue == 0 {
+		return 0
+	}
+	return ep.immQueue + immediatePollEvery*MaxImmediate
+}
 
 // Store is SP AM's am_store (GASNet-EX RequestLong): it
 // writes data into rank dst's memory at addr, an address inside a segment that
