@@ -161,6 +161,14 @@ func (t *Table) Lookup(idx Index) (*Entry, error) {
 // local table: tables are identical on every rank, so a wrong index or argument
 // count is caught at the sender with an error instead of a drop at the receiver.
 func (t *Table) CheckSend(idx Index, nargs int) error {
+	if e := &t.entries[idx]; e.Fn != nil && (e.NArgs == nargs || e.NArgs == AnyArgs && nargs <= wire.MaxArgs) {
+		return nil // the common case, inlined into the caller
+	}
+	return t.checkSendSlow(idx, nargs)
+}
+
+// checkSendSlow is CheckSend's error path.
+func (t *Table) checkSendSlow(idx Index, nargs int) error {
 	e, err := t.Lookup(idx)
 	if err != nil {
 		return err

@@ -362,7 +362,7 @@ func DecodeImmediate(pkt []byte, args *[MaxArgs]uint64) (handler, nargs uint8, p
 			n <= len(pkt) && uint64(len(pkt)-n) == w0>>32 {
 			a := pkt[ImmediateHeaderLen:n]
 			for i := range args[:nargs] {
-				args[i] = binary.LittleEndian.Uint64(a[8*i:])
+				args[i] = binary.LittleEndian.Uint64(a[8*i : 8*i+8])
 			}
 			return uint8(w0 >> 16), nargs, pkt[n:], nil
 		}
