@@ -79,19 +79,23 @@ func configFromEnv(cfg *am.Config) error {
 		}
 		cfg.BufferBytes = n
 	}
-	switch v := os.Getenv(EnvYield); v {
-	case "", "0":
-	case "1":
-		cfg.Yield = true
-	default:
-		return fmt.Errorf("%w: %s=%q (0 or 1)", am.ErrConfig, EnvYield, v)
+	if err := envFlag(EnvYield, "1", &cfg.Yield); err != nil {
+		return err
 	}
-	switch v := os.Getenv(EnvImmediate); v {
-	case "", "1":
-	case "0":
-		cfg.NoImmediate = true
+	return envFlag(EnvImmediate, "0", &cfg.NoImmediate)
+}
+
+// envFlag sets *flag when environment variable name is on ("0" or "1"),
+// leaves it when the variable is the other value or unset, and refuses
+// anything else with am.ErrConfig.
+func envFlag(name, on string, flag *bool) error {
+	switch v := os.Getenv(name); v {
+	case "":
+	case on:
+		*flag = true
+	case "0", "1":
 	default:
-		return fmt.Errorf("%w: %s=%q (0 or 1)", am.ErrConfig, EnvImmediate, v)
+		return fmt.Errorf("%w: %s=%q (0 or 1)", am.ErrConfig, name, v)
 	}
 	return nil
 }

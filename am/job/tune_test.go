@@ -67,28 +67,27 @@ func TestOversubscribed(t *testing.T) {
 	require.False(t, oversubscribed(Layout{Node: []int{0}}, 0), "one rank")
 }
 
-// AMGO_YIELD sets am.Config.Yield; anything but 0 or 1 is an error.
-func TestYieldFromEnv(t *testing.T) {
-	for v, want := range map[string]bool{"": false, "0": false, "1": true} {
-		t.Setenv(EnvYield, v)
-		var cfg am.Config
-		require.NoError(t, configFromEnv(&cfg))
-		require.Equal(t, want, cfg.Yield, "%s=%q", EnvYield, v)
+// AMGO_YIELD=1 sets am.Config.Yield and AMGO_IMMEDIATE=0 its NoImmediate;
+// anything but 0 or 1 is an error.
+func TestFlagsFromEnv(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		want map[string]bool
+		get  func(am.Config) bool
+	}{
+		{EnvYield, map[string]bool{"": false, "0": false, "1": true}, func(c am.Config) bool { return c.Yield }},
+		{EnvImmediate, map[string]bool{"": false, "1": false, "0": true}, func(c am.Config) bool { return c.NoImmediate }},
+	} {
+		for v, want := range c.want {
+			t.Setenv(c.name, v)
+			var cfg am.Config
+			require.NoError(t, configFromEnv(&cfg))
+			require.Equal(t, want, c.get(cfg), "%s=%q", c.name, v)
+		}
+		t.Setenv(c.name, "yes")
+		require.ErrorIs(t, configFromEnv(&am.Config{}), am.ErrConfig)
+		t.Setenv(c.name, "")
 	}
-	t.Setenv(EnvYield, "yes")
-	require.ErrorIs(t, configFromEnv(&am.Config{}), am.ErrConfig)
-}
-
-// AMGO_IMMEDIATE=0 sets am.Config.NoImmediate; anything but 0 or 1 is an error.
-func TestImmediateFromEnv(t *testing.T) {
-	for v, want := range map[string]bool{"": false, "1": false, "0": true} {
-		t.Setenv(EnvImmediate, v)
-		var cfg am.Config
-		require.NoError(t, configFromEnv(&cfg))
-		require.Equal(t, want, cfg.NoImmediate, "%s=%q", EnvImmediate, v)
-	}
-	t.Setenv(EnvImmediate, "off")
-	require.ErrorIs(t, configFromEnv(&am.Config{}), am.ErrConfig)
 }
 
 // A rank whose launcher left the kernel's timer slack sets its own: on the
