@@ -132,16 +132,16 @@ const immediatePollEvery = 64
 // request cannot go that way now: the payload is over MaxImmediate, the
 // network that reaches dst does not carry immediate requests (only an
 // ordered, reliable network that states a bounded queue of opaque packets,
-// transport.Caps.QueueBytes: PeerCarriesImmediate), the network's queue
-// to dst is full, or replies to
-// dst are queued ahead of it. The caller then sends it as a medium request
+// transport.Caps.QueueBytes, does: PeerCarriesImmediate), the network's
+// queue to dst is full, replies to dst are queued ahead of it, or another
+// goroutine is sending to dst. The caller then sends it as a medium request
 // (RequestMedium), which waits as needed; order between the two is kept.
 //
 // This is Open MPI's send-immediate and GASNet-EX's GEX_FLAG_IMMEDIATE:
 // a small message leaves without a reservation or a descriptor, or not at
 // all. What it saves is the credit: no space is reserved at dst for the
 // payload or a reply, so none comes back; the network's own bounded queue
-// (a shared-memory ring, a socket's send queue) bounds what is in flight.
+// (a shared-memory ring) bounds what is in flight.
 // The price is on the handler: its token cannot reply or retain
 // (handlers.ErrImmediate); it must consume the payload before it returns.
 // A sender that only sends never waits for credit, and so never polls on

@@ -120,7 +120,7 @@ func (p *proc) startSend(r *reqState) error {
 		// space, which the medium request copies.
 		s := getScratch(r.lay.n)
 		r.lay.pack(s.b, r.buf, 0)
-		err = p.ep.RequestMediumWith(world, hEager, s.b, piggyback, a0, a1, a2)
+		err = p.sendEagerData(world, s.b, piggyback, a0, a1, a2)
 		putScratch(s)
 	} else {
 		err = p.sendEagerData(world, r.buf, piggyback, a0, a1, a2)
