@@ -119,12 +119,13 @@ func TestUnexpectedZeroAllocs(t *testing.T) {
 	}
 }
 
-// Nonblocking operations allocate only their 8-byte handle, 64 handles at a
-// time: a window of 64 Irecv and 64 Isend of 8 bytes from a rank to itself,
-// completed with Waitall, allocates two handle slabs and 16 bytes per message
-// in steady state (the operation states are recycled, Request.recycle). Before
-// the handles, each operation allocated its whole ~270-byte state; before the
-// slabs, each allocated its handle.
+// Nonblocking operations allocate only their 24-byte handle, 64 handles at
+// a time: a window of 64 Irecv and 64 Isend of 8 bytes from a rank to
+// itself, completed with Waitall, allocates two handle slabs and 48 bytes
+// per message in steady state (the operation states are recycled,
+// Request.recycle; an eager Isend takes none). Before the handles, each
+// operation allocated its whole state; before the slabs, each allocated its
+// handle.
 func TestNonblockingWindowAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
@@ -166,11 +167,11 @@ func TestNonblockingWindowAllocs(t *testing.T) {
 				// burst of reordered and duplicated packets sets a new high
 				// (20.1–26.3 B per message in 7 of 80 runs): its bound
 				// leaves room for a few such buffers per measurement.
-				limit := 20.0
+				limit := 60.0
 				if strings.Contains(nw, "sim") { // sim, or sim between nodes
-					limit = 40
+					limit = 80
 				}
-				r.LessOrEqual(bytes, limit, "bytes allocated per message (16 of them handles)")
+				r.LessOrEqual(bytes, limit, "bytes allocated per message (48 of them handles)")
 			})
 		})
 	}

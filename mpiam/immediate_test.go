@@ -66,3 +66,91 @@ func TestEagerImmediateAndMediumPaths(t *testing.T) {
 		}
 	}
 }
+
+// countTool counts the events it sees.
+type countTool struct{ n int }
+
+func (t *countTool) Before(*Event) {}
+func (t *countTool) After(*Event)  { t.n++ }
+
+// An eager Isend completes in its call and keeps no state: its handle
+// still behaves as a completed send under every completion call (status
+// with destination, tag and bytes; null once reported), Cancel says
+// ErrCancelSend, Free nulls it, Info describes it, and a tool attached
+// after the call sees a request it can complete.
+func TestEagerIsendCompletesInItsCall(t *testing.T) {
+	eachNetwork(t, 2, func(r *rk, w *Comm) {
+		peer := 1 - w.Rank()
+		if w.Rank() == 1 {
+			buf := make([]byte, 100)
+			for i := 0; i < 8; i++ {
+				st, err := Recv(w, buf, peer, i)
+				r.NoError(err)
+				r.NoError(checkPattern(buf[:st.Bytes], i))
+			}
+			return
+		}
+		send := func(i int) *Request {
+			q, err := Isend(w, patterned(10+i, i), peer, i)
+			r.NoError(err)
+			return q
+		}
+		want := func(i int) Status { return Status{Source: peer, Tag: i, Bytes: 10 + i} }
+
+		q := send(0) // Test, then the handle is null
+		ok, st, err := q.Test()
+		r.NoError(err)
+		r.True(ok)
+		r.Equal(want(0), st)
+		r.Equal(RequestInfo{}, q.Info(), "null once reported")
+		st, err = q.Wait()
+		r.NoError(err)
+		r.Equal(emptyStatus, st)
+
+		q = send(1) // Cancel, Info, Wait
+		r.ErrorIs(q.Cancel(), ErrCancelSend)
+		info := q.Info()
+		r.True(info.Send)
+		r.Equal(peer, info.Peer)
+		r.Equal(1, info.Tag)
+		r.Equal(11, info.Bytes)
+		st, err = q.Wait()
+		r.NoError(err)
+		r.Equal(want(1), st)
+
+		q = send(2) // Free
+		r.NoError(q.Free())
+		ok, _, err = q.Test()
+		r.NoError(err)
+		r.True(ok)
+
+		reqs := []*Request{nil, send(3)} // Waitany, then Testany finds none active
+		idx, st, err := Waitany(reqs)
+		r.NoError(err)
+		r.Equal(1, idx)
+		r.Equal(want(3), st)
+		r.Nil(reqs[1])
+		idx, ok, _, err = Testany(reqs)
+		r.NoError(err)
+		r.True(ok)
+		r.Equal(Undefined, idx)
+
+		reqs = []*Request{send(4), send(5)} // Waitsome, Waitall with statuses
+		got, sts, err := Waitsome(reqs)
+		r.NoError(err)
+		r.Equal([]int{0, 1}, got)
+		r.Equal([]Status{want(4), want(5)}, sts)
+		reqs = []*Request{send(6)}
+		statuses := make([]Status, 1)
+		r.NoError(Waitall(reqs, statuses))
+		r.Equal(want(6), statuses[0])
+		r.Nil(reqs[0])
+
+		q = send(7) // a tool attached after the call
+		tool := &countTool{}
+		r.NoError(w.AddTool(tool))
+		st, err = q.Wait()
+		r.NoError(err)
+		r.Equal(want(7), st)
+	})
+}

@@ -242,6 +242,19 @@ func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
 	if err := c.checkSend(dest, tag); err != nil {
 		return nil, err
 	}
+	p := c.p
+	if (mode == Standard || mode == Ready) && dest != ProcNull && p.tools == nil && p.eager(c.world(dest), len(buf)) {
+		// Eager: the send completes in this call (as Send's does), so its
+		// handle needs no state of its own: it shares the rank's sentDone
+		// and keeps its status itself.
+		pb, hasPB := p.outgoingPB()
+		if err := p.sendEager(c, buf, dest, tag, mode, pb, hasPB); err != nil {
+			return nil, err
+		}
+		h := p.states.handle()
+		h.s, h.sentPeer, h.sentTag, h.sentBytes = p.sentDone, int32(dest), int32(tag), len(buf)
+		return h, nil
+	}
 	r, h := c.newSend(buf, dest, tag, mode, true)
 	if err := c.p.startSend(r); err != nil {
 		return nil, err

@@ -191,6 +191,7 @@ type proc struct {
 	sendThrottle []sendThrottle // by world rank: that destination's word on eager sends
 	throttleOff  atomic.Bool    // some recvThrottle has an "off" to send
 	states       reqCache       // idle operation states and request handles (reqcache.go)
+	sentDone     *reqState      // the shared state of eager sends that completed in their call (Request.sentStatus)
 
 	bsend bsendBuffer
 
@@ -280,6 +281,8 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 			return nil, err
 		}
 	}
+	p.sentDone = &reqState{p: p, kind: kindSend, shared: true}
+	p.sentDone.done.Store(true)
 	p.world = p.newComm(0, ep.Rank(), ep.Size(), nil)
 	// With a progress goroutine (AMGO_PROGRESS), deferred protocol work
 	// (rendezvous stores, clear-to-sends) also runs while the program computes.

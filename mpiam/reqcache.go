@@ -68,6 +68,19 @@ func (c *reqCache) get(handle bool) (*reqState, *Request) {
 	return s, h
 }
 
+// handle returns a new handle without a state (an eager send that
+// completed in its call: Request.sentStatus).
+func (c *reqCache) handle() *Request {
+	c.mu.Lock()
+	if len(c.handles) == 0 {
+		c.handles = make([]Request, handleSlab)
+	}
+	h := &c.handles[0]
+	c.handles = c.handles[1:]
+	c.mu.Unlock()
+	return h
+}
+
 // popLocked takes an idle state off the stack, nil if it is empty; c.mu
 // held (or a single-threaded level).
 func (c *reqCache) popLocked() *reqState {
