@@ -222,8 +222,8 @@ type reqState struct {
 	// completed in its call, complete from the start, never reported,
 	// recycled or changed (Request.sentStatus has each one's status).
 	shared bool
-	onDone     func(*reqState)
-	coll       *nbc // a nonblocking or persistent collective's operation (kind coll)
+	onDone func(*reqState)
+	coll   *nbc // a nonblocking or persistent collective's operation (kind coll)
 
 	// Type checking (typecheck.go, AMGO_CHECK_TYPES): a send's signature
 	// hash, or the hash the matched message carried; a receive's type.
