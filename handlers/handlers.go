@@ -182,20 +182,28 @@ func (t *Table) checkSendSlow(idx Index, nargs int) error {
 // Dispatch runs the handler at idx for a message described by tok (which the
 // caller has filled with Begin). Unknown indices and wrong argument counts are
 // counted and returned as errors; the handler does not run.
+//
+// The token is active while the handler runs. A handler that panics leaves
+// it active until the next Begin; the panic ends the poll that ran it.
 func (t *Table) Dispatch(tok *Token, idx Index, args []uint64, payload []byte) error {
 	e := &t.entries[idx]
+	if e.Fn == nil || e.NArgs != AnyArgs && e.NArgs != len(args) {
+		return t.refuse(tok, e, idx, len(args))
+	}
+	tok.active = true
+	e.Fn(tok, args, payload)
+	tok.active = false
+	return nil
+}
+
+// refuse counts and reports a message Dispatch does not run.
+func (t *Table) refuse(tok *Token, e *Entry, idx Index, nargs int) error {
 	if e.Fn == nil {
 		t.unknown.Add(1)
 		return fmt.Errorf("%w: %d (from rank %d)", ErrUnknownHandler, idx, tok.src)
 	}
-	if e.NArgs != AnyArgs && e.NArgs != len(args) {
-		t.badArgs.Add(1)
-		return fmt.Errorf("%w: %q takes %d, message from rank %d has %d", ErrArgCount, e.Name, e.NArgs, tok.src, len(args))
-	}
-	tok.active = true
-	defer func() { tok.active = false }()
-	e.Fn(tok, args, payload)
-	return nil
+	t.badArgs.Add(1)
+	return fmt.Errorf("%w: %q takes %d, message from rank %d has %d", ErrArgCount, e.Name, e.NArgs, tok.src, nargs)
 }
 
 // Unknown is the number of messages dropped for an unregistered handler index.
