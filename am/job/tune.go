@@ -36,10 +36,11 @@ const defaultRankSlack = time.Millisecond
 
 // tuneSlack gives this process the timer slack EnvTimerSlack names, when its
 // launcher left the kernel's default: prctl(PR_SET_TIMERSLACK) for the
-// calling thread (and the threads it starts), and /proc/self/task/*/
-// timerslack_ns for the threads that exist (the runtime's monitor among
-// them; writing another thread's needs CAP_SYS_NICE, so without it only the
-// new threads get the slack). Errors: am.ErrConfig for a bad EnvTimerSlack.
+// calling thread (and the threads it starts), and /proc/TID/timerslack_ns
+// for the threads that exist, as /proc/self/task lists them (the runtime's
+// monitor among them; the file is not under /proc/self/task/TID, and
+// writing another thread's needs CAP_SYS_NICE, so without it only the new
+// threads get the slack). Errors: am.ErrConfig for a bad EnvTimerSlack.
 func tuneSlack() error {
 	d := defaultRankSlack
 	if v := os.Getenv(EnvTimerSlack); v != "" {
@@ -60,10 +61,13 @@ func tuneSlack() error {
 		slog.Debug("am: setting the timer slack", "err", err)
 	}
 	// The slack is per thread, and a thread the runtime starts copies it
-	// from the thread that starts it. Pass over the threads until a pass
-	// finds none not yet set: every thread alive at that last listing has
-	// been set, so every later one inherits the slack.
+	// from the thread that starts it. Pass over the threads until two
+	// passes in a row, a moment apart, find none not yet set: every thread
+	// alive at those listings has been set, so every later one inherits the
+	// slack. (One quiet pass is not enough: a thread cloned from one not yet
+	// set can appear in /proc only after the next listing.)
 	done := map[string]bool{}
+	quiet := 0
 	for range 100 {
 		tasks, err := os.ReadDir("/proc/self/task")
 		if err != nil {
@@ -76,13 +80,18 @@ func tuneSlack() error {
 			}
 			fresh = true
 			done[t.Name()] = true
-			if err := os.WriteFile("/proc/self/task/"+t.Name()+"/timerslack_ns", []byte(ns), 0); err != nil {
+			if err := os.WriteFile("/proc/"+t.Name()+"/timerslack_ns", []byte(ns), 0); err != nil {
 				slog.Debug("am: setting a thread's timer slack", "tid", t.Name(), "err", err)
 			}
 		}
-		if !fresh {
+		if fresh {
+			quiet = 0
+			continue
+		}
+		if quiet++; quiet == 2 {
 			break
 		}
+		time.Sleep(100 * time.Microsecond)
 	}
 	return nil
 }
