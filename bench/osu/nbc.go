@@ -9,7 +9,8 @@ import (
 )
 
 // The nonblocking collective tests of OSU (osu_iallreduce, osu_ialltoall,
-// osu_ibcast), with their four columns. For each size every rank first
+// osu_ibcast, osu_ibarrier), with their four columns (osu_ibarrier: one row,
+// size 0). For each size every rank first
 // times the operation started and waited for at once: the pure
 // communication time t. Then it times the operation started, followed by
 // t of computation (a busy loop that makes no MPI call), then waited for:
@@ -22,6 +23,7 @@ func init() {
 	benches["iallreduce"] = bench{"MPI_Iallreduce latency and overlap (osu_iallreduce)", func(a []string) error { return runNBC("iallreduce", a) }}
 	benches["ialltoall"] = bench{"MPI_Ialltoall latency and overlap (osu_ialltoall)", func(a []string) error { return runNBC("ialltoall", a) }}
 	benches["ibcast"] = bench{"MPI_Ibcast latency and overlap (osu_ibcast)", func(a []string) error { return runNBC("ibcast", a) }}
+	benches["ibarrier"] = bench{"MPI_Ibarrier latency and overlap (osu_ibarrier)", func(a []string) error { return runNBC("ibarrier", a) }}
 }
 
 // compute spins for d without calling MPI (OSU's dummy computation).
@@ -37,7 +39,8 @@ func runNBC(name string, args []string) error {
 	}
 	return mpiam.Run(mpiConfig(), func(world *mpiam.Comm) error {
 		n, me := world.Size(), world.Rank()
-		titles := map[string]string{"iallreduce": "Non-blocking Allreduce", "ialltoall": "Non-blocking All-to-All Personalized Exchange", "ibcast": "Non-blocking Broadcast"}
+		titles := map[string]string{"iallreduce": "Non-blocking Allreduce", "ialltoall": "Non-blocking All-to-All Personalized Exchange",
+			"ibcast": "Non-blocking Broadcast", "ibarrier": "Non-blocking Barrier"}
 		if me == 0 {
 			osu.Header(os.Stdout, "amgo MPI "+titles[name]+" Latency Test over "+network(),
 				"Overall(us)", "Compute(us)", "Pure Comm.(us)", "Overlap(%)")
@@ -59,10 +62,16 @@ func runNBC(name string, args []string) error {
 				return mpiam.Iallreduce(world, sendF[:size/4], recvF[:size/4], mpiam.Sum[float32]())
 			case "ialltoall":
 				return mpiam.Ialltoall(world, sendB[:size*n], recvB[:size*n])
+			case "ibarrier":
+				return world.Ibarrier()
 			}
 			return mpiam.Ibcast(world, sendB[:size], 0)
 		}
-		for _, size := range o.Sizes() {
+		sizes := o.Sizes()
+		if name == "ibarrier" {
+			sizes = []int{0}
+		}
+		for _, size := range sizes {
 			if name == "iallreduce" && size < 4 {
 				continue
 			}

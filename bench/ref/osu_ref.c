@@ -10,7 +10,7 @@
  *   mpirun -np 2 osu_ref bw      [-m min:max] [-i iters] [-x warmup] [-W window]
  *   mpirun -np 2 osu_ref bibw    [-m min:max] [-i iters] [-x warmup] [-W window]
  *   mpirun -np N osu_ref allreduce|bcast|alltoall|barrier [-m min:max] [-i iters] [-x warmup]
- *   mpirun -np N osu_ref iallreduce|ialltoall|ibcast [-m min:max] [-i iters] [-x warmup]
+ *   mpirun -np N osu_ref iallreduce|ialltoall|ibcast|ibarrier [-m min:max] [-i iters] [-x warmup]
  *
  * Nonblocking collectives (as osu_iallreduce etc.): per size, each rank times
  * the operation started and waited for at once (pure communication, t), then
@@ -89,13 +89,14 @@ static const char *libname(void) {
 
 static int is_coll(const char *t) {
     return !strcmp(t, "allreduce") || !strcmp(t, "bcast") || !strcmp(t, "alltoall") || !strcmp(t, "barrier") ||
-           !strcmp(t, "iallreduce") || !strcmp(t, "ialltoall") || !strcmp(t, "ibcast");
+           !strcmp(t, "iallreduce") || !strcmp(t, "ialltoall") || !strcmp(t, "ibcast") || !strcmp(t, "ibarrier");
 }
 
 /* nbc_start starts nonblocking collective test on size bytes. */
 static void nbc_start(const char *test, char *sbuf, char *rbuf, int size, MPI_Request *req) {
     if (!strcmp(test, "iallreduce")) MPI_Iallreduce(sbuf, rbuf, size / 4, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, req);
     else if (!strcmp(test, "ialltoall")) MPI_Ialltoall(sbuf, size, MPI_CHAR, rbuf, size, MPI_CHAR, MPI_COMM_WORLD, req);
+    else if (!strcmp(test, "ibarrier")) MPI_Ibarrier(MPI_COMM_WORLD, req);
     else MPI_Ibcast(sbuf, size, MPI_CHAR, 0, MPI_COMM_WORLD, req);
 }
 
@@ -151,7 +152,7 @@ static int collective(int argc, char **argv, const char *test, int me, int np) {
         }
     }
     int nbc = test[0] == 'i';
-    int allreduce = !strcmp(test + nbc, "allreduce"), bcast = !strcmp(test, "bcast"), barrier = !strcmp(test, "barrier");
+    int allreduce = !strcmp(test + nbc, "allreduce"), bcast = !strcmp(test, "bcast"), barrier = !strcmp(test + nbc, "barrier");
     if (lo < 0) lo = allreduce ? 4 : 1;
     char *sbuf = malloc((size_t)hi * np + 4), *rbuf = malloc((size_t)hi * np + 4);
     memset(sbuf, 's', (size_t)hi * np + 4);
@@ -160,7 +161,7 @@ static int collective(int argc, char **argv, const char *test, int me, int np) {
     if (me == 0) {
         printf("# amgo reference: %s %s Latency Test\n", lib, test);
         if (nbc)
-            printf("%-*s%*s%*s%*s%*s\n", 10, "# Size", 20, "Overall(us)", 20, "Compute(us)", 20, "Pure Comm.(us)", 20, "Overlap(%)");
+            printf("%-*s%*s%*s%*s%*s\n", 10, "# Size", 20, "Overall(us)", 20, "Compute(us)", 20, "Pure Comm.(us)", 20, "Overlap(%)"); /* ibarrier: one row, size 0 */
         else
             printf("%-*s%*s\n", 10, "# Size", 20, "Avg Latency(us)"); /* barrier: one row, size 0 */
         fflush(stdout);
@@ -172,6 +173,7 @@ static int collective(int argc, char **argv, const char *test, int me, int np) {
         if (warm >= 0) w = warm;
         if (nbc) {
             nbc_row(test, sbuf, rbuf, size, n, w, me, np);
+            if (barrier) break;
             continue;
         }
         MPI_Barrier(MPI_COMM_WORLD);
