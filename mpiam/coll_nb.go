@@ -91,8 +91,17 @@ func (n *nbc) barrierSchedule() *sched.Schedule {
 }
 
 // Ibarrier starts a barrier (MPI_Ibarrier): the request completes once every
-// rank of c has called Ibarrier or Barrier. Errors: ErrComm.
+// rank of c has called Ibarrier. As MPI-4.1 §6.12 has it, a nonblocking
+// barrier matches the other ranks' nonblocking barriers, not Barrier or a
+// started BarrierInit (over messages it happens to match those too; through
+// the communicator's shared area, which a one-node communicator uses once
+// its first blocking collective has made it, it does not). Errors: ErrComm.
 func (c *Comm) Ibarrier() (*Request, error) {
+	if c.readyArea() != nil && c.size >= 2 {
+		// Through the area, on a schedule kept for the next call.
+		key := keyOf[byte](CallIbarrier, nil, nil, nil, 0).onArea(c)
+		return c.startSchedKey(key, CallIbarrier, AnySource, 0, ibarrierAreaSched, sigCheck{})
+	}
 	start := func() (*Request, error) {
 		x, err := c.startColl(CallIbarrier, true)
 		if err != nil {
@@ -110,9 +119,21 @@ func (c *Comm) Ibarrier() (*Request, error) {
 	return start()
 }
 
+// ibarrierAreaSched builds Ibarrier through the communicator's shared area,
+// which Ibarrier found ready.
+func ibarrierAreaSched(x coll, b *sched.Builder) error {
+	a := shmNBArea(x, true, 0)
+	if a == nil {
+		return fmt.Errorf("%w: Ibarrier: the shared area of communicator %d is gone", ErrOther, x.c.ctx)
+	}
+	shmIbarrierSched(b, a)
+	return nil
+}
+
 // BarrierInit makes a persistent barrier request (MPI_Barrier_init,
-// MPI-4.1 §6.13): each Start begins a barrier, which matches Barrier,
-// Ibarrier or a started BarrierInit on the other ranks. Errors: ErrComm.
+// MPI-4.1 §6.13): each Start begins a barrier, which matches a started
+// BarrierInit on the other ranks (and, being a barrier over messages,
+// Barrier and an Ibarrier over messages too). Errors: ErrComm.
 func (c *Comm) BarrierInit() (*Request, error) {
 	x, err := c.startColl(CallBarrierInit, true)
 	if err != nil {

@@ -123,6 +123,7 @@ const (
 	nbBcast uint8 = iota
 	nbAllreduce
 	nbAlltoall
+	nbBarrier // publishes no data: every rank's stamp is the barrier
 )
 
 // shmNBOp is one nonblocking collective through the section: what it
@@ -267,6 +268,10 @@ func (o *shmNBOp) read() {
 			copy(o.recv[r*o.blk:(r+1)*o.blk], o.data(r, a.me*o.blk, o.blk))
 			o.heard(r)
 		}
+	case nbBarrier:
+		for r := range a.n {
+			o.heard(r)
+		}
 	}
 }
 
@@ -369,6 +374,12 @@ func shmIbcastSched(b *sched.Builder, a *shmColl, buf []byte, root int) {
 // a.
 func shmIallreduceSched(b *sched.Builder, a *shmColl, send, recv []byte, red *sched.Reduction) {
 	nbSched(b, &shmNBOp{a: a, kind: nbAllreduce, send: send, recv: recv, red: red})
+}
+
+// shmIbarrierSched builds Ibarrier through area a: each rank stamps its
+// slot, and the barrier is done once every rank's is stamped.
+func shmIbarrierSched(b *sched.Builder, a *shmColl) {
+	nbSched(b, &shmNBOp{a: a, kind: nbBarrier})
 }
 
 // shmIalltoallSched builds Ialltoall through area a: each rank publishes its

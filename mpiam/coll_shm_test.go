@@ -3,6 +3,8 @@ package mpiam
 import (
 	"fmt"
 	"math/rand"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -127,8 +129,9 @@ func TestCollectivesSharedMemorySubComm(t *testing.T) {
 	})
 }
 
-// Ibcast, Iallreduce and Ialltoall between the ranks of one node go through
-// the nonblocking section of the shared area once it exists: many more in
+// Ibcast, Iallreduce, Ialltoall and Ibarrier between the ranks of one node
+// go through the nonblocking section of the shared area once it exists
+// (a barrier completes only once every rank has entered it): many more in
 // flight than there are slots (the slots' reuse waits for every rank to
 // finish), completed in a shuffled order of Waits and interleaved with
 // blocking collectives, which use the other section meanwhile; in place and
@@ -137,14 +140,17 @@ func TestCollectivesSharedMemorySubComm(t *testing.T) {
 // on one node. A communicator freed with collectives under way in its area
 // keeps it mapped until they finish.
 func TestNonblockingCollectivesThroughSharedMemory(t *testing.T) {
+	const calls = 3*shmSlots + 5
+	var enteredBy sync.Map // by job: how many ranks entered each Ibarrier
 	for _, n := range []int{2, 3, 5} {
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
 			eachNetwork(t, n, func(r *rk, c *Comm) {
 				me := c.Rank()
 				rng := rand.New(rand.NewSource(int64(n*100 + me)))
+				e, _ := enteredBy.LoadOrStore(fmt.Sprint(n, r.net), new([calls]atomic.Int32))
+				entered := e.(*[calls]atomic.Int32)
 				r.NoError(c.Barrier()) // makes the area, where the node allows
 				cat, catWant := concatOp(), concatOf(n)
-				const calls = 3*shmSlots + 5
 				reqs := make([]*Request, calls)
 				checks := make([]func(), calls)
 				for i := range calls {
@@ -152,7 +158,11 @@ func TestNonblockingCollectivesThroughSharedMemory(t *testing.T) {
 						time.Sleep(time.Duration(rng.Intn(2)) * time.Millisecond)
 					}
 					var err error
-					switch i % 4 {
+					switch i % 5 {
+					case 4:
+						entered[i].Add(1)
+						reqs[i], err = c.Ibarrier()
+						checks[i] = func() { r.EqualValues(n, entered[i].Load(), "Ibarrier %d done before every rank entered", i) }
 					case 0:
 						root := i % n
 						b := make([]int64, 1+i*37%(shmCollSlot/8))
