@@ -270,7 +270,7 @@ func plan(bin, ref string, quick bool) []job {
 	if quick {
 		collSizes = []string{"-m", "1:65536", "-i", "200", "-x", "20"}
 	}
-	for _, b := range []string{"allreduce", "bcast", "alltoall", "barrier", "iallreduce", "ialltoall"} {
+	for _, b := range []string{"allreduce", "bcast", "alltoall", "barrier", "iallreduce", "ialltoall", "ibarrier"} {
 		for _, c := range all {
 			jobs = append(jobs, job{Bench: b, Cfg: c, Args: append([]string{b}, collSizes...)})
 		}
@@ -767,6 +767,7 @@ func report(facts []string, jobs []job, samples []sample, notes []string) string
 	table(&b, sum, "iallreduce", "Overlap(%)", configs, []int{8, 1024, 65536})
 	table(&b, sum, "ialltoall", "Pure Comm.(us)", configs, []int{8, 1024, 65536})
 	table(&b, sum, "ialltoall", "Overlap(%)", configs, []int{8, 1024, 65536})
+	table(&b, sum, "ibarrier", "Pure Comm.(us)", configs, []int{0})
 	table(&b, sum, "put_latency", "Latency (us)", configs, []int{8, 1024, 65536, 1 << 20})
 	table(&b, sum, "get_latency", "Latency (us)", configs, []int{8, 1024, 65536, 1 << 20})
 	table(&b, sum, "put_bw", "Bandwidth (MB/s)", configs, []int{8, 1024, 65536, 1 << 20})
