@@ -299,8 +299,7 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 		return nil, err
 	}
 	caps := tr.Caps()
-	wrapped := !caps.Ordered || !caps.Reliable
-	if wrapped {
+	if !caps.Ordered || !caps.Reliable {
 		// A network without ordered or reliable delivery gets sequence
 		// numbers, acknowledgements and retransmission here, once, for every
 		// such network (package reliable).
@@ -371,8 +370,9 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 		}
 		ep.nets[r] = peerNet{maxMedium: mm, putMin: c.PutMin, put: ep.putter != nil && c.Put,
 			get: ep.getter != nil && c.Get, putSend: ep.putSender != nil && (c.PutSend || !perPeer), name: c.Name, buffer: buf,
-			immediate: !wrapped && !cfg.NoImmediate && c.Ordered && c.Reliable && c.QueueBytes > 0 &&
-				c.MaxPacket >= MaxImmediate+wire.ImmediateHeaderLen+8*wire.MaxArgs}
+			// c is ordered and reliable here (a network that is not is
+			// wrapped, and the wrapper states no QueueBytes).
+			immediate: !cfg.NoImmediate && c.QueueBytes > 0 && c.MaxPacket >= MaxImmediate+wire.ImmediateHeaderLen+8*wire.MaxArgs}
 		if ep.nets[r].immediate {
 			ep.immQueue = max(ep.immQueue, c.QueueBytes)
 		}

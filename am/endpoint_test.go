@@ -305,37 +305,49 @@ func TestStoreOutsideSegmentIsDropped(t *testing.T) {
 	pollAll(t, eps, func() bool { return eps[0].Drain(0) == 0 })
 }
 
-func TestMalformedPacketsAreDroppedAndCounted(t *testing.T) {
+// injectDrops injects pkts from rank 0 into rank 1 of a fake network whose
+// handler 1 takes nargs arguments, polls rank 1, and returns why rank 1
+// dropped packets, how many handlers ran and rank 1.
+func injectDrops(t *testing.T, nargs int, pkts ...[]byte) (reasons []error, ran int32, ep *Endpoint) {
+	t.Helper()
 	net := newFakeNet(2)
 	eps := newFakeEndpoints(t, net, Config{})
-	var reasons []error
 	eps[1].cfg.OnDrop = func(err error) { reasons = append(reasons, err) }
-	var ran atomic.Int32
+	var n atomic.Int32
 	for _, ep := range eps {
-		_, _ = ep.Register(handlers.Entry{Index: 1, Name: "h", NArgs: 0, Fn: func(*handlers.Token, []uint64, []byte) { ran.Add(1) }})
+		_, _ = ep.Register(handlers.Entry{Index: 1, Name: "h", NArgs: nargs, Fn: func(*handlers.Token, []uint64, []byte) { n.Add(1) }})
 	}
+	for _, pkt := range pkts {
+		net.inject(0, 1, pkt)
+	}
+	for range 2 * len(pkts) {
+		_, err := eps[1].Poll()
+		require.NoError(t, err)
+	}
+	return reasons, n.Load(), eps[1]
+}
+
+func TestMalformedPacketsAreDroppedAndCounted(t *testing.T) {
 	enc := func(h wire.Header) []byte {
 		b := make([]byte, wire.MaxHeaderLen)
 		return b[:wire.Encode(b, &h, make([]uint64, h.NArgs))]
 	}
-	net.inject(0, 1, []byte("garbage"))
-	net.inject(0, 1, enc(wire.Header{Kind: wire.KindRequestShort, Handler: 99, Src: 0, Reserve: 256}))            // unknown handler
-	net.inject(0, 1, enc(wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 1, Reserve: 256}))             // lies about its source
-	net.inject(0, 1, enc(wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 0, Off: 16384, Reserve: 256})) // reservation past the buffer
-	net.inject(0, 1, enc(wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 0, Reserve: 64}))              // no reply room
-	net.inject(0, 1, enc(wire.Header{Kind: wire.KindAck, Src: 0, Flags: wire.FlagFree, Off: 0, Reserve: 64}))     // frees nothing allocated
-	net.inject(0, 1, enc(wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 0, NArgs: 2, Reserve: 256}))   // wrong arg count
-	for i := 0; i < 10; i++ {
-		_, err := eps[1].Poll()
-		require.NoError(t, err)
-	}
+	reasons, ran, ep := injectDrops(t, 0,
+		[]byte("garbage"),
+		enc(wire.Header{Kind: wire.KindRequestShort, Handler: 99, Src: 0, Reserve: 256}),            // unknown handler
+		enc(wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 1, Reserve: 256}),             // lies about its source
+		enc(wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 0, Off: 16384, Reserve: 256}), // reservation past the buffer
+		enc(wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 0, Reserve: 64}),              // no reply room
+		enc(wire.Header{Kind: wire.KindAck, Src: 0, Flags: wire.FlagFree, Off: 0, Reserve: 64}),     // frees nothing allocated
+		enc(wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 0, NArgs: 2, Reserve: 256}),   // wrong arg count
+	)
 	require.Len(t, reasons, 7)
 	require.ErrorIs(t, reasons[0], wire.ErrShort)
 	require.ErrorIs(t, reasons[1], handlers.ErrUnknownHandler)
 	require.ErrorIs(t, reasons[5], flowctl.ErrNotAllocated)
 	require.ErrorIs(t, reasons[6], handlers.ErrArgCount)
-	require.Zero(t, ran.Load())
-	s := eps[1].Stats()
+	require.Zero(t, ran)
+	s := ep.Stats()
 	require.EqualValues(t, 7, s.Drops)
 	require.EqualValues(t, 1, s.UnknownHandler)
 	require.NotEmpty(t, s.LastDrop)

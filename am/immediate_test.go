@@ -178,14 +178,6 @@ func TestImmediateRequestWhenTheQueueIsFull(t *testing.T) {
 // unknown handler, a wrong argument count, and an immediate request over a
 // network that does not carry them.
 func TestMalformedImmediateRequestsAreDropped(t *testing.T) {
-	net := newFakeNet(2)
-	eps := newFakeEndpoints(t, net, Config{})
-	var reasons []error
-	eps[1].cfg.OnDrop = func(err error) { reasons = append(reasons, err) }
-	var ran atomic.Int32
-	for _, ep := range eps {
-		_, _ = ep.Register(handlers.Entry{Index: 1, Name: "h", NArgs: 1, Fn: func(*handlers.Token, []uint64, []byte) { ran.Add(1) }})
-	}
 	imm := func(handler uint8, args []uint64, payload []byte) []byte {
 		b := make([]byte, wire.ImmediateHeaderLen+8*len(args))
 		n := wire.EncodeImmediate(b, handler, args, len(payload))
@@ -196,34 +188,27 @@ func TestMalformedImmediateRequestsAreDropped(t *testing.T) {
 	binary.LittleEndian.PutUint32(long[4:], 4)
 	many := append([]byte(nil), good...)
 	many[3] = wire.MaxArgs + 1
-	net.inject(0, 1, long)
-	net.inject(0, 1, many)
-	net.inject(0, 1, imm(99, []uint64{7}, nil))
-	net.inject(0, 1, imm(1, nil, nil))
-	net.inject(0, 1, good[:5])
-	for i := 0; i < 10; i++ {
-		_, err := eps[1].Poll()
-		require.NoError(t, err)
-	}
+	reasons, ran, _ := injectDrops(t, 1, long, many, imm(99, []uint64{7}, nil), imm(1, nil, nil), good[:5])
 	require.Len(t, reasons, 5)
 	require.ErrorIs(t, reasons[0], wire.ErrLength)
 	require.ErrorIs(t, reasons[1], wire.ErrArgs)
 	require.ErrorIs(t, reasons[2], handlers.ErrUnknownHandler)
 	require.ErrorIs(t, reasons[3], handlers.ErrArgCount)
 	require.ErrorIs(t, reasons[4], wire.ErrShort)
-	require.Zero(t, ran.Load())
+	require.Zero(t, ran)
 
 	// Over a network without them (the reliability layer's), an immediate
 	// request is not this endpoint's: dropped.
 	noImm := newFakeEndpoints(t, newFakeNet(2), Config{NoImmediate: true})
 	var dropped []error
 	noImm[1].cfg.OnDrop = func(err error) { dropped = append(dropped, err) }
-	_, _ = noImm[1].Register(handlers.Entry{Index: 1, Name: "h", NArgs: 1, Fn: func(*handlers.Token, []uint64, []byte) { ran.Add(1) }})
+	var ranNo atomic.Int32
+	_, _ = noImm[1].Register(handlers.Entry{Index: 1, Name: "h", NArgs: 1, Fn: func(*handlers.Token, []uint64, []byte) { ranNo.Add(1) }})
 	noImm[0].tr.(*fakeTr).net.inject(0, 1, good)
 	_, err := noImm[1].Poll()
 	require.NoError(t, err)
 	require.Len(t, dropped, 1)
-	require.Zero(t, ran.Load())
+	require.Zero(t, ranNo.Load())
 }
 
 // A rank that only sends immediate requests never waits for credit, so it

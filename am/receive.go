@@ -32,10 +32,7 @@ func (ep *Endpoint) pollLocked() (int, error) {
 	if ep.seq.Collided() {
 		return 0, ErrSeq
 	}
-	if !ep.table.Sealed() {
-		ep.table.Seal()
-		ep.startProgress()
-	}
+	ep.started()
 	if ep.backlogged.Load() > 0 {
 		for i := range ep.peers {
 			p := &ep.peers[i]
@@ -88,7 +85,7 @@ func (ep *Endpoint) deliver(src int, pkt []byte) {
 	if rx.credit.Urgent() {
 		ep.sendUrgentFrees()
 	}
-	if len(pkt) > 1 && pkt[1] == byte(wire.KindRequestImmediate) {
+	if wire.IsImmediate(pkt) {
 		ep.deliverImmediate(src, pkt)
 		return
 	}

@@ -152,8 +152,8 @@ const immediatePollEvery = 64
 // Errors as RequestMedium (ErrRank, ErrClosed, a dead peer, handler
 // errors, transport errors other than a full queue); false with them.
 func (ep *Endpoint) RequestImmediate(dst int, h handlers.Index, payload []byte, args ...uint64) (bool, error) {
-	if uint(dst) >= uint(ep.size) {
-		return false, ep.checkDst(dst)
+	if err := ep.checkDst(dst); err != nil {
+		return false, err
 	}
 	if !ep.nets[dst].immediate || len(payload) > MaxImmediate {
 		return false, nil
@@ -164,13 +164,7 @@ func (ep *Endpoint) RequestImmediate(dst int, h handlers.Index, payload []byte, 
 	if err := ep.table.CheckSend(h, len(args)); err != nil {
 		return false, err
 	}
-	if !ep.table.Sealed() {
-		ep.table.Seal() // communication has started
-		ep.startProgress()
-	}
-	if ep.dead[dst].Load() != nil || ep.closed.Load() || ep.seq.Collided() {
-		return false, ep.checkDst(dst)
-	}
+	ep.started()
 	p := &ep.peers[dst]
 	if !p.mu.TryLock() {
 		return false, nil // another goroutine sends to dst: the medium request waits its turn
@@ -179,35 +173,28 @@ func (ep *Endpoint) RequestImmediate(dst int, h handlers.Index, payload []byte, 
 		p.mu.Unlock()
 		return false, nil
 	}
-	if p.immRun >= immediatePollEvery {
-		// A stream of immediate requests polls now and then, as a stream
-		// of medium requests does whenever its window fills: what the
-		// receiver answers (an upper layer's "stop sending", credit for
-		// other traffic) reaches this rank even when it only sends.
-		p.immRun = 0
-		p.mu.Unlock()
-		if _, err := ep.Poll(); err != nil && !errors.Is(err, ErrPeerDead) {
-			return false, err
-		}
-		if !p.mu.TryLock() {
-			return false, nil
-		}
-		if len(p.backlog) > 0 {
-			p.mu.Unlock()
-			return false, nil
-		}
-	}
 	n := wire.EncodeImmediate(p.scratch[:], uint8(h), args, len(payload))
 	err := ep.tr.Send(dst, p.scratch[:n], payload)
+	poll := false
 	if err == nil {
-		p.immRun++
 		p.c.requests++
 		p.c.immediate++
 		p.c.bytes += uint64(len(payload))
+		if p.immRun++; p.immRun == immediatePollEvery {
+			p.immRun, poll = 0, true
+		}
 	}
 	p.mu.Unlock()
 	switch {
 	case err == nil:
+		if poll {
+			// A stream of immediate requests polls now and then, as a
+			// stream of medium requests does whenever its window fills:
+			// what the receiver answers (an upper layer's "stop sending",
+			// credit for other traffic) reaches this rank even when it
+			// only sends. A failure it finds is the next call's to report.
+			_, _ = ep.Poll()
+		}
 		return true, nil
 	case errors.Is(err, transport.ErrWouldBlock):
 		return false, nil
@@ -336,10 +323,7 @@ func (ep *Endpoint) putSend(dst int, p *peer, h *wire.Header, args []uint64, add
 	if !ep.nets[dst].putSend || ep.dead[dst].Load() != nil {
 		return false, nil
 	}
-	if !ep.table.Sealed() {
-		ep.table.Seal() // communication has started (as in sendRequest)
-		ep.startProgress()
-	}
+	ep.started()
 	// The header goes in p.putHdr under p.putMu (a local array would escape
 	// through the interface call: an allocation per store); the transport
 	// serializes puts to one peer anyway.
@@ -427,13 +411,19 @@ func (ep *Endpoint) Get(src int, addr uint64, buf []byte) error {
 	}
 }
 
+// started seals the handler table and starts the progress goroutine (if
+// configured) at the first request or poll: communication has started.
+func (ep *Endpoint) started() {
+	if !ep.table.Sealed() {
+		ep.table.Seal()
+		ep.startProgress()
+	}
+}
+
 // sendRequest takes credit at dst and sends one request, polling while there is
 // no room.
 func (ep *Endpoint) sendRequest(dst int, h *wire.Header, args []uint64, payload []byte) error {
-	if !ep.table.Sealed() {
-		ep.table.Seal() // communication has started
-		ep.startProgress()
-	}
+	ep.started()
 	p := &ep.peers[dst]
 	if ep.dead[dst].Load() == nil && p.mu.TryLock() {
 		// The common case, without the wait's pacing: the peer's lock is

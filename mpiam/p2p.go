@@ -237,13 +237,19 @@ func (c *Comm) newRecv(buf []byte, src, tag int, handle bool) (*reqState, *Reque
 	return r, h
 }
 
+// sendsEager reports whether a send of n contiguous bytes to dest in mode
+// goes eagerly, and so completes in its call (sendEager).
+func (c *Comm) sendsEager(dest, n int, mode Mode) bool {
+	return (mode == Standard || mode == Ready) && dest != ProcNull && c.p.eager(c.world(dest), n)
+}
+
 // isend starts a nonblocking send and returns its handle.
 func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
 	if err := c.checkSend(dest, tag); err != nil {
 		return nil, err
 	}
 	p := c.p
-	if (mode == Standard || mode == Ready) && dest != ProcNull && p.tools == nil && p.eager(c.world(dest), len(buf)) {
+	if p.tools == nil && c.sendsEager(dest, len(buf), mode) {
 		// Eager: the send completes in this call (as Send's does), so its
 		// handle needs no state of its own: it shares the rank's sentDone
 		// and keeps its status itself.
@@ -267,7 +273,7 @@ func (c *Comm) send(buf []byte, dest, tag int, mode Mode) error {
 		return err
 	}
 	p := c.p
-	if (mode == Standard || mode == Ready) && dest != ProcNull && p.eager(c.world(dest), len(buf)) {
+	if c.sendsEager(dest, len(buf), mode) {
 		// Eager: complete once the data is on its way, so no request is needed.
 		pb, hasPB := p.outgoingPB()
 		return p.sendEager(c, buf, dest, tag, mode, pb, hasPB)

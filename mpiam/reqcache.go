@@ -55,11 +55,7 @@ func (c *reqCache) get(handle bool) (*reqState, *Request) {
 	}
 	c.mu.Lock()
 	s := c.popLocked()
-	if len(c.handles) == 0 {
-		c.handles = make([]Request, handleSlab)
-	}
-	h := &c.handles[0]
-	c.handles = c.handles[1:]
+	h := c.handleLocked()
 	c.mu.Unlock()
 	if s == nil {
 		s = cacheline.New[reqState]()
@@ -72,12 +68,19 @@ func (c *reqCache) get(handle bool) (*reqState, *Request) {
 // completed in its call: Request.sentStatus).
 func (c *reqCache) handle() *Request {
 	c.mu.Lock()
+	h := c.handleLocked()
+	c.mu.Unlock()
+	return h
+}
+
+// handleLocked takes the next handle of the slab, starting a new slab when
+// it is spent; c.mu held (or a single-threaded level).
+func (c *reqCache) handleLocked() *Request {
 	if len(c.handles) == 0 {
 		c.handles = make([]Request, handleSlab)
 	}
 	h := &c.handles[0]
 	c.handles = c.handles[1:]
-	c.mu.Unlock()
 	return h
 }
 

@@ -368,7 +368,8 @@ func waitall(reqs []*Request, statuses []Status) error {
 	var firstErr error
 	var spent stateBatch
 	for i, r := range reqs {
-		if s := r.state(); s != nil && s.shared {
+		s := r.state()
+		if s != nil && s.shared {
 			// An eager send that completed in its call: nothing to recycle.
 			if statuses != nil {
 				statuses[i] = r.sentStatus()
@@ -377,7 +378,7 @@ func waitall(reqs []*Request, statuses []Status) error {
 			reqs[i] = nil
 			continue
 		}
-		if s := r.state(); s != nil && !s.persistent && !s.reported && s.p.tools == nil && s.done.Load() {
+		if s != nil && !s.persistent && !s.reported && s.p.tools == nil && s.done.Load() {
 			// Complete already (a window of eager sends): report and recycle
 			// without the wait's status copies; the same steps as below.
 			s.reported = true

@@ -243,7 +243,7 @@ const noPayload = 1<<KindRequestShort | 1<<KindReplyShort | 1<<KindAck | 1<<Kind
 // pkt must be exactly header, arguments and payload; anything else is an error.
 // Decode never panics and does not allocate on success.
 func Decode(pkt []byte, h *Header, args *[MaxArgs]uint64) (payload []byte, err error) {
-	if len(pkt) >= ImmediateHeaderLen && Kind(pkt[1]) == KindRequestImmediate {
+	if IsImmediate(pkt) {
 		handler, nargs, payload, err := DecodeImmediate(pkt, args)
 		if err != nil {
 			return nil, err
@@ -330,6 +330,12 @@ func decodeExt(pkt []byte, h *Header) {
 // version, kind, handler and nargs bytes, then the payload length as a
 // little-endian uint32. The arguments and the payload follow.
 const ImmediateHeaderLen = 8
+
+// IsImmediate reports whether pkt is (or claims to be) an immediate request,
+// which DecodeImmediate parses rather than Decode's general path.
+func IsImmediate(pkt []byte) bool {
+	return len(pkt) >= ImmediateHeaderLen && Kind(pkt[1]) == KindRequestImmediate
+}
 
 // EncodeImmediate writes the header of an immediate request to handler with
 // args (at most MaxArgs) and a payload of payloadLen bytes into b, which must
