@@ -152,8 +152,8 @@ const immediatePollEvery = 64
 // Errors as RequestMedium (ErrRank, ErrClosed, a dead peer, handler
 // errors, transport errors other than a full queue); false with them.
 func (ep *Endpoint) RequestImmediate(dst int, h handlers.Index, payload []byte, args ...uint64) (bool, error) {
-	if err := ep.checkDst(dst); err != nil {
-		return false, err
+	if uint(dst) >= uint(ep.size) || ep.closed.Load() || ep.dead[dst].Load() != nil || ep.seq.Collided() {
+		return false, ep.checkDst(dst) // checkDst's checks, inline on the common path
 	}
 	if !ep.nets[dst].immediate || len(payload) > MaxImmediate {
 		return false, nil
@@ -415,9 +415,14 @@ func (ep *Endpoint) Get(src int, addr uint64, buf []byte) error {
 // configured) at the first request or poll: communication has started.
 func (ep *Endpoint) started() {
 	if !ep.table.Sealed() {
-		ep.table.Seal()
-		ep.startProgress()
+		ep.start()
 	}
+}
+
+// start is started's first time, out of line so that started inlines.
+func (ep *Endpoint) start() {
+	ep.table.Seal()
+	ep.startProgress()
 }
 
 // sendRequest takes credit at dst and sends one request, polling while there is
