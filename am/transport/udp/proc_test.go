@@ -372,11 +372,11 @@ func BenchmarkProof(b *testing.B) {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
 			pr := mustProver(b, DeriveKey([]byte("bench-secret-0123")))
 			d := make([]byte, FrameHeader+n, Overhead+n)
-			putFrame(d, 0, 1, 1)
+			pr.PutFrame(d, 0, 1, 1)
 			var nonce [NonceLen]byte
 			b.SetBytes(int64(n))
 			for i := 0; i < b.N; i++ {
-				pr.seal(d, &nonce)
+				pr.Seal(d, &nonce)
 			}
 		})
 	}

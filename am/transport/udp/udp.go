@@ -368,8 +368,8 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 		st.buf = make([]byte, MaxDatagram)
 	}
 	d := st.buf[:FrameHeader]
-	putFrame(d, t.rank, dst, t.seq.Add(1))
-	d = t.pr.seal(append(append(d, hdr...), payload...), &st.nonce)
+	t.pr.PutFrame(d, t.rank, dst, t.seq.Add(1))
+	d = t.pr.Seal(append(append(d, hdr...), payload...), &st.nonce)
 	p := &t.peers[dst]
 	for {
 		_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(t.fd), uintptr(unsafe.Pointer(&d[0])), uintptr(len(d)),
