@@ -1,0 +1,122 @@
+//go:build linux
+
+package xdp
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// ProgramName is the name the XDP program is loaded under (bpftool prog
+// shows it), by which an interface's program is recognised as amgo's.
+const ProgramName = "amgo_xdp"
+
+// mapEntries is the XSKMAP's size: queue indexes 0..mapEntries-1.
+const mapEntries = 256
+
+// Offsets into struct xdp_md (include/uapi/linux/bpf.h).
+const (
+	xdpMdData         = 0
+	xdpMdDataEnd      = 4
+	xdpMdRxQueueIndex = 16
+)
+
+// program returns the XDP program: a frame of EtherType etherType (at
+// least the Ethernet header and the magic long) is redirected to the socket
+// in xsks at the index of the receive queue it arrived on, or passed to the
+// kernel's stack when no socket is there (bpf_redirect_map's fallback
+// action); every other frame passes, so that ARP, IP and the rest of the
+// host's traffic are untouched.
+func program(xsks *ebpf.Map, etherType uint16) asm.Instructions {
+	const xdpPass = 2
+	// The EtherType as a little-endian 16-bit load reads network order.
+	le := int32(etherType>>8 | etherType<<8&0xff00)
+	return asm.Instructions{
+		asm.LoadMem(asm.R2, asm.R1, xdpMdData, asm.Word),
+		asm.LoadMem(asm.R3, asm.R1, xdpMdDataEnd, asm.Word),
+		asm.Mov.Reg(asm.R4, asm.R2),
+		asm.Add.Imm(asm.R4, EthHeader+4),
+		asm.JGT.Reg(asm.R4, asm.R3, "pass"),
+		asm.LoadMem(asm.R5, asm.R2, 12, asm.Half),
+		asm.JNE.Imm(asm.R5, le, "pass"),
+		asm.LoadMem(asm.R2, asm.R1, xdpMdRxQueueIndex, asm.Word),
+		asm.LoadMapPtr(asm.R1, xsks.FD()),
+		asm.Mov.Imm(asm.R3, xdpPass),
+		asm.FnRedirectMap.Call(),
+		asm.Return(),
+		asm.Mov.Imm(asm.R0, xdpPass).WithSymbol("pass"),
+		asm.Return(),
+	}
+}
+
+// attachment is the XDP program on one interface and its socket map.
+type attachment struct {
+	xsks *ebpf.Map
+	prog *ebpf.Program
+	lnk  link.Link
+	mode string // "driver" or "generic"
+}
+
+// errNeedPrivilege marks failures for want of a capability.
+var errNeedPrivilege = errors.New("needs CAP_BPF, CAP_NET_ADMIN and CAP_NET_RAW (run as root)")
+
+// attach loads the program and attaches it to interface ifindex through a
+// BPF link, which the kernel detaches when its last descriptor closes: when
+// the process exits, however it exits. mode is "auto" (driver mode, else
+// generic), "driver" or "generic".
+func attach(ifindex int, ifname string, etherType uint16, mode string) (*attachment, error) {
+	xsks, err := ebpf.NewMap(&ebpf.MapSpec{Name: "amgo_xsks", Type: ebpf.XSKMap, KeySize: 4, ValueSize: 4, MaxEntries: mapEntries})
+	if err != nil {
+		return nil, privileged("create the XSKMAP", err)
+	}
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: ProgramName, Type: ebpf.XDP, License: "Dual BSD/GPL",
+		Instructions: program(xsks, etherType)})
+	if err != nil {
+		xsks.Close()
+		return nil, privileged("load the XDP program", err)
+	}
+	a := &attachment{xsks: xsks, prog: prog}
+	modes := map[string][]link.XDPAttachFlags{"auto": {link.XDPDriverMode, link.XDPGenericMode},
+		"driver": {link.XDPDriverMode}, "generic": {link.XDPGenericMode}}[mode]
+	for i, m := range modes {
+		a.lnk, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifindex, Flags: m})
+		if err == nil {
+			a.mode = map[link.XDPAttachFlags]string{link.XDPDriverMode: "driver", link.XDPGenericMode: "generic"}[m]
+			return a, nil
+		}
+		if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST) {
+			break
+		}
+		if i+1 < len(modes) && (errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) || errors.Is(err, ebpf.ErrNotSupported)) {
+			continue
+		}
+	}
+	a.close()
+	if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST) {
+		return nil, fmt.Errorf("attach the XDP program to %s: the interface already has an XDP program (another job's, or another rank's of this job: xdp carries one rank per interface): %w", ifname, err)
+	}
+	return nil, privileged("attach the XDP program to "+ifname, err)
+}
+
+// privileged words a BPF failure, naming the capabilities when the kernel
+// refused them.
+func privileged(what string, err error) error {
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+		return fmt.Errorf("%s: %w (%w)", what, err, errNeedPrivilege)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// close detaches the program and releases the map.
+func (a *attachment) close() {
+	if a.lnk != nil {
+		a.lnk.Close()
+	}
+	a.prog.Close()
+	a.xsks.Close()
+}

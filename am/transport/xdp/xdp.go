@@ -1,0 +1,783 @@
+//go:build linux
+
+package xdp
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+
+	"github.com/amgo-hpc/amgo/am/transport"
+	"github.com/amgo-hpc/amgo/am/transport/internal/dgram"
+	"github.com/amgo-hpc/amgo/am/transport/internal/jobsecret"
+	"github.com/amgo-hpc/amgo/am/transport/internal/netaddr"
+	settings "github.com/amgo-hpc/amgo/am/transport/internal/opts"
+)
+
+func init() {
+	transport.Register("xdp", New)
+}
+
+// Sizes and defaults.
+const (
+	// FrameSize is the size of one UMEM chunk in bytes: one frame each.
+	FrameSize = 4096
+	// RxFrames and TxFrames are the UMEM chunks kept for receiving (all in
+	// the fill ring when idle) and for sending; every ring has RingSize
+	// entries.
+	RxFrames = 1024
+	TxFrames = 1024
+	RingSize = 1024
+	// maxFrame is the largest frame a chunk holds: the kernel puts a
+	// received frame XDP_PACKET_HEADROOM bytes into its chunk.
+	maxFrame = FrameSize - unix.XDP_PACKET_HEADROOM
+	// MinPacket is the smallest packet size the interface's MTU must
+	// allow, in bytes: package am needs a medium payload of 512 bytes after
+	// the largest header.
+	MinPacket = 1024
+	// BufferBytes is the per-peer receive buffer package am keeps for xdp
+	// peers (transport.Caps.BufferBytes), as udp's.
+	BufferBytes = 256 << 10
+	// DefaultSpin is how long Wait polls the receive ring before it sleeps
+	// in poll(2) (option "spin").
+	DefaultSpin = 20 * time.Microsecond
+	// SecretKey is the key under which rank 0 publishes the job secret it
+	// drew when AMGO_JOB_SECRET is not set.
+	SecretKey = "amgo.xdp.secret"
+	// selfSlots bounds the packets a rank has sent itself and not yet
+	// polled.
+	selfSlots = 64
+	// bindWait is how long New retries a bind that the kernel refuses
+	// with EBUSY: a queue stays busy for tens of milliseconds after the
+	// previous socket on it closed.
+	bindWait = 2 * time.Second
+)
+
+// ErrUnavailable marks every failure to open the network for want of
+// something this host lacks: the privilege (CAP_NET_RAW, CAP_BPF,
+// CAP_NET_ADMIN), the kernel's AF_XDP sockets, an Ethernet interface.
+var ErrUnavailable = errors.New("xdp: network unavailable")
+
+// Stats are a transport's counters since New. Frames that fail a check are
+// dropped and counted in exactly one of Short, Foreign, Misdirected and
+// BadProof.
+type Stats struct {
+	// Sent and Received count frames sent and delivered (self-sends
+	// included); BytesSent and BytesReceived their bytes, Ethernet header
+	// included.
+	Sent, Received, BytesSent, BytesReceived uint64
+	// WouldBlocks counts Sends refused with transport.ErrWouldBlock (every
+	// send chunk in flight, or the self-send queue full).
+	WouldBlocks uint64
+	// SendErrors counts frames the kernel did not take at once for a
+	// transient reason; they stay in the ring and go at a later kick.
+	SendErrors uint64
+	// Short counts frames shorter than the framing.
+	Short uint64
+	// Foreign counts frames addressed to another interface, with another
+	// magic, or from an interface other than the claimed rank's.
+	Foreign uint64
+	// Misdirected counts frames naming a source outside the job or another
+	// destination.
+	Misdirected uint64
+	// BadProof counts frames whose proof of membership is wrong.
+	BadProof uint64
+	// KernelDropped is the socket's rx_dropped plus rx_ring_full (frames the
+	// kernel dropped for want of a free chunk or ring entry), from
+	// XDP_STATISTICS.
+	KernelDropped uint64
+}
+
+type counters struct {
+	sent, received, bytesOut, bytesIn, wouldBlock, sendErrs atomic.Uint64
+	short, foreign, misdirected, badProof                   atomic.Uint64
+}
+
+// Transport is one rank's AF_XDP socket. Create it with New.
+type Transport struct {
+	rank, size int
+	caps       transport.Caps
+	fd, efd    int
+	woken      atomic.Bool
+	closed     atomic.Bool
+	spin       time.Duration
+	ifname     string
+	ifindex    int
+	queue      int
+	etherType  uint16
+	mac        net.HardwareAddr
+	macs       []net.HardwareAddr // by rank; nil for a rank this network does not reach
+	pr         *dgram.Prover
+	seq        atomic.Uint64 // the number of the next frame sent (the proof's nonce)
+	att        *attachment
+	zeroCopy   bool
+	umem       []byte
+	st         counters
+
+	// Sending: the tx and completion rings and the free send chunks.
+	txMu  sync.Mutex
+	tx    *ring
+	comp  *ring
+	freeq []uint64 // UMEM offsets of send chunks not in flight
+	nonce [dgram.NonceLen]byte
+
+	// Self-sends, delivered by Poll.
+	selfMu  sync.Mutex
+	selfq   [][]byte
+	selfBuf [selfSlots][]byte
+
+	// Owned by Poll (one goroutine at a time).
+	rx, fill *ring
+	rnonce   [dgram.NonceLen]byte
+	selfOut  [][]byte
+}
+
+// New opens rank b.Rank()'s AF_XDP transport for a job of b.Size() ranks;
+// the result is a *Transport. It picks the interface (below), publishes its
+// MAC address, MTU and queue under "amgo.xdp.<rank>" and calls b.Fence
+// once, so every rank must call New concurrently; then it loads the XDP
+// program, attaches it to the interface, registers the UMEM, maps the
+// rings and binds the socket to the queue. Without AMGO_JOB_SECRET, rank 0
+// draws the job secret and publishes it under SecretKey. opts (each also
+// read from the environment variable in brackets when absent):
+//
+//	iface      interface name, or an IP address of it [AMGO_IFACE]
+//	queue      receive queue to bind, default 0 [AMGO_XDP_QUEUE]
+//	mode       XDP attach mode: auto (driver, else generic), driver, generic [AMGO_XDP_MODE]
+//	ethertype  the frames' EtherType, default 0x88b5 [AMGO_XDP_ETHERTYPE]
+//	spin       how long Wait polls before sleeping, default 20us [AMGO_XDP_SPIN]
+//	secret     the job secret in hex, at least 16 bytes [AMGO_JOB_SECRET]
+//
+// By default the interface is the one holding the address tcp and udp
+// would bind (the host name's address when local). Errors: bad options,
+// and failures that wrap ErrUnavailable, naming what is missing, when the
+// host cannot run the network: no privilege, no AF_XDP in the kernel, an
+// interface without an Ethernet address or with an MTU below MinPacket plus
+// the framing, an interface that already has an XDP program; bootstrap
+// failures; each naming the rank.
+func New(b transport.Bootstrap, opts map[string]string) (transport.Transport, error) {
+	t, err := open(b, opts)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// peerInfo is what a rank publishes.
+type peerInfo struct {
+	mac   net.HardwareAddr
+	mtu   int
+	queue int
+}
+
+func (p peerInfo) String() string {
+	return fmt.Sprintf("%s %d %d", p.mac, p.mtu, p.queue)
+}
+
+func parsePeerInfo(s string) (peerInfo, error) {
+	f := strings.Fields(s)
+	if len(f) != 3 {
+		return peerInfo{}, fmt.Errorf("malformed %q", s)
+	}
+	mac, err := net.ParseMAC(f[0])
+	if err != nil || len(mac) != 6 {
+		return peerInfo{}, fmt.Errorf("malformed MAC address in %q", s)
+	}
+	mtu, err1 := strconv.Atoi(f[1])
+	q, err2 := strconv.Atoi(f[2])
+	if err1 != nil || err2 != nil {
+		return peerInfo{}, fmt.Errorf("malformed %q", s)
+	}
+	return peerInfo{mac: mac, mtu: mtu, queue: q}, nil
+}
+
+// chooseInterface finds the interface named by option "iface" (a name or
+// an address of it), else the one holding the address netaddr picks.
+func chooseInterface(opts map[string]string) (*net.Interface, error) {
+	s := strings.TrimSpace(settings.Get(opts, "iface", "AMGO_IFACE"))
+	if s != "" {
+		if _, err := netip.ParseAddr(s); err != nil {
+			ifi, err := net.InterfaceByName(s)
+			if err != nil {
+				return nil, fmt.Errorf("iface %q is neither an IP address nor an interface: %w", s, err)
+			}
+			return ifi, nil
+		}
+	}
+	ip, err := netaddr.Choose(opts)
+	if err != nil {
+		return nil, err
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, err
+	}
+	for i := range ifs {
+		addrs, _ := ifs[i].Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if x, ok := netip.AddrFromSlice(n.IP); ok && x.Unmap() == ip {
+					return &ifs[i], nil
+				}
+			}
+		}
+	}
+	return nil, fmt.Errorf("no interface holds address %s", ip)
+}
+
+func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
+	rank, size := b.Rank(), b.Size()
+	if size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("xdp: bad job shape: rank %d of %d", rank, size)
+	}
+	spin, err := settings.Duration(opts, "spin", "AMGO_XDP_SPIN", DefaultSpin)
+	if err != nil {
+		return nil, fmt.Errorf("xdp: %w", err)
+	}
+	queue := 0
+	if s := settings.Get(opts, "queue", "AMGO_XDP_QUEUE"); s != "" {
+		if queue, err = strconv.Atoi(s); err != nil || queue < 0 || queue >= mapEntries {
+			return nil, fmt.Errorf("xdp: queue %q: want a number from 0 to %d", s, mapEntries-1)
+		}
+	}
+	mode := settings.Get(opts, "mode", "AMGO_XDP_MODE")
+	if mode == "" {
+		mode = "auto"
+	}
+	if mode != "auto" && mode != "driver" && mode != "generic" {
+		return nil, fmt.Errorf("xdp: mode %q: want auto, driver or generic", mode)
+	}
+	etherType := uint16(EtherType)
+	if s := settings.Get(opts, "ethertype", "AMGO_XDP_ETHERTYPE"); s != "" {
+		v, err := strconv.ParseUint(s, 0, 16)
+		if err != nil || v < 0x0600 {
+			return nil, fmt.Errorf("xdp: ethertype %q: want a number from 0x0600 to 0xffff", s)
+		}
+		etherType = uint16(v)
+	}
+	secret, err := jobsecret.Before(b, opts, SecretKey)
+	if err != nil {
+		return nil, fmt.Errorf("xdp: rank %d: %w", rank, err)
+	}
+	ifi, err := chooseInterface(opts)
+	if err != nil {
+		return nil, fmt.Errorf("xdp: rank %d: %w", rank, err)
+	}
+	if len(ifi.HardwareAddr) != 6 {
+		return nil, fmt.Errorf("xdp: rank %d: interface %s has no Ethernet address (set AMGO_IFACE to the interface that joins the hosts): %w",
+			rank, ifi.Name, ErrUnavailable)
+	}
+	me := peerInfo{mac: ifi.HardwareAddr, mtu: ifi.MTU, queue: queue}
+	key := "amgo.xdp." + strconv.Itoa(rank)
+	if err := b.Put(key, me.String()); err != nil {
+		return nil, fmt.Errorf("xdp: rank %d: publish %s: %w", rank, key, err)
+	}
+	if err := b.Fence(); err != nil {
+		return nil, fmt.Errorf("xdp: rank %d: fence after publishing: %w", rank, err)
+	}
+	if secret == nil {
+		if secret, err = jobsecret.After(b, SecretKey); err != nil {
+			return nil, fmt.Errorf("xdp: rank %d: %w", rank, err)
+		}
+	}
+	t := &Transport{rank: rank, size: size, fd: -1, efd: -1, spin: spin, ifname: ifi.Name, ifindex: ifi.Index,
+		queue: queue, etherType: etherType, mac: ifi.HardwareAddr, macs: make([]net.HardwareAddr, size)}
+	mtu := ifi.MTU
+	for r := 0; r < size; r++ {
+		p := me
+		if r != rank {
+			k := "amgo.xdp." + strconv.Itoa(r)
+			v, err := b.Get(k)
+			if err != nil {
+				return nil, fmt.Errorf("xdp: rank %d: look up %s: %w", rank, k, err)
+			}
+			if p, err = parsePeerInfo(v); err != nil {
+				return nil, fmt.Errorf("xdp: rank %d: rank %d's address: %w", rank, r, err)
+			}
+			if string(p.mac) == string(me.mac) {
+				if p.queue == queue {
+					return nil, fmt.Errorf("xdp: rank %d: rank %d uses the same interface %s and queue %d: xdp carries one rank per interface and queue (ranks of one node reach each other over shm: AMGO_NET=xdp): %w",
+						rank, r, ifi.Name, queue, ErrUnavailable)
+				}
+				continue // on this interface: the wire cannot reach it
+			}
+		}
+		t.macs[r] = p.mac
+		mtu = min(mtu, p.mtu)
+	}
+	maxPacket := min(mtu+EthHeader, maxFrame) - Overhead
+	if maxPacket < MinPacket {
+		return nil, fmt.Errorf("xdp: rank %d: packets of at most %d bytes fit the interfaces' MTU %d, want %d: raise the MTU: %w",
+			rank, maxPacket, mtu, MinPacket, ErrUnavailable)
+	}
+	if t.pr, err = newProver(secret); err != nil {
+		return nil, fmt.Errorf("xdp: rank %d: %w", rank, err)
+	}
+	var seed [8]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return nil, fmt.Errorf("xdp: rank %d: a random first frame number: %w", rank, err)
+	}
+	t.seq.Store(binary.LittleEndian.Uint64(seed[:]))
+	if err := t.setup(mode); err != nil {
+		t.release()
+		return nil, fmt.Errorf("xdp: rank %d: %w", rank, err)
+	}
+	t.caps = transport.Caps{Name: "xdp", MaxPacket: maxPacket, Wakeup: true, BufferBytes: BufferBytes}
+	return t, nil
+}
+
+// setup makes the socket, the UMEM and the rings, attaches the program and
+// binds.
+func (t *Transport) setup(mode string) error {
+	var err error
+	if t.efd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+		return fmt.Errorf("eventfd: %w", err)
+	}
+	if t.fd, err = unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0); err != nil {
+		switch {
+		case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES):
+			return fmt.Errorf("socket(AF_XDP): %w: needs CAP_NET_RAW (run as root): %w", err, ErrUnavailable)
+		case errors.Is(err, unix.EAFNOSUPPORT):
+			return fmt.Errorf("socket(AF_XDP): %w: the kernel has no AF_XDP sockets (CONFIG_XDP_SOCKETS): %w", err, ErrUnavailable)
+		}
+		return fmt.Errorf("socket(AF_XDP): %w", err)
+	}
+	_ = rlimit.RemoveMemlock()
+	n := (RxFrames + TxFrames) * FrameSize
+	if t.umem, err = unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE); err != nil {
+		return fmt.Errorf("map the UMEM (%d bytes): %w", n, err)
+	}
+	reg := unix.XDPUmemReg{Addr: uint64(uintptr(unsafe.Pointer(&t.umem[0]))), Len: uint64(n), Size: FrameSize}
+	if _, _, e := unix.Syscall6(unix.SYS_SETSOCKOPT, uintptr(t.fd), unix.SOL_XDP, unix.XDP_UMEM_REG,
+		uintptr(unsafe.Pointer(&reg)), unsafe.Sizeof(reg), 0); e != 0 {
+		if e == unix.ENOMEM || e == unix.EPERM {
+			return fmt.Errorf("register the UMEM (%d bytes): %w (it is locked memory: RLIMIT_MEMLOCK or CAP_IPC_LOCK): %w", n, e, ErrUnavailable)
+		}
+		return fmt.Errorf("register the UMEM: %w", e)
+	}
+	for _, o := range []int{unix.XDP_UMEM_FILL_RING, unix.XDP_UMEM_COMPLETION_RING, unix.XDP_RX_RING, unix.XDP_TX_RING} {
+		if err := unix.SetsockoptInt(t.fd, unix.SOL_XDP, o, RingSize); err != nil {
+			return fmt.Errorf("size ring %d: %w", o, err)
+		}
+	}
+	var off unix.XDPMmapOffsets
+	ol := uint32(unsafe.Sizeof(off))
+	if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(t.fd), unix.SOL_XDP, unix.XDP_MMAP_OFFSETS,
+		uintptr(unsafe.Pointer(&off)), uintptr(unsafe.Pointer(&ol)), 0); e != 0 {
+		return fmt.Errorf("XDP_MMAP_OFFSETS: %w", e)
+	}
+	if ol != uint32(unsafe.Sizeof(off)) {
+		return fmt.Errorf("XDP_MMAP_OFFSETS: the kernel's layout has %d bytes, want %d (a kernel older than 5.4): %w", ol, unsafe.Sizeof(off), ErrUnavailable)
+	}
+	if t.fill, err = mapRing(t.fd, off.Fr, unix.XDP_UMEM_PGOFF_FILL_RING, RingSize, 8); err != nil {
+		return err
+	}
+	if t.comp, err = mapRing(t.fd, off.Cr, unix.XDP_UMEM_PGOFF_COMPLETION_RING, RingSize, 8); err != nil {
+		return err
+	}
+	ds := uint32(unsafe.Sizeof(unix.XDPDesc{}))
+	if t.rx, err = mapRing(t.fd, off.Rx, unix.XDP_PGOFF_RX_RING, RingSize, ds); err != nil {
+		return err
+	}
+	if t.tx, err = mapRing(t.fd, off.Tx, unix.XDP_PGOFF_TX_RING, RingSize, ds); err != nil {
+		return err
+	}
+	// Receive chunks are the first RxFrames, all in the fill ring; send
+	// chunks the rest.
+	for i := range uint32(RxFrames) {
+		*t.fill.addr(t.fill.local) = uint64(i) * FrameSize
+		t.fill.local++
+	}
+	t.fill.publish()
+	t.freeq = make([]uint64, 0, TxFrames)
+	for i := range TxFrames {
+		t.freeq = append(t.freeq, uint64(RxFrames+i)*FrameSize)
+	}
+	if t.att, err = attach(t.ifindex, t.ifname, t.etherType, mode); err != nil {
+		if errors.Is(err, errNeedPrivilege) || strings.Contains(err.Error(), "already has an XDP program") {
+			return fmt.Errorf("%w: %w", err, ErrUnavailable)
+		}
+		return err
+	}
+	if err := t.bind(); err != nil {
+		return err
+	}
+	if err := t.att.xsks.Put(uint32(t.queue), uint32(t.fd)); err != nil {
+		return fmt.Errorf("register the socket in the XSKMAP: %w", err)
+	}
+	return nil
+}
+
+// bind binds the socket to the interface's queue: zero-copy when the
+// driver offers it (the XDP program attached in driver mode), else copy
+// mode. A queue whose previous socket closed moments ago is busy for a
+// while (EBUSY): retried for up to bindWait.
+func (t *Transport) bind() error {
+	flags := []uint16{unix.XDP_COPY}
+	if t.att.mode == "driver" {
+		flags = []uint16{unix.XDP_ZEROCOPY, unix.XDP_COPY}
+	}
+	deadline := time.Now().Add(bindWait)
+	var err error
+	for i := 0; i < len(flags); {
+		err = unix.Bind(t.fd, &unix.SockaddrXDP{Flags: flags[i], Ifindex: uint32(t.ifindex), QueueID: uint32(t.queue)})
+		switch {
+		case err == nil:
+			t.zeroCopy = flags[i] == unix.XDP_ZEROCOPY
+			return nil
+		case errors.Is(err, unix.EBUSY) && time.Now().Before(deadline):
+			time.Sleep(5 * time.Millisecond)
+		default:
+			i++
+		}
+	}
+	if errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("bind to %s queue %d: %w (has the interface that many queues?)", t.ifname, t.queue, err)
+	}
+	return fmt.Errorf("bind to %s queue %d: %w", t.ifname, t.queue, err)
+}
+
+// release frees what setup made.
+func (t *Transport) release() {
+	if t.att != nil {
+		t.att.close()
+	}
+	for _, r := range []*ring{t.fill, t.comp, t.rx, t.tx} {
+		r.unmap()
+	}
+	for _, fd := range []int{t.fd, t.efd} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	if t.umem != nil {
+		_ = unix.Munmap(t.umem)
+		t.umem = nil
+	}
+}
+
+// Rank is this rank, 0..Size-1.
+func (t *Transport) Rank() int { return t.rank }
+
+// Size is the number of ranks in the job.
+func (t *Transport) Size() int { return t.size }
+
+// Caps: neither ordered nor reliable (package am adds both), wake-up, no
+// Put; MaxPacket as the smallest MTU among the job's interfaces allows
+// (at most a chunk's 3840 bytes less the framing).
+func (t *Transport) Caps() transport.Caps { return t.caps }
+
+// Interface names the interface, its queue, the XDP attach mode ("driver"
+// or "generic") and whether the socket is in zero-copy mode.
+func (t *Transport) Interface() (name string, queue int, mode string, zeroCopy bool) {
+	return t.ifname, t.queue, t.att.mode, t.zeroCopy
+}
+
+// Stats returns a snapshot of the counters.
+func (t *Transport) Stats() Stats {
+	s := &t.st
+	st := Stats{Sent: s.sent.Load(), Received: s.received.Load(), BytesSent: s.bytesOut.Load(),
+		BytesReceived: s.bytesIn.Load(), WouldBlocks: s.wouldBlock.Load(), SendErrors: s.sendErrs.Load(),
+		Short: s.short.Load(), Foreign: s.foreign.Load(), Misdirected: s.misdirected.Load(), BadProof: s.badProof.Load()}
+	if !t.closed.Load() {
+		var ks unix.XDPStatistics
+		l := uint32(unsafe.Sizeof(ks))
+		if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(t.fd), unix.SOL_XDP, unix.XDP_STATISTICS,
+			uintptr(unsafe.Pointer(&ks)), uintptr(unsafe.Pointer(&l)), 0); e == 0 {
+			st.KernelDropped = ks.Rx_dropped + ks.Rx_ring_full
+		}
+	}
+	return st
+}
+
+// Send sends one frame to dst: the Ethernet header, the frame header, hdr,
+// payload and the proof are written into a free send chunk of the UMEM,
+// its descriptor goes on the tx ring, and sendto(MSG_DONTWAIT) has the
+// kernel transmit it (copy mode transmits only inside that call). It does
+// not allocate. Errors: transport.ErrTooLarge, transport.ErrWouldBlock
+// (every send chunk in flight: poll and retry), transport.ErrPeer (dst out
+// of range, or a rank on this rank's own interface, which the wire cannot
+// reach), transport.ErrClosed, and unexpected socket errors.
+func (t *Transport) Send(dst int, hdr, payload []byte) error {
+	if t.closed.Load() {
+		return transport.ErrClosed
+	}
+	if uint(dst) >= uint(t.size) {
+		return transport.PeerErrorf(dst, "xdp: send from rank %d to rank %d of %d", t.rank, dst, t.size)
+	}
+	n := len(hdr) + len(payload)
+	if n > t.caps.MaxPacket {
+		return fmt.Errorf("xdp: send %d bytes to rank %d, max %d: %w", n, dst, t.caps.MaxPacket, transport.ErrTooLarge)
+	}
+	if dst == t.rank {
+		return t.sendSelf(hdr, payload)
+	}
+	mac := t.macs[dst]
+	if mac == nil {
+		return transport.PeerErrorf(dst, "xdp: rank %d is on rank %d's own interface %s, which frames cannot reach", dst, t.rank, t.ifname)
+	}
+	t.txMu.Lock()
+	defer t.txMu.Unlock()
+	t.reap()
+	if len(t.freeq) == 0 || t.tx.free() == 0 {
+		t.kick()
+		t.reap()
+		if len(t.freeq) == 0 || t.tx.free() == 0 {
+			t.st.wouldBlock.Add(1)
+			return transport.ErrWouldBlock
+		}
+	}
+	addr := t.freeq[len(t.freeq)-1]
+	t.freeq = t.freeq[:len(t.freeq)-1]
+	chunk := t.umem[addr : addr+FrameSize : addr+FrameSize]
+	putEth(chunk, mac, t.mac, t.etherType)
+	d := chunk[EthHeader : EthHeader+dgram.FrameHeader]
+	t.pr.PutFrame(d, t.rank, dst, t.seq.Add(1))
+	d = t.pr.Seal(append(append(d, hdr...), payload...), &t.nonce)
+	size := EthHeader + len(d)
+	*t.tx.desc(t.tx.local) = unix.XDPDesc{Addr: addr, Len: uint32(size)}
+	t.tx.local++
+	t.tx.publish()
+	t.st.sent.Add(1)
+	t.st.bytesOut.Add(uint64(size))
+	return t.kick()
+}
+
+// kick has the kernel transmit what the tx ring holds. A transient refusal
+// leaves the frames in the ring for the next kick (Poll kicks while frames
+// wait). Called with txMu held.
+func (t *Transport) kick() error {
+	for {
+		_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(t.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0:
+			return nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN, unix.EBUSY, unix.ENOBUFS, unix.ENOMEM, unix.ENETDOWN, unix.ENXIO:
+			t.st.sendErrs.Add(1)
+			return nil
+		}
+		if t.closed.Load() {
+			return transport.ErrClosed
+		}
+		return fmt.Errorf("xdp: rank %d: transmit: %w", t.rank, e)
+	}
+}
+
+// reap takes the chunks the kernel has finished sending off the completion
+// ring. Called with txMu held.
+func (t *Transport) reap() {
+	n := t.comp.ready()
+	if n == 0 {
+		return
+	}
+	for range n {
+		t.freeq = append(t.freeq, *t.comp.addr(t.comp.local))
+		t.comp.local++
+	}
+	t.comp.release()
+}
+
+// sendSelf queues a packet for this rank's own Poll.
+func (t *Transport) sendSelf(hdr, payload []byte) error {
+	t.selfMu.Lock()
+	defer t.selfMu.Unlock()
+	if len(t.selfq) == selfSlots {
+		t.st.wouldBlock.Add(1)
+		return transport.ErrWouldBlock
+	}
+	i := len(t.selfq)
+	buf := t.selfBuf[i]
+	if buf == nil {
+		buf = make([]byte, 0, t.caps.MaxPacket)
+	}
+	buf = append(append(buf[:0], hdr...), payload...)
+	t.selfBuf[i] = buf
+	t.selfq = append(t.selfq, buf)
+	t.st.sent.Add(1)
+	t.st.bytesOut.Add(uint64(len(buf)))
+	return nil
+}
+
+// Poll hands up to max arrived packets to r, each in place in its chunk,
+// and returns the chunks to the fill ring. A frame that fails a check
+// (DecodeFrame) is dropped and counted in Stats. It also kicks frames a
+// transient refusal left in the tx ring. It does not allocate and never
+// sleeps. Errors: transport.ErrClosed.
+func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
+	if t.closed.Load() {
+		return 0, transport.ErrClosed
+	}
+	got := t.pollSelf(r, max)
+	if n := t.rx.ready(); n > 0 && got < max {
+		n = min(n, uint32(max-got))
+		for range n {
+			dd := t.rx.desc(t.rx.local)
+			addr, size := dd.Addr, uint64(dd.Len)
+			t.rx.local++
+			if addr+size <= uint64(len(t.umem)) {
+				src, pkt, err := DecodeFrame(t.umem[addr:addr+size], t.rank, t.size, t.mac, t.macs, t.etherType, t.pr, &t.rnonce)
+				if err == nil {
+					t.st.received.Add(1)
+					t.st.bytesIn.Add(size)
+					r.Deliver(src, pkt)
+					got++
+				} else {
+					t.count(err)
+				}
+			} else {
+				t.st.short.Add(1)
+			}
+			*t.fill.addr(t.fill.local) = addr &^ (FrameSize - 1)
+			t.fill.local++
+		}
+		t.rx.release()
+		t.fill.publish()
+	}
+	if t.tx.local != t.tx.cons.Load() && t.txMu.TryLock() {
+		t.kick()
+		t.reap()
+		t.txMu.Unlock()
+	}
+	return got, nil
+}
+
+// pollSelf delivers packets this rank sent itself.
+func (t *Transport) pollSelf(r transport.Receiver, max int) int {
+	t.selfMu.Lock()
+	if len(t.selfq) == 0 {
+		t.selfMu.Unlock()
+		return 0
+	}
+	// Swap queues: the delivered buffers go back for reuse after delivery.
+	out := t.selfOut[:0]
+	k := min(len(t.selfq), max)
+	out = append(out, t.selfq[:k]...)
+	rest := copy(t.selfq, t.selfq[k:])
+	t.selfq = t.selfq[:rest]
+	t.selfMu.Unlock()
+	for _, p := range out {
+		t.st.received.Add(1)
+		t.st.bytesIn.Add(uint64(len(p)))
+		r.Deliver(t.rank, p)
+	}
+	t.selfOut = out
+	return k
+}
+
+// count counts a dropped frame under its reason.
+func (t *Transport) count(err error) {
+	switch {
+	case errors.Is(err, dgram.ErrShort):
+		t.st.short.Add(1)
+	case errors.Is(err, dgram.ErrForeign):
+		t.st.foreign.Add(1)
+	case errors.Is(err, dgram.ErrMisdirected):
+		t.st.misdirected.Add(1)
+	default:
+		t.st.badProof.Add(1)
+	}
+}
+
+// Wait returns when a frame may have arrived, when Wake is called (or was
+// called since the last Wait), or after about d: it watches the rx ring's
+// producer word for up to the spin time, then sleeps in ppoll until the
+// socket or the wake eventfd is readable or d passes. Errors:
+// transport.ErrClosed.
+func (t *Transport) Wait(d time.Duration) error {
+	return t.wait(d, t.spin)
+}
+
+// Sleep is Wait without the spin (transport.Sleeper).
+func (t *Transport) Sleep(d time.Duration) error { return t.wait(d, 0) }
+
+func (t *Transport) wait(d, spin time.Duration) error {
+	if t.closed.Load() {
+		return transport.ErrClosed
+	}
+	if t.woken.Load() {
+		t.drainWake(true)
+		return nil
+	}
+	if t.rx.ready() > 0 || t.selfPending() {
+		return nil
+	}
+	if spin > 0 {
+		start := time.Now()
+		for i := 0; ; i++ {
+			if t.rx.ready() > 0 || t.woken.Load() {
+				return nil
+			}
+			if i&63 == 63 {
+				el := time.Since(start)
+				if el >= d {
+					return nil
+				}
+				if el >= spin {
+					d -= el
+					break
+				}
+			}
+		}
+	}
+	fds := [2]unix.PollFd{{Fd: int32(t.fd), Events: unix.POLLIN}, {Fd: int32(t.efd), Events: unix.POLLIN}}
+	ts := unix.NsecToTimespec(int64(d))
+	if _, err := unix.Ppoll(fds[:], &ts, nil); err != nil && err != unix.EINTR {
+		if t.closed.Load() {
+			return transport.ErrClosed
+		}
+		return fmt.Errorf("xdp: rank %d: ppoll: %w", t.rank, err)
+	}
+	t.drainWake(fds[1].Revents&unix.POLLIN != 0)
+	return nil
+}
+
+// selfPending reports whether self-sends wait for Poll.
+func (t *Transport) selfPending() bool {
+	t.selfMu.Lock()
+	defer t.selfMu.Unlock()
+	return len(t.selfq) > 0
+}
+
+// Wake makes a Wait in progress return, or else the next one return at once
+// (transport.Waker).
+func (t *Transport) Wake() {
+	t.woken.Store(true)
+	var one = [8]byte{1}
+	unix.Write(t.efd, one[:])
+}
+
+// drainWake consumes the wake that ended a Wait and clears the flag, so
+// that a Wake counts once.
+func (t *Transport) drainWake(fired bool) {
+	if fired || t.woken.Load() {
+		t.woken.Store(false)
+		var b [8]byte
+		unix.Read(t.efd, b[:])
+	}
+}
+
+// Close detaches the XDP program, closes the socket and releases the UMEM;
+// frames in flight are lost. It must not run concurrently with the other methods. Closing twice
+// is a no-op.
+func (t *Transport) Close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	t.release()
+	return nil
+}
+
