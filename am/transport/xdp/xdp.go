@@ -780,4 +780,3 @@ func (t *Transport) Close() error {
 	t.release()
 	return nil
 }
-
