@@ -30,13 +30,15 @@ import (
 	"github.com/amgo-hpc/amgo/am/transport/sim"
 	_ "github.com/amgo-hpc/amgo/am/transport/tcp" // registers "tcp"
 	_ "github.com/amgo-hpc/amgo/am/transport/udp" // registers "udp"
+	_ "github.com/amgo-hpc/amgo/am/transport/xdp" // registers "xdp"
 	"github.com/amgo-hpc/amgo/internal/pmi"
 )
 
 // Environment variables read by Run, RunLocal and Open.
 const (
 	// EnvTransport names the network: "shm" (one rank per process on this
-	// host), "tcp" or "udp" (processes on any hosts), "loop" or "sim" (ranks as
+	// host), "tcp", "udp" or "xdp" (processes on any hosts; xdp one per
+	// interface), "loop" or "sim" (ranks as
 	// goroutines of this process; sim injects faults). amrun sets it.
 	// Default: shm under a launcher, loop for a program started alone.
 	EnvTransport = "AMGO_TRANSPORT"

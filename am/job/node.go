@@ -149,7 +149,7 @@ func openRouted(b transport.Bootstrap, l Layout) (transport.Transport, error) {
 	}
 	switch between {
 	case "shm", "loop", "sim":
-		return nil, fmt.Errorf("%w: %s=%s cannot reach other nodes (tcp, udp)", am.ErrConfig, EnvNet, between)
+		return nil, fmt.Errorf("%w: %s=%s cannot reach other nodes (tcp, udp, xdp)", am.ErrConfig, EnvNet, between)
 	}
 	me := b.Rank()
 	k := l.Node[me]

@@ -3,7 +3,7 @@
 // --hosts or --hostfile, over TCP to the ranks that a proxy per host (amrun
 // itself, started through ssh or --launcher-exec) starts there.
 //
-//	amrun -n N [--hosts a,b:2 | --hostfile FILE] [--map-by slot|node] [--launcher-exec CMD] [--launch-iface NAME] [--transport shm|tcp|udp|loop|sim] [--iface NAME] [--bind-to core|none] [--tag-output] [--timeout D] [--timer-slack D] [--jobdir DIR] [--trace DIR] [--profile] prog args...
+//	amrun -n N [--hosts a,b:2 | --hostfile FILE] [--map-by slot|node] [--launcher-exec CMD] [--launch-iface NAME] [--transport shm|tcp|udp|xdp|loop|sim] [--iface NAME] [--bind-to core|none] [--tag-output] [--timeout D] [--timer-slack D] [--jobdir DIR] [--trace DIR] [--profile] prog args...
 //
 // See docs/launch.md and package internal/launch.
 package main
@@ -41,7 +41,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("amrun", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	n := fs.Int("n", 1, "number of ranks")
-	network := fs.String("transport", "", "one network for every pair of ranks (AMGO_TRANSPORT): shm, tcp, udp; loop or sim (faults injected) for N goroutine ranks in one process; default: shm between the ranks of a node, AMGO_NET (tcp) between nodes")
+	network := fs.String("transport", "", "one network for every pair of ranks (AMGO_TRANSPORT): shm, tcp, udp, xdp (AF_XDP, root, one rank per interface); loop or sim (faults injected) for N goroutine ranks in one process; default: shm between the ranks of a node, AMGO_NET (tcp) between nodes")
 	bind := fs.String("bind-to", "", "bind each rank to a CPU of its own: core, or none; default: core when every rank gets a CPU (as Open MPI's mpirun binds 2 or fewer processes), else none")
 	iface := fs.String("iface", "", "network interface (name or IP address) that tcp listens on (AMGO_IFACE); default: the host name's address")
 	tag := fs.Bool("tag-output", false, "prefix each output line with [rank]")
@@ -56,7 +56,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	launchIface := fs.String("launch-iface", "", "interface or IP address at which the hosts reach amrun (PMI and control); default: the address of amrun's host name")
 	profile := fs.Bool("profile", false, "profile every rank's MPI calls (AMGO_PROFILE) and print time per routine, raw and compensated for the tool's overhead, per rank and for the job")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: amrun -n N [--hosts a,b:2 | --hostfile FILE] [--map-by slot|node] [--launcher-exec CMD] [--launch-iface NAME] [--transport shm|tcp|udp|loop|sim] [--iface NAME] [--bind-to core|none] [--tag-output] [--timeout D] [--timer-slack D] [--jobdir DIR] [--trace DIR] [--profile] prog args...")
+		fmt.Fprintln(stderr, "usage: amrun -n N [--hosts a,b:2 | --hostfile FILE] [--map-by slot|node] [--launcher-exec CMD] [--launch-iface NAME] [--transport shm|tcp|udp|xdp|loop|sim] [--iface NAME] [--bind-to core|none] [--tag-output] [--timeout D] [--timer-slack D] [--jobdir DIR] [--trace DIR] [--profile] prog args...")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -33,6 +34,7 @@ const (
 	envRole  = "AMGO_NETTEST_ROLE"  // "spawn": pick the rank's namespace and re-exec; "rank": run the MPI job
 	envNS    = "AMGO_NETTEST_NS"    // namespaces by rank, comma-separated
 	envAddrs = "AMGO_NETTEST_ADDRS" // veth addresses by rank, comma-separated
+	envProg  = "AMGO_NETTEST_PROG"  // the program a rank runs, when not this test binary
 )
 
 func TestMain(m *testing.M) {
@@ -50,8 +52,9 @@ func TestMain(m *testing.M) {
 }
 
 // spawn runs as the launcher's rank process: it replaces itself with
-// `ip netns exec NS <this binary>` in the rank's namespace, with AMGO_IFACE
-// set to the rank's veth address. The PMI socket (fd 3) stays open across both execs.
+// `ip netns exec NS <program>` in the rank's namespace, with AMGO_IFACE set
+// to the rank's veth address; the program is $AMGO_NETTEST_PROG, else this
+// test binary in its rank role. The PMI socket (fd 3) stays open across both execs.
 func spawn() {
 	rank, err := strconv.Atoi(os.Getenv("PMI_RANK"))
 	nss, addrs := strings.Split(os.Getenv(envNS), ","), strings.Split(os.Getenv(envAddrs), ",")
@@ -64,10 +67,12 @@ func spawn() {
 		fmt.Fprintln(os.Stderr, "nettest: spawn:", err)
 		os.Exit(2)
 	}
-	self, err := os.Executable()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "nettest: spawn:", err)
-		os.Exit(2)
+	prog := os.Getenv(envProg)
+	if prog == "" {
+		if prog, err = os.Executable(); err != nil {
+			fmt.Fprintln(os.Stderr, "nettest: spawn:", err)
+			os.Exit(2)
+		}
 	}
 	var env []string
 	for _, kv := range os.Environ() {
@@ -76,7 +81,7 @@ func spawn() {
 		}
 	}
 	env = append(env, envRole+"=rank", "AMGO_IFACE="+addrs[rank])
-	err = syscall.Exec(ip, []string{"ip", "netns", "exec", nss[rank], self}, env)
+	err = syscall.Exec(ip, []string{"ip", "netns", "exec", nss[rank], prog}, env)
 	fmt.Fprintln(os.Stderr, "nettest: spawn: exec:", err)
 	os.Exit(2)
 }
@@ -137,10 +142,16 @@ func fill(n, seed int) []byte {
 
 var seq atomic.Int64
 
-// pair is two namespaces joined by a veth pair.
+// pair is two rank namespaces, each with a veth whose other end is a port
+// of a bridge in a third, hub namespace: two hosts on one switch. Loss is
+// injected where frames enter the switch (TCX ingress of the hub's ports),
+// which every network's frames pass: an XDP program on a rank's own
+// interface takes xdp's frames before TCX ingress there would see them.
 type pair struct {
+	hub   string
 	ns    [2]string
-	dev   [2]string
+	dev   [2]string // each rank's interface
+	ports [2]string // the hub's ends
 	addrs [2]string
 }
 
@@ -152,45 +163,55 @@ func run(t *testing.T, args ...string) {
 	}
 }
 
-// newPair makes the namespaces and the veth pair, addresses 10.213.x.1/24 and
-// .2/24 inside them only, links up, an MTU that carries a whole UDP datagram;
-// t.Cleanup deletes the namespaces (and with them the veth pair).
+// newPair makes the namespaces, the bridge and the veth pairs, addresses
+// 10.213.x.1/24 and .2/24 inside the rank namespaces only, links up, an MTU
+// that carries a whole UDP datagram; t.Cleanup deletes the namespaces (and
+// with them the links).
 func newPair(t *testing.T) *pair {
 	k := seq.Add(1)
 	id := fmt.Sprintf("%d%d", os.Getpid()%100000, k)
+	sub := (os.Getpid() + int(k)) % 250
 	p := &pair{
+		hub:   "amgoH" + id,
 		ns:    [2]string{"amgoA" + id, "amgoB" + id},
 		dev:   [2]string{"vA" + id, "vB" + id},
-		addrs: [2]string{fmt.Sprintf("10.213.%d.1", (os.Getpid()+int(k))%250), fmt.Sprintf("10.213.%d.2", (os.Getpid()+int(k))%250)},
+		ports: [2]string{"pA" + id, "pB" + id},
+		addrs: [2]string{fmt.Sprintf("10.213.%d.1", sub), fmt.Sprintf("10.213.%d.2", sub)},
 	}
-	for _, ns := range p.ns {
+	for _, ns := range append([]string{p.hub}, p.ns[:]...) {
 		run(t, "netns", "add", ns)
 		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
 	}
-	run(t, "link", "add", p.dev[0], "netns", p.ns[0], "type", "veth", "peer", "name", p.dev[1], "netns", p.ns[1])
+	run(t, "-n", p.hub, "link", "add", "br0", "type", "bridge")
+	run(t, "-n", p.hub, "link", "set", "br0", "mtu", "65535", "up")
 	for i := range 2 {
+		run(t, "link", "add", p.dev[i], "netns", p.ns[i], "mtu", "65535", "type", "veth", "peer", "name", p.ports[i], "netns", p.hub, "mtu", "65535")
+		run(t, "-n", p.hub, "link", "set", p.ports[i], "master", "br0", "up")
 		run(t, "-n", p.ns[i], "addr", "add", p.addrs[i]+"/24", "dev", p.dev[i])
-		run(t, "-n", p.ns[i], "link", "set", p.dev[i], "mtu", "65535", "up")
+		run(t, "-n", p.ns[i], "link", "set", p.dev[i], "up")
 		run(t, "-n", p.ns[i], "link", "set", "lo", "up")
 	}
 	return p
 }
 
-// lossProgram is the TCX ingress program: an IPv4 packet is dropped when
-// bpf_get_prandom_u32() & 0xffff falls below 5% of 0x10000, and the drop is
-// counted in slot 0 of drops; everything else (ARP included) passes.
+// lossProgram is the TCX ingress program: an IPv4 frame or one of xdp's
+// (EtherType 0x88B5) is dropped when bpf_get_prandom_u32() & 0xffff falls
+// below 5% of 0x10000, and the drop is counted in slot 0 of drops;
+// everything else (ARP included) passes.
 func lossProgram(drops *ebpf.Map) asm.Instructions {
 	const (
 		skbProtocol = 16     // offsetof(struct __sk_buff, protocol)
 		ethPIPBE    = 0x0008 // htons(ETH_P_IP) as a little-endian load sees it
+		ethPXDPBE   = 0xB588 // htons(0x88B5), xdp's EtherType, likewise
 		threshold   = 3277   // 5% of 0x10000
 		tcxPass     = 0      // TCX_PASS
 		tcxDrop     = 2      // TCX_DROP
 	)
 	return asm.Instructions{
 		asm.LoadMem(asm.R2, asm.R1, skbProtocol, asm.Word),
-		asm.JNE.Imm(asm.R2, ethPIPBE, "pass"),
-		asm.FnGetPrandomU32.Call(),
+		asm.JEq.Imm(asm.R2, ethPIPBE, "lossy"),
+		asm.JNE.Imm(asm.R2, ethPXDPBE, "pass"),
+		asm.FnGetPrandomU32.Call().WithSymbol("lossy"),
 		asm.And.Imm(asm.R0, 0xffff),
 		asm.JGE.Imm(asm.R0, threshold, "pass"),
 		// drops[0] += 1
@@ -209,8 +230,8 @@ func lossProgram(drops *ebpf.Map) asm.Instructions {
 	}
 }
 
-// attachLoss loads the loss program and attaches it to TCX ingress of every
-// veth end, inside its namespace. It skips t when BPF or TCX is not permitted.
+// attachLoss loads the loss program and attaches it to TCX ingress of the
+// hub's ports, where each rank's frames enter the switch. It skips t when BPF or TCX is not permitted.
 func attachLoss(t *testing.T, p *pair) *ebpf.Map {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		t.Skipf("BPF not permitted: %v", err)
@@ -226,8 +247,8 @@ func attachLoss(t *testing.T, p *pair) *ebpf.Map {
 	}
 	t.Cleanup(func() { prog.Close() })
 	for i := range 2 {
-		l, err := inNetns(p.ns[i], func() (link.Link, error) {
-			ifc, err := net.InterfaceByName(p.dev[i])
+		l, err := inNetns(p.hub, func() (link.Link, error) {
+			ifc, err := net.InterfaceByName(p.ports[i])
 			if err != nil {
 				return nil, err
 			}
@@ -235,9 +256,9 @@ func attachLoss(t *testing.T, p *pair) *ebpf.Map {
 		})
 		if err != nil {
 			if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL) || errors.Is(err, ebpf.ErrNotSupported) {
-				t.Skipf("TCX not available: attach to %s: %v", p.dev[i], err)
+				t.Skipf("TCX not available: attach to %s: %v", p.ports[i], err)
 			}
-			t.Fatalf("attach to %s in %s: %v", p.dev[i], p.ns[i], err)
+			t.Fatalf("attach to %s in %s: %v", p.ports[i], p.hub, err)
 		}
 		t.Cleanup(func() { l.Close() })
 	}
@@ -281,12 +302,10 @@ func dropCount(t *testing.T, m *ebpf.Map) uint64 {
 	return v
 }
 
-// An MPI job of two ranks, one per namespace, across a veth pair that drops 5%
-// of IPv4 packets each way: a ring and a 64 MiB exchange, verified, over tcp
-// (the kernel retransmits) and udp (am's reliability layer does).
-func TestLossyVeth(t *testing.T) {
+// skipUnlessNetns skips t, saying why, when namespaces cannot be made here.
+func skipUnlessNetns(t *testing.T) {
 	if testing.Short() {
-		t.Skip("sets up namespaces and moves 64 MiB each way")
+		t.Skip("sets up namespaces and launches jobs")
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates network namespaces and loads BPF")
@@ -294,34 +313,50 @@ func TestLossyVeth(t *testing.T) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("the ip command (iproute2) is missing")
 	}
-	p := newPair(t)
-	drops := attachLoss(t, p)
+}
+
+// runJob launches prog (the test binary when "") as a job of two ranks, one
+// in each namespace of p, over network nw, and returns its output.
+func runJob(t *testing.T, p *pair, nw, prog string) string {
+	t.Helper()
+	if !registered(nw) {
+		t.Skipf("no %s transport in this build", nw)
+	}
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, nw := range []string{"tcp", "udp"} {
+	var out bytes.Buffer
+	env := append(os.Environ(), envRole+"=spawn", envProg+"="+prog,
+		envNS+"="+strings.Join(p.ns[:], ","), envAddrs+"="+strings.Join(p.addrs[:], ","))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	err = launch.Run(ctx, launch.Spec{N: 2, Prog: self, Transport: nw, Env: env,
+		Stdout: &out, Stderr: &out, Timeout: 4 * time.Minute})
+	if err != nil {
+		t.Fatalf("job over %s: %v\n%s", nw, err, out.String())
+	}
+	return out.String()
+}
+
+// An MPI job of two ranks, one per namespace, across a switch that drops 5%
+// of IPv4 frames and of xdp's frames each way: a ring and a 64 MiB
+// exchange, verified, over tcp (the kernel retransmits), udp and xdp (am's
+// reliability layer does).
+func TestLossyVeth(t *testing.T) {
+	skipUnlessNetns(t)
+	p := newPair(t)
+	drops := attachLoss(t, p)
+	for _, nw := range []string{"tcp", "udp", "xdp"} {
 		t.Run(nw, func(t *testing.T) {
-			if !registered(nw) {
-				t.Skipf("no %s transport in this build", nw)
-			}
 			before := dropCount(t, drops)
-			var out bytes.Buffer
-			env := append(os.Environ(), envRole+"=spawn",
-				envNS+"="+strings.Join(p.ns[:], ","), envAddrs+"="+strings.Join(p.addrs[:], ","))
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
 			start := time.Now()
-			err := launch.Run(ctx, launch.Spec{N: 2, Prog: self, Transport: nw, Env: env,
-				Stdout: &out, Stderr: &out, Timeout: 4 * time.Minute})
-			if err != nil {
-				t.Fatalf("job over %s: %v\n%s", nw, err, out.String())
-			}
+			out := runJob(t, p, nw, "")
 			got := dropCount(t, drops) - before
-			t.Logf("%s: %v, %d IPv4 packets dropped by the TCX program\n%s", nw, time.Since(start).Round(time.Millisecond), got, out.String())
+			t.Logf("%s: %v, %d frames dropped by the TCX program\n%s", nw, time.Since(start).Round(time.Millisecond), got, out)
 			for r := range 2 {
 				want := fmt.Sprintf("nettest: rank %d: ring and 64 MiB exchange OK over %s", r, nw)
-				if !strings.Contains(out.String(), want) {
+				if !strings.Contains(out, want) {
 					t.Errorf("missing %q", want)
 				}
 			}
@@ -329,6 +364,34 @@ func TestLossyVeth(t *testing.T) {
 				t.Errorf("the TCX program dropped nothing: the test did not run on a lossy network")
 			}
 		})
+	}
+}
+
+// The MPI semantics checks (point-to-point, collectives, one-sided) pass
+// over every network between two namespaces on the lossy switch.
+func TestChecksAcrossLossyVeth(t *testing.T) {
+	skipUnlessNetns(t)
+	p := newPair(t)
+	drops := attachLoss(t, p)
+	dir := t.TempDir()
+	out, err := exec.Command("go", "build", "-o", dir+"/", "../../mpiam/internal/p2pcheck",
+		"../../mpiam/internal/collcheck", "../../mpiam/internal/rmacheck").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	before := dropCount(t, drops)
+	for _, nw := range []string{"tcp", "udp", "xdp"} {
+		for _, prog := range []string{"p2pcheck", "collcheck", "rmacheck"} {
+			t.Run(nw+"/"+prog, func(t *testing.T) {
+				out := runJob(t, p, nw, filepath.Join(dir, prog))
+				if want := prog + ": 2 ranks: OK"; !strings.Contains(out, want) {
+					t.Errorf("missing %q in\n%s", want, out)
+				}
+			})
+		}
+	}
+	if dropCount(t, drops) == before {
+		t.Errorf("the TCX program dropped nothing: the checks did not run on a lossy network")
 	}
 }
 
