@@ -4,6 +4,7 @@ package xdp
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"runtime"
@@ -19,9 +20,10 @@ import (
 // star is n network namespaces, each with one veth end (eth0) whose other
 // end is a port of a bridge in a hub namespace: n hosts on one switch.
 type star struct {
-	hub string
-	ns  []string
-	dev string // the interface's name inside every rank's namespace
+	hub   string
+	ns    []string
+	addrs []net.IP // each namespace's IPv4 address on its interface
+	dev   string   // the interface's name inside every rank's namespace
 }
 
 var starSeq atomic.Int64
@@ -51,6 +53,7 @@ func ip(t testing.TB, args ...string) {
 func newStar(t testing.TB, n, mtu int) *star {
 	skipUnlessRoot(t)
 	id := fmt.Sprintf("%d%d", os.Getpid()%100000, starSeq.Add(1))
+	sub := starSeq.Load() % 250
 	s := &star{hub: "axh" + id, dev: "eth0"}
 	ip(t, "netns", "add", s.hub)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", s.hub).Run() })
@@ -63,7 +66,9 @@ func newStar(t testing.TB, n, mtu int) *star {
 		port := fmt.Sprintf("p%d", i)
 		ip(t, "link", "add", s.dev, "netns", ns, "mtu", fmt.Sprint(mtu), "type", "veth", "peer", "name", port, "netns", s.hub, "mtu", fmt.Sprint(mtu))
 		ip(t, "-n", s.hub, "link", "set", port, "master", "br0", "up")
-		ip(t, "-n", ns, "addr", "add", fmt.Sprintf("10.77.%d.%d/24", starSeq.Load()%250, i+1), "dev", s.dev)
+		a := net.IPv4(10, 77, byte(sub), byte(i+1))
+		ip(t, "-n", ns, "addr", "add", a.String()+"/24", "dev", s.dev)
+		s.addrs = append(s.addrs, a)
 		ip(t, "-n", ns, "link", "set", s.dev, "up")
 		s.ns = append(s.ns, ns)
 	}
@@ -101,6 +106,12 @@ func inNetns[T any](ns string, f func() (T, error)) (T, error) {
 // openStar opens one rank of an n-rank job in each namespace of a new
 // star, concurrently (New fences); t.Cleanup closes them.
 func openStar(t testing.TB, n, mtu int, opts map[string]string) []*Transport {
+	_, ts := openStarNS(t, n, mtu, opts)
+	return ts
+}
+
+// openStarNS is openStar that also returns the star.
+func openStarNS(t testing.TB, n, mtu int, opts map[string]string) (*star, []*Transport) {
 	s := newStar(t, n, mtu)
 	bs := transporttest.NewBootstraps(n, fmt.Sprintf("xdptest-%d", starSeq.Add(1)))
 	ts := make([]*Transport, n)
@@ -132,5 +143,5 @@ func openStar(t testing.TB, n, mtu int, opts map[string]string) []*Transport {
 	if first != nil {
 		t.Fatal(first)
 	}
-	return ts
+	return s, ts
 }
