@@ -76,6 +76,11 @@ func (r *ring) free() uint32 { return r.mask + 1 - (r.local - r.cons.Load()) }
 // ready is how many entries a consumer may read now.
 func (r *ring) ready() uint32 { return r.prod.Load() - r.local }
 
+// waiting reports whether entries are in the ring between the two sides'
+// published words: safe from any goroutine, unlike free and ready, which
+// read the local index of the side that owns it.
+func (r *ring) waiting() bool { return r.prod.Load() != r.cons.Load() }
+
 // publish makes the entries a producer filled up to local visible to the
 // kernel (release).
 func (r *ring) publish() { r.prod.Store(r.local) }

@@ -647,7 +647,7 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 		t.rx.release()
 		t.fill.publish()
 	}
-	if t.tx.local != t.tx.cons.Load() && t.txMu.TryLock() {
+	if t.tx.waiting() && t.txMu.TryLock() {
 		t.kick()
 		t.reap()
 		t.txMu.Unlock()
@@ -712,13 +712,13 @@ func (t *Transport) wait(d, spin time.Duration) error {
 		t.drainWake(true)
 		return nil
 	}
-	if t.rx.ready() > 0 || t.selfPending() {
+	if t.rx.waiting() || t.selfPending() {
 		return nil
 	}
 	if spin > 0 {
 		start := time.Now()
 		for i := 0; ; i++ {
-			if t.rx.ready() > 0 || t.woken.Load() {
+			if t.rx.waiting() || t.woken.Load() {
 				return nil
 			}
 			if i&63 == 63 {
