@@ -72,6 +72,30 @@ func TestAmrunAcrossNodes(t *testing.T) {
 	}
 }
 
+// The AF_XDP network between the nodes of an emulated cluster, one rank
+// per node (xdp carries one rank per interface): the checks pass in a
+// routed job (AMGO_NET=xdp) and with --transport xdp.
+func TestXDPAcrossNodes(t *testing.T) {
+	c := cluster.New(t, 2, "")
+	dir := buildChecks(t)
+	for _, prog := range []string{"p2pcheck", "collcheck", "rmacheck"} {
+		for _, how := range []string{"routed", "xdp-only"} {
+			t.Run(prog+"/"+how, func(t *testing.T) {
+				args := []string{"-n", "2", "--timeout", "60s", "--hosts", "node1:1,node2:1",
+					"--launcher-exec", c.StandIn, "--launch-iface", c.Bridge}
+				if how == "xdp-only" {
+					args = append(args, "--transport", "xdp")
+				}
+				cmd := exec.Command(filepath.Join(dir, "amrun"), append(args, filepath.Join(dir, prog))...)
+				cmd.Env = append(os.Environ(), "AMGO_NET=xdp")
+				out, err := cmd.CombinedOutput()
+				require.NoError(t, err, "%s", out)
+				require.Contains(t, string(out), prog+": 2 ranks: OK")
+			})
+		}
+	}
+}
+
 // A whole node lost mid-job (every process of its namespaces killed at
 // once): the ranks of the other node, blocked in an Allreduce, report
 // ErrProcFailed naming a rank of the lost node, amrun ends the job within

@@ -361,9 +361,10 @@ func plan(bin, ref string, quick bool) []job {
 //     3, on the other node, wait in a barrier), against a 4-rank job on one
 //     node (shared memory only; ranks 2 and 3 idle there too, on the same
 //     CPUs) and a job of the two ranks alone;
-//   - latency and bandwidth between ranks on different nodes: amgo's
-//     routed job (shm to itself, AMGO_NET=tcp across), amgo with
-//     --transport tcp, MPICH and Open MPI, one rank per node;
+//   - latency, bandwidth and 8-byte message rate between ranks on
+//     different nodes: amgo's routed job (shm to itself, AMGO_NET=tcp
+//     across), amgo with --transport tcp, udp and xdp, MPICH and Open MPI
+//     (over tcp), one rank per node;
 //   - Allreduce and Bcast with 4 ranks, 2 per node: amgo's two-level
 //     algorithms and its flat ones (AMGO_COLL_NODE_AWARE=0), MPICH, Open
 //     MPI. Four busy ranks on a 2-core machine are oversubscribed for
@@ -427,6 +428,8 @@ func planCluster(bin, ref string, c *cluster.Cluster, quick bool) []job {
 	add("latency-same-node", append([]string{"latency"}, p2p...),
 		amgo("amgo-2x2", "node1:2,node2:2", 4), amgo("amgo-shm-only-4", "node1:4", 4), amgo("amgo-shm-only-2", "node1", 2))
 	across := []config{amgo("amgo-1x1", "node1:1,node2:1", 2), amgo("amgo-tcp-only", "node1:1,node2:1", 2, "--transport", "tcp"),
+		amgo("amgo-udp-only", "node1:1,node2:1", 2, "--transport", "udp"),
+		amgo("amgo-xdp-only", "node1:1,node2:1", 2, "--transport", "xdp"),
 		mpich("mpich-1x1", 2, 1),
 		// Bound by mpirun (its default for two processes), both ranks of
 		// the pair went to the host's first core whatever CPU their node
@@ -436,6 +439,7 @@ func planCluster(bin, ref string, c *cluster.Cluster, quick bool) []job {
 	prep = split
 	add("latency-other-node", append([]string{"latency"}, p2p...), across...)
 	add("bw-other-node", append([]string{"bw"}, p2p...), across...)
+	add("mbw_mr-other-node", append([]string{"mbw_mr"}, p2p...), across...)
 	// One-sided communication between the nodes (OSU's tests, flush).
 	rmaOther := []string{"-m", "8:1048576", "-i", "1000", "-x", "50"}
 	if quick {

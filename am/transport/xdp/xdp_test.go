@@ -157,3 +157,22 @@ func TestForeignFramesAndOtherTraffic(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "ping", string(buf[:k]))
 }
+
+// BenchmarkPingPong is the round trip of 8-byte packets between two ranks
+// in two namespaces on one switch, both busy-polling, with the program
+// attached in each mode; ns/halfrtt is half of it.
+func BenchmarkPingPong(b *testing.B) {
+	for _, mode := range []string{"generic", "driver"} {
+		b.Run(mode, func(b *testing.B) {
+			ts := openStar(b, 2, 1500, map[string]string{"mode": mode})
+			done := make(chan error, 1)
+			go func() { done <- transporttest.PingPong(ts[1], 0, b.N+100, false) }()
+			require.NoError(b, transporttest.PingPong(ts[0], 0, 100, false))
+			b.ResetTimer()
+			require.NoError(b, transporttest.PingPong(ts[0], 100, b.N, false))
+			b.StopTimer()
+			require.NoError(b, <-done)
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/halfrtt")
+		})
+	}
+}
