@@ -28,7 +28,8 @@ func buildChecks(t *testing.T) string {
 // through its ssh launcher (the cluster's stand-in), two ranks per node:
 // ranks reach their node's ranks over shm and the others over tcp, learn
 // their nodes through Hydra's PMI (SplitType in p2pcheck), and the
-// point-to-point and collective checks pass.
+// point-to-point and collective checks pass, with tcp, udp and xdp between
+// the nodes.
 func TestHydraAcrossNodes(t *testing.T) {
 	c := cluster.New(t, 2, "")
 	hydra, err := exec.LookPath("mpiexec.hydra")
@@ -37,7 +38,7 @@ func TestHydraAcrossNodes(t *testing.T) {
 	}
 	dir := buildChecks(t)
 	for _, prog := range []string{"p2pcheck", "collcheck", "rmacheck"} {
-		for _, net := range []string{"tcp", "udp"} {
+		for _, net := range []string{"tcp", "udp", "xdp"} {
 			t.Run(prog+"/"+net, func(t *testing.T) {
 				cmd := exec.Command(hydra, "-f", c.Hostfile, "-launcher", "ssh", "-launcher-exec", c.StandIn,
 					"-iface", c.Bridge, "-n", "4", "-ppn", "2", "-genv", "AMGO_NET", net, filepath.Join(dir, prog))
@@ -72,25 +73,29 @@ func TestAmrunAcrossNodes(t *testing.T) {
 	}
 }
 
-// The AF_XDP network between the nodes of an emulated cluster, one rank
-// per node (xdp carries one rank per interface): the checks pass in a
-// routed job (AMGO_NET=xdp) and with --transport xdp.
+// The AF_XDP network between the nodes of an emulated cluster: the checks
+// pass in a routed job of two ranks per node (shm within a node,
+// AMGO_NET=xdp between; the two ranks of a node share its interface's
+// UMEM) and with --transport xdp, one rank per node (xdp does not reach a
+// rank on the same interface).
 func TestXDPAcrossNodes(t *testing.T) {
 	c := cluster.New(t, 2, "")
 	dir := buildChecks(t)
 	for _, prog := range []string{"p2pcheck", "collcheck", "rmacheck"} {
 		for _, how := range []string{"routed", "xdp-only"} {
 			t.Run(prog+"/"+how, func(t *testing.T) {
-				args := []string{"-n", "2", "--timeout", "60s", "--hosts", "node1:1,node2:1",
-					"--launcher-exec", c.StandIn, "--launch-iface", c.Bridge}
+				n, hosts := "4", "node1:2,node2:2"
+				args := []string{"--timeout", "60s", "--launcher-exec", c.StandIn, "--launch-iface", c.Bridge}
 				if how == "xdp-only" {
+					n, hosts = "2", "node1:1,node2:1"
 					args = append(args, "--transport", "xdp")
 				}
-				cmd := exec.Command(filepath.Join(dir, "amrun"), append(args, filepath.Join(dir, prog))...)
+				args = append(args, "-n", n, "--hosts", hosts, filepath.Join(dir, prog))
+				cmd := exec.Command(filepath.Join(dir, "amrun"), args...)
 				cmd.Env = append(os.Environ(), "AMGO_NET=xdp")
 				out, err := cmd.CombinedOutput()
 				require.NoError(t, err, "%s", out)
-				require.Contains(t, string(out), prog+": 2 ranks: OK")
+				require.Contains(t, string(out), prog+": "+n+" ranks: OK")
 			})
 		}
 	}

@@ -112,7 +112,28 @@ func openStar(t testing.TB, n, mtu int, opts map[string]string) []*Transport {
 
 // openStarNS is openStar that also returns the star.
 func openStarNS(t testing.TB, n, mtu int, opts map[string]string) (*star, []*Transport) {
-	s := newStar(t, n, mtu)
+	ns := make([]int, n)
+	for i := range ns {
+		ns[i] = i
+	}
+	return openPlaced(t, n, mtu, ns, opts)
+}
+
+// openPlaced opens a job of len(place) ranks on a star of hosts
+// namespaces, rank r in namespace place[r]; opts apply to every rank, and
+// to rank r also opts["queue.<r>"] as its queue.
+func openPlaced(t testing.TB, hosts, mtu int, place []int, opts map[string]string) (*star, []*Transport) {
+	s, ts, err := tryPlaced(t, hosts, mtu, place, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, ts
+}
+
+// tryPlaced is openPlaced that returns the first rank's error.
+func tryPlaced(t testing.TB, hosts, mtu int, place []int, opts map[string]string) (*star, []*Transport, error) {
+	s := newStar(t, hosts, mtu)
+	n := len(place)
 	bs := transporttest.NewBootstraps(n, fmt.Sprintf("xdptest-%d", starSeq.Add(1)))
 	ts := make([]*Transport, n)
 	errs := make(chan error, n)
@@ -122,7 +143,10 @@ func openStarNS(t testing.TB, n, mtu int, opts map[string]string) (*star, []*Tra
 			for k, v := range opts {
 				o[k] = v
 			}
-			tr, err := inNetns(s.ns[i], func() (*Transport, error) { return open(bs[i], o) })
+			if q, ok := opts[fmt.Sprintf("queue.%d", i)]; ok {
+				o["queue"] = q
+			}
+			tr, err := inNetns(s.ns[place[i]], func() (*Transport, error) { return open(bs[i], o) })
 			ts[i] = tr
 			errs <- err
 		}()
@@ -140,8 +164,5 @@ func openStarNS(t testing.TB, n, mtu int, opts map[string]string) (*star, []*Tra
 			}
 		}
 	})
-	if first != nil {
-		t.Fatal(first)
-	}
-	return s, ts
+	return s, ts, first
 }

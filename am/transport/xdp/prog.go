@@ -16,22 +16,32 @@ import (
 // shows it), by which an interface's program is recognised as amgo's.
 const ProgramName = "amgo_xdp"
 
-// mapEntries is the XSKMAP's size: queue indexes 0..mapEntries-1.
+// mapEntries bounds the queue index option.
 const mapEntries = 256
+
+// maxRanks is the largest job the XSKMAP (one entry per rank) is made for.
+const maxRanks = 1 << 20
 
 // Offsets into struct xdp_md (include/uapi/linux/bpf.h).
 const (
-	xdpMdData         = 0
-	xdpMdDataEnd      = 4
-	xdpMdRxQueueIndex = 16
+	xdpMdData    = 0
+	xdpMdDataEnd = 4
 )
 
-// program returns the XDP program: a frame of EtherType etherType (at
-// least the Ethernet header and the magic long) is redirected to the socket
-// in xsks at the index of the receive queue it arrived on, or passed to the
-// kernel's stack when no socket is there (bpf_redirect_map's fallback
-// action); every other frame passes, so that ARP, IP and the rest of the
-// host's traffic are untouched.
+// dstOffset is where a frame names its destination rank: after the
+// Ethernet header, the magic and the source rank.
+const dstOffset = EthHeader + 8
+
+// program returns the XDP program: a frame of EtherType etherType, long
+// enough to name its destination rank, is redirected to the socket in xsks
+// at that rank's index (the sockets of the job's ranks on this interface),
+// or passed to the kernel's stack when no socket is there
+// (bpf_redirect_map's fallback action: a frame for no rank of this
+// interface, which the stack drops as of an unknown protocol); every other
+// frame passes, so that ARP, IP and the rest of the host's traffic are
+// untouched. The kernel delivers a redirected frame only to a socket bound
+// to the queue it arrived on: the ranks bind one queue, to which the NIC
+// must steer the EtherType (a veth has one queue).
 func program(xsks *ebpf.Map, etherType uint16) asm.Instructions {
 	const xdpPass = 2
 	// The EtherType as a little-endian 16-bit load reads network order.
@@ -40,11 +50,11 @@ func program(xsks *ebpf.Map, etherType uint16) asm.Instructions {
 		asm.LoadMem(asm.R2, asm.R1, xdpMdData, asm.Word),
 		asm.LoadMem(asm.R3, asm.R1, xdpMdDataEnd, asm.Word),
 		asm.Mov.Reg(asm.R4, asm.R2),
-		asm.Add.Imm(asm.R4, EthHeader+4),
+		asm.Add.Imm(asm.R4, dstOffset+4),
 		asm.JGT.Reg(asm.R4, asm.R3, "pass"),
 		asm.LoadMem(asm.R5, asm.R2, 12, asm.Half),
 		asm.JNE.Imm(asm.R5, le, "pass"),
-		asm.LoadMem(asm.R2, asm.R1, xdpMdRxQueueIndex, asm.Word),
+		asm.LoadMem(asm.R2, asm.R2, dstOffset, asm.Word),
 		asm.LoadMapPtr(asm.R1, xsks.FD()),
 		asm.Mov.Imm(asm.R3, xdpPass),
 		asm.FnRedirectMap.Call(),
@@ -65,6 +75,9 @@ type attachment struct {
 // errNeedPrivilege marks failures for want of a capability.
 var errNeedPrivilege = errors.New("needs CAP_BPF, CAP_NET_ADMIN and CAP_NET_RAW (run as root)")
 
+// errTaken marks an interface that already has an XDP program.
+var errTaken = errors.New("the interface already has an XDP program (another job's)")
+
 // attach loads the program and attaches it to interface ifindex through a
 // BPF link, which the kernel detaches when its last descriptor closes: when
 // the process exits, however it exits. mode is "auto", "driver" or
@@ -72,11 +85,14 @@ var errNeedPrivilege = errors.New("needs CAP_BPF, CAP_NET_ADMIN and CAP_NET_RAW 
 // through the veth's own NAPI ring and never offers zero-copy: generic
 // measured faster), else driver mode when the driver has it, else
 // generic.
-func attach(ifindex int, ifname string, etherType uint16, mode string) (*attachment, error) {
+func attach(ifindex int, ifname string, etherType uint16, mode string, ranks int) (*attachment, error) {
 	if mode == "auto" && driverName(ifname) == "veth" {
 		mode = "generic"
 	}
-	xsks, err := ebpf.NewMap(&ebpf.MapSpec{Name: "amgo_xsks", Type: ebpf.XSKMap, KeySize: 4, ValueSize: 4, MaxEntries: mapEntries})
+	if ranks > maxRanks {
+		return nil, fmt.Errorf("a job of %d ranks: the XSKMAP holds at most %d", ranks, maxRanks)
+	}
+	xsks, err := ebpf.NewMap(&ebpf.MapSpec{Name: "amgo_xsks", Type: ebpf.XSKMap, KeySize: 4, ValueSize: 4, MaxEntries: uint32(ranks)})
 	if err != nil {
 		return nil, privileged("create the XSKMAP", err)
 	}
@@ -104,7 +120,7 @@ func attach(ifindex int, ifname string, etherType uint16, mode string) (*attachm
 	}
 	a.close()
 	if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST) {
-		return nil, fmt.Errorf("attach the XDP program to %s: the interface already has an XDP program (another job's, or another rank's of this job: xdp carries one rank per interface): %w", ifname, err)
+		return nil, fmt.Errorf("attach the XDP program to %s: %w: %w", ifname, errTaken, err)
 	}
 	return nil, privileged("attach the XDP program to "+ifname, err)
 }
@@ -133,11 +149,16 @@ func privileged(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// close detaches the program and releases the map.
+// close releases this process's hold on the link (the program is detached
+// when the last holder lets go), the program and the map.
 func (a *attachment) close() {
 	if a.lnk != nil {
 		a.lnk.Close()
 	}
-	a.prog.Close()
-	a.xsks.Close()
+	if a.prog != nil {
+		a.prog.Close()
+	}
+	if a.xsks != nil {
+		a.xsks.Close()
+	}
 }

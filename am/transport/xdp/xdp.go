@@ -16,6 +16,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
@@ -123,15 +125,26 @@ type Transport struct {
 	seq        atomic.Uint64 // the number of the next frame sent (the proof's nonce)
 	att        *attachment
 	zeroCopy   bool
-	umem       []byte
 	st         counters
 
-	// Sending: the tx and completion rings and the free send chunks.
-	txMu  sync.Mutex
-	tx    *ring
-	comp  *ring
-	freeq []uint64 // UMEM offsets of send chunks not in flight
-	nonce [dgram.NonceLen]byte
+	// The UMEM this rank shares with the job's other ranks on its
+	// interface (umem.go).
+	layout   umemLayout
+	leader   bool // the first rank on the interface: made the UMEM
+	slot     int  // this rank's place among them (its send frames)
+	memfd    int
+	s0       int    // a follower's copy of the leader's socket, else -1
+	mem      []byte // the memfd's mapping: UMEM and control page
+	umem     []byte // the UMEM's frames
+	listener *net.UnixListener
+
+	// Sending: the tx ring, this rank's send frames and the shared
+	// completion ring.
+	txMu   sync.Mutex
+	tx     *ring
+	comp   *ring
+	txNext int // the send frame to try first, 0..txPer-1
+	nonce  [dgram.NonceLen]byte
 
 	// Self-sends, delivered by Poll.
 	selfMu  sync.Mutex
@@ -175,7 +188,8 @@ func New(b transport.Bootstrap, opts map[string]string) (transport.Transport, er
 	return t, nil
 }
 
-// peerInfo is what a rank publishes.
+// peerInfo is what a rank publishes: "MAC_MTU_queue" (PMI-1's wire
+// protocol carries no spaces in a value).
 type peerInfo struct {
 	mac   net.HardwareAddr
 	mtu   int
@@ -183,11 +197,11 @@ type peerInfo struct {
 }
 
 func (p peerInfo) String() string {
-	return fmt.Sprintf("%s %d %d", p.mac, p.mtu, p.queue)
+	return fmt.Sprintf("%s_%d_%d", p.mac, p.mtu, p.queue)
 }
 
 func parsePeerInfo(s string) (peerInfo, error) {
-	f := strings.Fields(s)
+	f := strings.Split(s, "_")
 	if len(f) != 3 {
 		return peerInfo{}, fmt.Errorf("malformed %q", s)
 	}
@@ -292,9 +306,19 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 			return nil, fmt.Errorf("xdp: rank %d: %w", rank, err)
 		}
 	}
-	t := &Transport{rank: rank, size: size, fd: -1, efd: -1, spin: spin, ifname: ifi.Name, ifindex: ifi.Index,
-		queue: queue, etherType: etherType, mac: ifi.HardwareAddr, macs: make([]net.HardwareAddr, size)}
+	t := &Transport{rank: rank, size: size, fd: -1, efd: -1, memfd: -1, s0: -1, spin: spin, ifname: ifi.Name,
+		ifindex: ifi.Index, queue: queue, etherType: etherType, mac: ifi.HardwareAddr, macs: make([]net.HardwareAddr, size)}
+	// Failures from here on are kept until the job's ranks have passed the
+	// two fences every rank keeps, so that one rank's failure never leaves
+	// the others waiting.
+	var ferr error
+	fail := func(err error) {
+		if ferr == nil {
+			ferr = fmt.Errorf("xdp: rank %d: %w", rank, err)
+		}
+	}
 	mtu := ifi.MTU
+	var group []int // the ranks on this interface, this one included, ascending
 	for r := 0; r < size; r++ {
 		p := me
 		if r != rank {
@@ -306,41 +330,65 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 			if p, err = parsePeerInfo(v); err != nil {
 				return nil, fmt.Errorf("xdp: rank %d: rank %d's address: %w", rank, r, err)
 			}
-			if string(p.mac) == string(me.mac) {
-				if p.queue == queue {
-					return nil, fmt.Errorf("xdp: rank %d: rank %d uses the same interface %s and queue %d: xdp carries one rank per interface and queue (ranks of one node reach each other over shm: AMGO_NET=xdp): %w",
-						rank, r, ifi.Name, queue, ErrUnavailable)
-				}
-				continue // on this interface: the wire cannot reach it
+		}
+		if string(p.mac) == string(me.mac) {
+			if p.queue != queue {
+				fail(fmt.Errorf("rank %d binds queue %d of interface %s and this rank queue %d: the ranks of one interface bind one queue", r, p.queue, ifi.Name, queue))
 			}
+			if r == rank {
+				t.slot = len(group)
+			}
+			group = append(group, r) // the wire does not reach it: shm does, in a job over nodes
+			continue
 		}
 		t.macs[r] = p.mac
 		mtu = min(mtu, p.mtu)
 	}
 	maxPacket := min(mtu+EthHeader, maxFrame) - Overhead
 	if maxPacket < MinPacket {
-		return nil, fmt.Errorf("xdp: rank %d: packets of at most %d bytes fit the interfaces' MTU %d, want %d: raise the MTU: %w",
-			rank, maxPacket, mtu, MinPacket, ErrUnavailable)
+		fail(fmt.Errorf("packets of at most %d bytes fit the interfaces' MTU %d, want %d: raise the MTU: %w",
+			maxPacket, mtu, MinPacket, ErrUnavailable))
 	}
 	if t.pr, err = newProver(secret); err != nil {
-		return nil, fmt.Errorf("xdp: rank %d: %w", rank, err)
+		fail(err)
 	}
 	var seed [8]byte
 	if _, err := rand.Read(seed[:]); err != nil {
-		return nil, fmt.Errorf("xdp: rank %d: a random first frame number: %w", rank, err)
+		fail(fmt.Errorf("a random first frame number: %w", err))
 	}
 	t.seq.Store(binary.LittleEndian.Uint64(seed[:]))
-	if err := t.setup(mode); err != nil {
+	t.layout, t.leader = newLayout(len(group)), group[0] == rank
+	name := shareName(b.JobID(), ifi.Name, queue)
+	if ferr == nil && t.leader {
+		if err := t.setupLeader(mode, name); err != nil {
+			fail(err)
+		}
+	}
+	if err := b.Fence(); err != nil {
+		fail(fmt.Errorf("fence after the interfaces' first ranks opened: %w", err))
+	}
+	if ferr == nil && !t.leader {
+		if err := t.setupFollower(name); err != nil {
+			fail(fmt.Errorf("join rank %d's socket on %s: %w", group[0], ifi.Name, err))
+		}
+	}
+	if err := b.Fence(); err != nil {
+		fail(fmt.Errorf("fence after every rank opened: %w", err))
+	}
+	if t.listener != nil {
+		t.listener.Close()
+		t.listener = nil
+	}
+	if ferr != nil {
 		t.release()
-		return nil, fmt.Errorf("xdp: rank %d: %w", rank, err)
+		return nil, ferr
 	}
 	t.caps = transport.Caps{Name: "xdp", MaxPacket: maxPacket, Wakeup: true, BufferBytes: BufferBytes}
 	return t, nil
 }
 
-// setup makes the socket, the UMEM and the rings, attaches the program and
-// binds.
-func (t *Transport) setup(mode string) error {
+// openSocket makes this rank's AF_XDP socket and the eventfd Wake writes.
+func (t *Transport) openSocket() error {
 	var err error
 	if t.efd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
 		return fmt.Errorf("eventfd: %w", err)
@@ -354,11 +402,73 @@ func (t *Transport) setup(mode string) error {
 		}
 		return fmt.Errorf("socket(AF_XDP): %w", err)
 	}
-	_ = rlimit.RemoveMemlock()
-	n := (RxFrames + TxFrames) * FrameSize
-	if t.umem, err = unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE); err != nil {
-		return fmt.Errorf("map the UMEM (%d bytes): %w", n, err)
+	return nil
+}
+
+// offsets returns where socket fd's rings keep their words and entries.
+func offsets(fd int) (unix.XDPMmapOffsets, error) {
+	var off unix.XDPMmapOffsets
+	ol := uint32(unsafe.Sizeof(off))
+	if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_XDP, unix.XDP_MMAP_OFFSETS,
+		uintptr(unsafe.Pointer(&off)), uintptr(unsafe.Pointer(&ol)), 0); e != 0 {
+		return off, fmt.Errorf("XDP_MMAP_OFFSETS: %w", e)
 	}
+	if ol != uint32(unsafe.Sizeof(off)) {
+		return off, fmt.Errorf("XDP_MMAP_OFFSETS: the kernel's layout has %d bytes, want %d (a kernel older than 5.4): %w", ol, unsafe.Sizeof(off), ErrUnavailable)
+	}
+	return off, nil
+}
+
+// ringSizes sizes socket fd's rings.
+func ringSizes(fd int, rings ...int) error {
+	for _, o := range rings {
+		if err := unix.SetsockoptInt(fd, unix.SOL_XDP, o, RingSize); err != nil {
+			return fmt.Errorf("size ring %d: %w", o, err)
+		}
+	}
+	return nil
+}
+
+// mapOwnRings maps this rank's rx and tx rings.
+func (t *Transport) mapOwnRings() error {
+	off, err := offsets(t.fd)
+	if err != nil {
+		return err
+	}
+	ds := uint32(unsafe.Sizeof(unix.XDPDesc{}))
+	if t.rx, err = mapRing(t.fd, off.Rx, unix.XDP_PGOFF_RX_RING, RingSize, ds); err != nil {
+		return err
+	}
+	t.tx, err = mapRing(t.fd, off.Tx, unix.XDP_PGOFF_TX_RING, RingSize, ds)
+	return err
+}
+
+// mapSharedRings maps the UMEM's fill and completion rings, which belong
+// to socket fd (the leader's).
+func (t *Transport) mapSharedRings(fd int) error {
+	off, err := offsets(fd)
+	if err != nil {
+		return err
+	}
+	if t.fill, err = mapRing(fd, off.Fr, unix.XDP_UMEM_PGOFF_FILL_RING, RingSize, 8); err != nil {
+		return err
+	}
+	t.comp, err = mapRing(fd, off.Cr, unix.XDP_UMEM_PGOFF_COMPLETION_RING, RingSize, 8)
+	return err
+}
+
+// setupLeader makes the socket, the UMEM and its four rings, attaches the
+// program, binds, and serves the interface's other ranks on the Unix
+// socket name.
+func (t *Transport) setupLeader(mode, name string) error {
+	if err := t.openSocket(); err != nil {
+		return err
+	}
+	_ = rlimit.RemoveMemlock()
+	if err := t.makeUMEM(); err != nil {
+		return err
+	}
+	n := t.layout.umemBytes()
 	reg := unix.XDPUmemReg{Addr: uint64(uintptr(unsafe.Pointer(&t.umem[0]))), Len: uint64(n), Size: FrameSize}
 	if _, _, e := unix.Syscall6(unix.SYS_SETSOCKOPT, uintptr(t.fd), unix.SOL_XDP, unix.XDP_UMEM_REG,
 		uintptr(unsafe.Pointer(&reg)), unsafe.Sizeof(reg), 0); e != 0 {
@@ -367,46 +477,23 @@ func (t *Transport) setup(mode string) error {
 		}
 		return fmt.Errorf("register the UMEM: %w", e)
 	}
-	for _, o := range []int{unix.XDP_UMEM_FILL_RING, unix.XDP_UMEM_COMPLETION_RING, unix.XDP_RX_RING, unix.XDP_TX_RING} {
-		if err := unix.SetsockoptInt(t.fd, unix.SOL_XDP, o, RingSize); err != nil {
-			return fmt.Errorf("size ring %d: %w", o, err)
-		}
-	}
-	var off unix.XDPMmapOffsets
-	ol := uint32(unsafe.Sizeof(off))
-	if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(t.fd), unix.SOL_XDP, unix.XDP_MMAP_OFFSETS,
-		uintptr(unsafe.Pointer(&off)), uintptr(unsafe.Pointer(&ol)), 0); e != 0 {
-		return fmt.Errorf("XDP_MMAP_OFFSETS: %w", e)
-	}
-	if ol != uint32(unsafe.Sizeof(off)) {
-		return fmt.Errorf("XDP_MMAP_OFFSETS: the kernel's layout has %d bytes, want %d (a kernel older than 5.4): %w", ol, unsafe.Sizeof(off), ErrUnavailable)
-	}
-	if t.fill, err = mapRing(t.fd, off.Fr, unix.XDP_UMEM_PGOFF_FILL_RING, RingSize, 8); err != nil {
+	if err := ringSizes(t.fd, unix.XDP_UMEM_FILL_RING, unix.XDP_UMEM_COMPLETION_RING, unix.XDP_RX_RING, unix.XDP_TX_RING); err != nil {
 		return err
 	}
-	if t.comp, err = mapRing(t.fd, off.Cr, unix.XDP_UMEM_PGOFF_COMPLETION_RING, RingSize, 8); err != nil {
+	if err := t.mapSharedRings(t.fd); err != nil {
 		return err
 	}
-	ds := uint32(unsafe.Sizeof(unix.XDPDesc{}))
-	if t.rx, err = mapRing(t.fd, off.Rx, unix.XDP_PGOFF_RX_RING, RingSize, ds); err != nil {
+	if err := t.mapOwnRings(); err != nil {
 		return err
 	}
-	if t.tx, err = mapRing(t.fd, off.Tx, unix.XDP_PGOFF_TX_RING, RingSize, ds); err != nil {
-		return err
-	}
-	// Receive chunks are the first RxFrames, all in the fill ring; send
-	// chunks the rest.
+	// The receive frames, the first RxFrames, all go to the fill ring.
 	for i := range uint32(RxFrames) {
-		*t.fill.addr(t.fill.local) = uint64(i) * FrameSize
-		t.fill.local++
+		*t.fill.addr(i) = uint64(i) * FrameSize
 	}
-	t.fill.publish()
-	t.freeq = make([]uint64, 0, TxFrames)
-	for i := range TxFrames {
-		t.freeq = append(t.freeq, uint64(RxFrames+i)*FrameSize)
-	}
-	if t.att, err = attach(t.ifindex, t.ifname, t.etherType, mode); err != nil {
-		if errors.Is(err, errNeedPrivilege) || strings.Contains(err.Error(), "already has an XDP program") {
+	t.fill.prod.Store(RxFrames)
+	var err error
+	if t.att, err = attach(t.ifindex, t.ifname, t.etherType, mode, t.size); err != nil {
+		if errors.Is(err, errNeedPrivilege) || errors.Is(err, errTaken) {
 			return fmt.Errorf("%w: %w", err, ErrUnavailable)
 		}
 		return err
@@ -414,7 +501,57 @@ func (t *Transport) setup(mode string) error {
 	if err := t.bind(); err != nil {
 		return err
 	}
-	if err := t.att.xsks.Put(uint32(t.queue), uint32(t.fd)); err != nil {
+	if err := t.att.xsks.Put(uint32(t.rank), uint32(t.fd)); err != nil {
+		return fmt.Errorf("register the socket in the XSKMAP: %w", err)
+	}
+	if t.layout.k > 1 {
+		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
+		if err != nil {
+			return fmt.Errorf("listen for the interface's other ranks on %s: %w", name, err)
+		}
+		t.listener = l
+		go t.share(l)
+	}
+	return nil
+}
+
+// setupFollower joins the interface leader's UMEM: its socket binds with
+// XDP_SHARED_UMEM and has its own rx and tx rings.
+func (t *Transport) setupFollower(name string) error {
+	if err := t.openSocket(); err != nil {
+		return err
+	}
+	fds, mode, err := fetchShared(name)
+	if err != nil {
+		return fmt.Errorf("fetch the UMEM: %w", err)
+	}
+	t.s0, t.memfd = fds[0], fds[1]
+	t.att = &attachment{mode: mode}
+	if t.att.xsks, err = ebpf.NewMapFromFD(fds[2]); err != nil {
+		unix.Close(fds[2])
+		unix.Close(fds[3])
+		return fmt.Errorf("the leader's XSKMAP: %w", err)
+	}
+	if t.att.lnk, err = link.NewFromFD(fds[3]); err != nil {
+		unix.Close(fds[3])
+		return fmt.Errorf("the leader's XDP link: %w", err)
+	}
+	if err := t.mapUMEM(); err != nil {
+		return err
+	}
+	if err := ringSizes(t.fd, unix.XDP_RX_RING, unix.XDP_TX_RING); err != nil {
+		return err
+	}
+	if err := t.mapSharedRings(t.s0); err != nil {
+		return err
+	}
+	if err := t.mapOwnRings(); err != nil {
+		return err
+	}
+	if err := t.bindShared(); err != nil {
+		return err
+	}
+	if err := t.att.xsks.Put(uint32(t.rank), uint32(t.fd)); err != nil {
 		return fmt.Errorf("register the socket in the XSKMAP: %w", err)
 	}
 	return nil
@@ -449,22 +586,50 @@ func (t *Transport) bind() error {
 	return fmt.Errorf("bind to %s queue %d: %w", t.ifname, t.queue, err)
 }
 
+// bindShared binds a follower's socket to the leader's queue and UMEM.
+func (t *Transport) bindShared() error {
+	deadline := time.Now().Add(bindWait)
+	for {
+		err := unix.Bind(t.fd, &unix.SockaddrXDP{Flags: unix.XDP_SHARED_UMEM, Ifindex: uint32(t.ifindex),
+			QueueID: uint32(t.queue), SharedUmemFD: uint32(t.s0)})
+		if err == nil {
+			var o uint32
+			ol := uint32(4)
+			if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(t.fd), unix.SOL_XDP, unix.XDP_OPTIONS,
+				uintptr(unsafe.Pointer(&o)), uintptr(unsafe.Pointer(&ol)), 0); e == 0 {
+				t.zeroCopy = o&unix.XDP_OPTIONS_ZEROCOPY != 0
+			}
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			return fmt.Errorf("bind to %s queue %d sharing the UMEM: %w", t.ifname, t.queue, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // release frees what setup made.
 func (t *Transport) release() {
+	if t.listener != nil {
+		t.listener.Close()
+	}
 	if t.att != nil {
+		if t.att.xsks != nil && t.fd >= 0 {
+			_ = t.att.xsks.Delete(uint32(t.rank))
+		}
 		t.att.close()
 	}
 	for _, r := range []*ring{t.fill, t.comp, t.rx, t.tx} {
 		r.unmap()
 	}
-	for _, fd := range []int{t.fd, t.efd} {
+	for _, fd := range []int{t.fd, t.efd, t.s0, t.memfd} {
 		if fd >= 0 {
 			unix.Close(fd)
 		}
 	}
-	if t.umem != nil {
-		_ = unix.Munmap(t.umem)
-		t.umem = nil
+	if t.mem != nil {
+		_ = unix.Munmap(t.mem)
+		t.mem, t.umem = nil, nil
 	}
 }
 
@@ -530,17 +695,20 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	}
 	t.txMu.Lock()
 	defer t.txMu.Unlock()
-	t.reap()
-	if len(t.freeq) == 0 || t.tx.free() == 0 {
-		t.kick()
+	addr, ok := t.takeFrame()
+	if !ok {
 		t.reap()
-		if len(t.freeq) == 0 || t.tx.free() == 0 {
-			t.st.wouldBlock.Add(1)
-			return transport.ErrWouldBlock
+		if addr, ok = t.takeFrame(); !ok {
+			t.kick()
+			t.reap()
+			if addr, ok = t.takeFrame(); !ok {
+				t.st.wouldBlock.Add(1)
+				return transport.ErrWouldBlock
+			}
 		}
 	}
-	addr := t.freeq[len(t.freeq)-1]
-	t.freeq = t.freeq[:len(t.freeq)-1]
+	// The tx ring has room: it holds only frames of this rank in flight,
+	// at most txPer <= RingSize of them.
 	chunk := t.umem[addr : addr+FrameSize : addr+FrameSize]
 	putEth(chunk, mac, t.mac, t.etherType)
 	d := chunk[EthHeader : EthHeader+dgram.FrameHeader]
@@ -577,18 +745,48 @@ func (t *Transport) kick() error {
 	}
 }
 
-// reap takes the chunks the kernel has finished sending off the completion
-// ring. Called with txMu held.
+// takeFrame finds one of this rank's send frames not in flight, marks it
+// in flight and returns its UMEM offset. Called with txMu held.
+func (t *Transport) takeFrame() (uint64, bool) {
+	per := t.layout.txPer
+	j := t.txNext
+	for range per {
+		if w := t.busy(t.slot*per + j); w.Load() == 0 {
+			w.Store(1)
+			t.txNext = j + 1
+			if t.txNext == per {
+				t.txNext = 0
+			}
+			return uint64(RxFrames+t.slot*per+j) * FrameSize, true
+		}
+		if j++; j == per {
+			j = 0
+		}
+	}
+	return 0, false
+}
+
+// reap takes the frames the kernel has finished sending off the completion
+// ring, which the interface's ranks share, and clears their in-flight
+// words, whoever's they are. When another rank holds the ring's lock, it is
+// reaping: reap returns at once.
 func (t *Transport) reap() {
-	n := t.comp.ready()
-	if n == 0 {
+	if !t.comp.waiting() {
 		return
 	}
-	for range n {
-		t.freeq = append(t.freeq, *t.comp.addr(t.comp.local))
-		t.comp.local++
+	lk := t.word(ctrlComp)
+	if !lk.CompareAndSwap(0, 1) {
+		return
 	}
-	t.comp.release()
+	c, p := t.comp.cons.Load(), t.comp.prod.Load()
+	total := t.layout.k * t.layout.txPer
+	for ; c != p; c++ {
+		if i := int(*t.comp.addr(c)/FrameSize) - RxFrames; i >= 0 && i < total {
+			t.busy(i).Store(0)
+		}
+	}
+	t.comp.cons.Store(c)
+	spinUnlock(lk)
 }
 
 // sendSelf queues a packet for this rank's own Poll.
@@ -624,10 +822,10 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 	got := t.pollSelf(r, max)
 	if n := t.rx.ready(); n > 0 && got < max {
 		n = min(n, uint32(max-got))
-		for range n {
-			dd := t.rx.desc(t.rx.local)
+		first := t.rx.local
+		for i := range n {
+			dd := t.rx.desc(first + i)
 			addr, size := dd.Addr, uint64(dd.Len)
-			t.rx.local++
 			if addr+size <= uint64(len(t.umem)) {
 				src, pkt, err := DecodeFrame(t.umem[addr:addr+size], t.rank, t.size, t.mac, t.macs, t.etherType, t.pr, &t.rnonce)
 				if err == nil {
@@ -641,11 +839,19 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 			} else {
 				t.st.short.Add(1)
 			}
-			*t.fill.addr(t.fill.local) = addr &^ (FrameSize - 1)
-			t.fill.local++
 		}
+		// The frames go back to the fill ring, which the interface's ranks
+		// share, then the rx ring's entries to the kernel.
+		lk := t.word(ctrlFill)
+		spinLock(lk)
+		p := t.fill.prod.Load()
+		for i := range n {
+			*t.fill.addr(p + i) = t.rx.desc(first+i).Addr &^ (FrameSize - 1)
+		}
+		t.fill.prod.Store(p + n)
+		spinUnlock(lk)
+		t.rx.local = first + n
 		t.rx.release()
-		t.fill.publish()
 	}
 	if t.tx.waiting() && t.txMu.TryLock() {
 		t.kick()
