@@ -160,9 +160,10 @@ type Transport struct {
 // New opens rank b.Rank()'s AF_XDP transport for a job of b.Size() ranks;
 // the result is a *Transport. It picks the interface (below), publishes its
 // MAC address, MTU and queue under "amgo.xdp.<rank>" and calls b.Fence
-// once, so every rank must call New concurrently; then it loads the XDP
-// program, attaches it to the interface, registers the UMEM, maps the
-// rings and binds the socket to the queue. Without AMGO_JOB_SECRET, rank 0
+// three times, so every rank must call New concurrently: after the first,
+// the first rank on each interface makes the UMEM, attaches the XDP
+// program and binds its socket; after the second, the interface's other
+// ranks join its UMEM (package doc); the third ends the set-up. Without AMGO_JOB_SECRET, rank 0
 // draws the job secret and publishes it under SecretKey. opts (each also
 // read from the environment variable in brackets when absent):
 //
@@ -179,7 +180,8 @@ type Transport struct {
 // host cannot run the network: no privilege, no AF_XDP in the kernel, an
 // interface without an Ethernet address or with an MTU below MinPacket plus
 // the framing, an interface that already has an XDP program; bootstrap
-// failures; each naming the rank.
+// failures; each naming the rank. A rank that fails still keeps the
+// fences, so that the others fail rather than wait.
 func New(b transport.Bootstrap, opts map[string]string) (transport.Transport, error) {
 	t, err := open(b, opts)
 	if err != nil {
@@ -187,6 +189,9 @@ func New(b transport.Bootstrap, opts map[string]string) (transport.Transport, er
 	}
 	return t, nil
 }
+
+// noInterface is what a rank without a usable interface publishes.
+const noInterface = "none"
 
 // peerInfo is what a rank publishes: "MAC_MTU_queue" (PMI-1's wire
 // protocol carries no spaces in a value).
@@ -285,26 +290,30 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("xdp: rank %d: %w", rank, err)
 	}
-	ifi, err := chooseInterface(opts)
-	if err != nil {
-		return nil, fmt.Errorf("xdp: rank %d: %w", rank, err)
+	// A rank without a usable interface still publishes (that it has none)
+	// and keeps the three fences, so that every rank fails rather than
+	// waits.
+	ifi, ierr := chooseInterface(opts)
+	if ierr == nil && len(ifi.HardwareAddr) != 6 {
+		ierr = fmt.Errorf("interface %s has no Ethernet address (set AMGO_IFACE to the interface that joins the hosts): %w",
+			ifi.Name, ErrUnavailable)
 	}
-	if len(ifi.HardwareAddr) != 6 {
-		return nil, fmt.Errorf("xdp: rank %d: interface %s has no Ethernet address (set AMGO_IFACE to the interface that joins the hosts): %w",
-			rank, ifi.Name, ErrUnavailable)
+	var me peerInfo
+	pub := noInterface
+	if ierr == nil {
+		me = peerInfo{mac: ifi.HardwareAddr, mtu: ifi.MTU, queue: queue}
+		pub = me.String()
 	}
-	me := peerInfo{mac: ifi.HardwareAddr, mtu: ifi.MTU, queue: queue}
 	key := "amgo.xdp." + strconv.Itoa(rank)
-	if err := b.Put(key, me.String()); err != nil {
+	if err := b.Put(key, pub); err != nil {
 		return nil, fmt.Errorf("xdp: rank %d: publish %s: %w", rank, key, err)
 	}
 	if err := b.Fence(); err != nil {
 		return nil, fmt.Errorf("xdp: rank %d: fence after publishing: %w", rank, err)
 	}
-	if secret == nil {
-		if secret, err = jobsecret.After(b, SecretKey); err != nil {
-			return nil, fmt.Errorf("xdp: rank %d: %w", rank, err)
-		}
+	if ierr != nil {
+		_, _ = b.Fence(), b.Fence()
+		return nil, fmt.Errorf("xdp: rank %d: %w", rank, ierr)
 	}
 	t := &Transport{rank: rank, size: size, fd: -1, efd: -1, memfd: -1, s0: -1, spin: spin, ifname: ifi.Name,
 		ifindex: ifi.Index, queue: queue, etherType: etherType, mac: ifi.HardwareAddr, macs: make([]net.HardwareAddr, size)}
@@ -317,6 +326,11 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 			ferr = fmt.Errorf("xdp: rank %d: %w", rank, err)
 		}
 	}
+	if secret == nil {
+		if secret, err = jobsecret.After(b, SecretKey); err != nil {
+			fail(err)
+		}
+	}
 	mtu := ifi.MTU
 	var group []int // the ranks on this interface, this one included, ascending
 	for r := 0; r < size; r++ {
@@ -325,10 +339,16 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 			k := "amgo.xdp." + strconv.Itoa(r)
 			v, err := b.Get(k)
 			if err != nil {
-				return nil, fmt.Errorf("xdp: rank %d: look up %s: %w", rank, k, err)
+				fail(fmt.Errorf("look up %s: %w", k, err))
+				continue
+			}
+			if v == noInterface {
+				fail(fmt.Errorf("rank %d has no usable interface (its own error says why): %w", r, ErrUnavailable))
+				continue
 			}
 			if p, err = parsePeerInfo(v); err != nil {
-				return nil, fmt.Errorf("xdp: rank %d: rank %d's address: %w", rank, r, err)
+				fail(fmt.Errorf("rank %d's address: %w", r, err))
+				continue
 			}
 		}
 		if string(p.mac) == string(me.mac) {
@@ -349,8 +369,10 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 		fail(fmt.Errorf("packets of at most %d bytes fit the interfaces' MTU %d, want %d: raise the MTU: %w",
 			maxPacket, mtu, MinPacket, ErrUnavailable))
 	}
-	if t.pr, err = newProver(secret); err != nil {
-		fail(err)
+	if secret != nil {
+		if t.pr, err = newProver(secret); err != nil {
+			fail(err)
+		}
 	}
 	var seed [8]byte
 	if _, err := rand.Read(seed[:]); err != nil {

@@ -276,3 +276,21 @@ func TestPeerInfo(t *testing.T) {
 		require.Error(t, err, bad)
 	}
 }
+
+// A rank without a usable interface fails, and so do the others, rather
+// than wait for it.
+func TestRankWithoutInterface(t *testing.T) {
+	s := newStar(t, 1, 1500)
+	bs := transporttest.NewBootstraps(2, "noiface")
+	errs := make(chan error, 2)
+	for r, iface := range []string{s.dev, "lo"} {
+		go func() {
+			_, err := inNetns(s.ns[0], func() (*Transport, error) { return open(bs[r], map[string]string{"iface": iface}) })
+			errs <- err
+		}()
+	}
+	for range 2 {
+		err := <-errs
+		require.ErrorIs(t, err, ErrUnavailable)
+	}
+}
