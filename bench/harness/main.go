@@ -108,6 +108,10 @@ func main() {
 			fatal(err)
 		}
 		atExit = func() { c.Close(); os.RemoveAll(dir) }
+		if _, err := c.Link(0, 1, pairDev, pairMTU); err != nil {
+			atExit()
+			fatal(err)
+		}
 		defer atExit()
 		sigs := make(chan os.Signal, 1)
 		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -354,6 +358,13 @@ func plan(bin, ref string, quick bool) []job {
 	return jobs
 }
 
+// The point-to-point link between the emulated cluster's two nodes, beside
+// their bridge: a veth pair, with the jumbo frames of a cluster's Ethernet.
+const (
+	pairDev = "p2p0"
+	pairMTU = 9000
+)
+
 // planCluster lists the jobs of one repetition on the emulated cluster c
 // (two nodes, node1 and node2), in the order they are interleaved:
 //
@@ -365,6 +376,9 @@ func plan(bin, ref string, quick bool) []job {
 //     different nodes: amgo's routed job (shm to itself, AMGO_NET=tcp
 //     across), amgo with --transport tcp, udp and xdp, MPICH and Open MPI
 //     (over tcp), one rank per node;
+//   - latency, bandwidth and 8-byte message rate over the veth pair that
+//     joins the two nodes directly (pairDev), one rank per node: amgo with
+//     --transport xdp, udp and tcp, MPICH and Open MPI over tcp;
 //   - Allreduce and Bcast with 4 ranks, 2 per node: amgo's two-level
 //     algorithms and its flat ones (AMGO_COLL_NODE_AWARE=0), MPICH, Open
 //     MPI. Four busy ranks on a 2-core machine are oversubscribed for
@@ -439,7 +453,7 @@ func planCluster(bin, ref string, c *cluster.Cluster, quick bool) []job {
 	prep = split
 	add("latency-other-node", append([]string{"latency"}, p2p...), across...)
 	add("bw-other-node", append([]string{"bw"}, p2p...), across...)
-	add("mbw_mr-other-node", append([]string{"mbw_mr"}, p2p...), across...)
+	add("mbw_mr-other-node", append([]string{"mbw_mr"}, p2p...), across[:4]...) // osu_ref has no mbw_mr
 	// One-sided communication between the nodes (OSU's tests, flush).
 	rmaOther := []string{"-m", "8:1048576", "-i", "1000", "-x", "50"}
 	if quick {
@@ -452,6 +466,25 @@ func planCluster(bin, ref string, c *cluster.Cluster, quick bool) []job {
 		}
 		add(b+"-other-node", args, across...)
 	}
+	// Over the veth pair: every implementation told to use it.
+	env := func(cfg config, kv ...string) config { cfg.Env = append(cfg.Env, kv...); return cfg }
+	pairOMPI := ompi("ompi-pair", "node1,node2", 2, "--bind-to", "none")
+	for i, a := range pairOMPI.Launch {
+		if a == "btl_tcp_if_include" {
+			pairOMPI.Launch[i+1] = pairDev
+		}
+	}
+	pairMPICH := mpich("mpich-pair", 2, 1)
+	pairMPICH.Launch = append(pairMPICH.Launch, "-genv", "UCX_NET_DEVICES", pairDev)
+	onPair := []config{
+		env(amgo("amgo-xdp-pair", "node1:1,node2:1", 2, "--transport", "xdp"), "AMGO_IFACE="+pairDev),
+		env(amgo("amgo-udp-pair", "node1:1,node2:1", 2, "--transport", "udp"), "AMGO_IFACE="+pairDev),
+		env(amgo("amgo-tcp-pair", "node1:1,node2:1", 2, "--transport", "tcp"), "AMGO_IFACE="+pairDev),
+		pairMPICH, pairOMPI,
+	}
+	add("latency-pair", append([]string{"latency"}, p2p...), onPair...)
+	add("bw-pair", append([]string{"bw"}, p2p...), onPair...)
+	add("mbw_mr-pair", append([]string{"mbw_mr"}, p2p...), onPair[:3]...) // osu_ref has no mbw_mr
 	prep = shared
 	four := []config{amgo("amgo-2x2-two-level", "node1:2,node2:2", 4),
 		func() config {

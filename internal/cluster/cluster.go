@@ -3,7 +3,9 @@
 // its own kernel: a network namespace with an address on a bridge in the root
 // namespace (its "switch"), its own host name (a UTS namespace), a mount
 // namespace with a private tmpfs on /dev/shm and an /etc/hosts in which every
-// node's name resolves, and its own IPC and PID namespaces, so that no shared
+// node's name resolves and a /sys that shows the node's own network
+// interfaces (as ip netns exec mounts one; UCX looks its devices up there),
+// and its own IPC and PID namespaces, so that no shared
 // memory, SysV IPC or Cross Memory Attach can cross nodes (without them, an
 // MPI may use shared memory between two "nodes" unnoticed).
 //
@@ -236,7 +238,7 @@ func (c *Cluster) startNode(k int, dir string) error {
 	}
 	// The holder: the first process of the node's PID namespace. nsenter
 	// rather than `ip netns exec`, which mounts a /sys of its own.
-	setup := fmt.Sprintf("hostname %s && mount -t tmpfs -o mode=1777,size=512m tmpfs /dev/shm && "+
+	setup := fmt.Sprintf("hostname %s && mount -t tmpfs -o mode=1777,size=512m tmpfs /dev/shm && mount -t sysfs sysfs /sys && "+
 		"mount --bind %s/hosts /etc/hosts && echo ready && exec sleep 1000000", nd.Name, dir)
 	cmd := exec.Command("nsenter", "--net=/var/run/netns/"+nd.ns, "unshare", "--uts", "--ipc", "--pid", "--fork",
 		"--mount-proc", "--mount", "--propagation", "private", "sh", "-c", setup)
@@ -268,6 +270,31 @@ func (c *Cluster) startNode(k int, dir string) error {
 	}
 	nd.pid = pid
 	return os.WriteFile(filepath.Join(dir, nd.Name+".pid"), []byte(strconv.Itoa(pid)), 0o644)
+}
+
+// Link joins nodes k1 and k2 directly with a veth pair named dev in both
+// (a point-to-point link beside the bridge, as a second network of a real
+// cluster), with MTU mtu and the addresses it returns (10.250.x.1/24 and
+// .2/24). Jobs reach it through its name (AMGO_IFACE=dev, Open MPI's
+// btl_tcp_if_include, UCX_NET_DEVICES). Close removes it with the nodes'
+// namespaces.
+func (c *Cluster) Link(k1, k2 int, dev string, mtu int) ([2]string, error) {
+	sub := 250 - int(seq.Add(1))%200
+	addrs := [2]string{fmt.Sprintf("10.250.%d.1", sub), fmt.Sprintf("10.250.%d.2", sub)}
+	a, b := c.Nodes[k1].ns, c.Nodes[k2].ns
+	if err := run("ip", "link", "add", dev, "netns", a, "mtu", strconv.Itoa(mtu), "type", "veth",
+		"peer", "name", dev, "netns", b, "mtu", strconv.Itoa(mtu)); err != nil {
+		return addrs, err
+	}
+	for i, ns := range []string{a, b} {
+		if err := run("ip", "-n", ns, "addr", "add", addrs[i]+"/24", "dev", dev); err != nil {
+			return addrs, err
+		}
+		if err := run("ip", "-n", ns, "link", "set", dev, "up"); err != nil {
+			return addrs, err
+		}
+	}
+	return addrs, nil
 }
 
 // holderOf finds the holder: the first child of pid (nsenter, which

@@ -75,6 +75,29 @@ func newStar(t testing.TB, n, mtu int) *star {
 	return s
 }
 
+// newPair builds two namespaces joined directly by a veth pair (no
+// switch), as a star of two; t.Cleanup removes them.
+func newPair(t testing.TB, mtu int) *star {
+	skipUnlessRoot(t)
+	id := fmt.Sprintf("%d%d", os.Getpid()%100000, starSeq.Add(1))
+	sub := starSeq.Load() % 250
+	s := &star{dev: "eth0"}
+	for i := range 2 {
+		ns := fmt.Sprintf("axp%s-%d", id, i)
+		ip(t, "netns", "add", ns)
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+		s.ns = append(s.ns, ns)
+	}
+	ip(t, "link", "add", s.dev, "netns", s.ns[0], "mtu", fmt.Sprint(mtu), "type", "veth", "peer", "name", s.dev, "netns", s.ns[1], "mtu", fmt.Sprint(mtu))
+	for i, ns := range s.ns {
+		a := net.IPv4(10, 78, byte(sub), byte(i+1))
+		ip(t, "-n", ns, "addr", "add", a.String()+"/24", "dev", s.dev)
+		ip(t, "-n", ns, "link", "set", s.dev, "up")
+		s.addrs = append(s.addrs, a)
+	}
+	return s
+}
+
 // inNetns runs f on an OS thread that has joined namespace ns and is never
 // handed back to the runtime (it exits with its goroutine), so nothing else
 // runs in the namespace; sockets and links f makes stay in it.
@@ -132,7 +155,12 @@ func openPlaced(t testing.TB, hosts, mtu int, place []int, opts map[string]strin
 
 // tryPlaced is openPlaced that returns the first rank's error.
 func tryPlaced(t testing.TB, hosts, mtu int, place []int, opts map[string]string) (*star, []*Transport, error) {
-	s := newStar(t, hosts, mtu)
+	var s *star
+	if opts["topology"] == "pair" {
+		s = newPair(t, mtu)
+	} else {
+		s = newStar(t, hosts, mtu)
+	}
 	n := len(place)
 	bs := transporttest.NewBootstraps(n, fmt.Sprintf("xdptest-%d", starSeq.Add(1)))
 	ts := make([]*Transport, n)

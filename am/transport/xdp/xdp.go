@@ -144,6 +144,7 @@ type Transport struct {
 	tx     *ring
 	comp   *ring
 	txNext int // the send frame to try first, 0..txPer-1
+	holdKick int // experiment: kick only every holdKick frames
 	nonce  [dgram.NonceLen]byte
 
 	// Self-sends, delivered by Poll.
@@ -742,6 +743,9 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	t.tx.publish()
 	t.st.sent.Add(1)
 	t.st.bytesOut.Add(uint64(size))
+	if t.holdKick > 0 && int(t.tx.local-t.tx.cons.Load()) < t.holdKick {
+		return nil
+	}
 	return t.kick()
 }
 

@@ -247,9 +247,9 @@ func TestForeignFramesAndOtherTraffic(t *testing.T) {
 // in two namespaces on one switch, both busy-polling, with the program
 // attached in each mode; ns/halfrtt is half of it.
 func BenchmarkPingPong(b *testing.B) {
-	for _, mode := range []string{"generic", "driver"} {
-		b.Run(mode, func(b *testing.B) {
-			ts := openStar(b, 2, 1500, map[string]string{"mode": mode})
+	for _, c := range []struct{ mode, topo string }{{"generic", "switch"}, {"driver", "switch"}, {"generic", "pair"}, {"driver", "pair"}} {
+		b.Run(c.mode+"/"+c.topo, func(b *testing.B) {
+			_, ts := openPlaced(b, 2, 1500, []int{0, 1}, map[string]string{"mode": c.mode, "topology": c.topo})
 			done := make(chan error, 1)
 			go func() { done <- transporttest.PingPong(ts[1], 0, b.N+100, false) }()
 			require.NoError(b, transporttest.PingPong(ts[0], 0, 100, false))
@@ -292,5 +292,49 @@ func TestRankWithoutInterface(t *testing.T) {
 	for range 2 {
 		err := <-errs
 		require.ErrorIs(t, err, ErrUnavailable)
+	}
+}
+
+// BenchmarkStream is rank 0 sending 8-byte packets to rank 1 as fast as it
+// can (rank 1 polls and counts): packets per second that arrive.
+func BenchmarkStream(b *testing.B) {
+	for _, hold := range []int{0, 8, 32} {
+		b.Run(fmt.Sprintf("kick-every-%d", max(hold, 1)), func(b *testing.B) {
+			ts := openStar(b, 2, 1500, nil)
+			ts[0].holdKick = hold
+			var rx transporttest.Last
+			done := make(chan int)
+			stop := make(chan struct{})
+			go func() {
+				n := 0
+				for {
+					select {
+					case <-stop:
+						done <- n
+						return
+					default:
+					}
+					k, _ := ts[1].Poll(&rx, 64)
+					n += k
+				}
+			}()
+			msg := make([]byte, 8)
+			b.ResetTimer()
+			for i := 0; i < b.N; {
+				if err := ts[0].Send(1, msg, nil); err == nil {
+					i++
+				}
+				if i%64 == 0 {
+					ts[0].Poll(&rx, 1)
+				}
+			}
+			ts[0].Poll(&rx, 1)
+			time.Sleep(10 * time.Millisecond)
+			b.StopTimer()
+			close(stop)
+			n := <-done
+			b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "pkts/s")
+			b.ReportMetric(float64(b.N-n)/float64(b.N)*100, "%lost")
+		})
 	}
 }
