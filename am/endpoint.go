@@ -219,6 +219,7 @@ type Endpoint struct {
 	tr        transport.Transport
 	putter    transport.Putter
 	putSender transport.PutSender       // the putter, when it can send a packet with a put's data
+	batcher   transport.Batcher         // the network, when it can send a run of packets in one call
 	sleep     func(time.Duration) error // a blocked wait's sleep: tr.Wait, or tr's Sleep with Config.Yield
 	getter    transport.Getter
 	noGet     []atomic.Bool // by rank: single-copy get refused by the network for that peer
@@ -339,6 +340,7 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 	if g, ok := tr.(transport.Getter); ok && caps.Get {
 		ep.getter = g
 	}
+	ep.batcher, _ = tr.(transport.Batcher)
 	ep.noGet = make([]atomic.Bool, tr.Size())
 	if pt, ok := tr.(transport.PutTargeter); ok {
 		pt.SetPutResolver(func(addr uint64, n int) ([]byte, error) { return ep.lookupRegion(addr, uint64(n)) })

@@ -292,6 +292,12 @@ func (ep *Endpoint) Store(dst int, h handlers.Index, addr uint64, data []byte, a
 	p.mu.Lock()
 	p.c.storesPacketed++
 	p.mu.Unlock()
+	if ep.batcher != nil && len(data) > ep.nets[dst].maxMedium {
+		// The fragments go as one run: a network that is a Batcher hands
+		// several to the wire per system call.
+		ep.batcher.Hold()
+		defer ep.batcher.Flush()
+	}
 	chunk := ep.nets[dst].maxMedium
 	for frag := 0; ; frag += chunk {
 		n := min(chunk, len(data)-frag)

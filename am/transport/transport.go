@@ -119,6 +119,19 @@ type Sleeper interface {
 	Sleep(d time.Duration) error
 }
 
+// Batcher is implemented by networks whose Send costs a system call that
+// can carry a run of packets (xdp: one sendto transmits what its ring
+// holds). Between Hold and the matching Flush, Send may keep packets in
+// this process rather than hand each on at once; Flush hands on what is
+// kept, and so does a Poll. Holds nest, and one goroutine's Hold may keep
+// another's packets until that Flush. A caller holds only around a run of
+// Sends it makes in one go (the fragments of one store), never across a
+// return to code that may compute: a kept packet waits microseconds.
+type Batcher interface {
+	Hold()
+	Flush() error
+}
+
 // PeerCapser is implemented by transports that reach different peers over
 // different networks (package route): PeerCaps is what the network that
 // reaches peer guarantees and offers. Caps is then what holds for every

@@ -47,7 +47,10 @@ func Wrap(tr transport.Transport, cfg Config, clock func() time.Time) (transport
 		return nil, err
 	}
 	if clock == nil {
-		clock = time.Now
+		// time.Now reads the wall clock and the monotonic one; the engine
+		// needs only the latter, and a busy poller reads it on every Poll.
+		base := time.Now()
+		clock = func() time.Time { return base.Add(time.Since(base)) }
 	}
 	c := tr.Caps()
 	w := &wrapped{tr: tr, eng: e, clock: clock,
@@ -56,6 +59,7 @@ func Wrap(tr transport.Transport, cfg Config, clock func() time.Time) (transport
 		deadErr: make([]error, tr.Size())}
 	w.feed.w = w
 	w.waker, _ = tr.(transport.Waker)
+	w.batcher, _ = tr.(transport.Batcher)
 	if e.Config().ProgressInterval > 0 {
 		w.interval = e.Config().ProgressInterval
 		w.stop = make(chan struct{})
@@ -80,11 +84,12 @@ func (w wakingWrapped) Wake() {
 }
 
 type wrapped struct {
-	tr    transport.Transport
-	waker transport.Waker // tr, when it is one
-	woken atomic.Bool     // Wake was called: Wait returns
-	clock func() time.Time
-	caps  transport.Caps
+	tr      transport.Transport
+	waker   transport.Waker   // tr, when it is one
+	batcher transport.Batcher // tr, when it is one
+	woken   atomic.Bool       // Wake was called: Wait returns
+	clock   func() time.Time
+	caps    transport.Caps
 
 	mu        sync.Mutex // guards everything below, and calls into tr
 	eng       *Engine
@@ -243,8 +248,10 @@ func (w *wrapped) Poll(r transport.Receiver, maxPkts int) (int, error) {
 	w.now = w.clock()
 	w.lastCall = w.now
 	err := w.pump()
-	if terr := w.transmit(); err == nil {
-		err = terr
+	if w.eng.HasReady() {
+		if terr := w.transmit(); err == nil {
+			err = terr
+		}
 	}
 	if err == nil && len(w.deadNews) > 0 {
 		err = w.deadNews[0]
@@ -310,6 +317,25 @@ func (w *wrapped) Wait(d time.Duration) error {
 			return nil // the underlying transport saw traffic, or a Wake
 		}
 	}
+}
+
+// Hold passes a Hold on to the underlying transport when it is a
+// transport.Batcher (the packets this layer sends, acknowledgements
+// included, are then kept until Flush), and does nothing otherwise.
+func (w *wrapped) Hold() {
+	if w.batcher != nil {
+		w.batcher.Hold()
+	}
+}
+
+// Flush ends a Hold (transport.Batcher). A Batcher's Flush is safe beside
+// its Sends and Polls, so it runs without w.mu. Errors: the underlying
+// Flush's.
+func (w *wrapped) Flush() error {
+	if w.batcher == nil {
+		return nil
+	}
+	return w.batcher.Flush()
 }
 
 // Close closes the underlying transport; packets not yet acknowledged are lost.

@@ -65,6 +65,7 @@ type member struct {
 	toJob    []int // network rank -> job rank
 	recv     receiver
 	waker    transport.Waker           // the network's own Wake, nil when it has none (it is then never slept on)
+	batcher  transport.Batcher         // the network's, nil when it has none
 	sleep    func(time.Duration) error // the waiter's: Sleep when the network has it (no spin), else Wait
 	alone    bool                      // the network reaches no rank but this one
 	kick     chan struct{}
@@ -89,7 +90,8 @@ func (r *receiver) Deliver(src int, pkt []byte) { r.up.Deliver(r.toJob[src], pkt
 // Transport routes each peer to its network. It implements
 // transport.Transport, transport.PeerCapser, transport.Putter,
 // transport.PutSender, transport.Getter and transport.PutTargeter (each
-// refusing, per peer, what that peer's network lacks).
+// refusing, per peer, what that peer's network lacks), and
+// transport.Batcher (passed on to the networks that are Batchers).
 type Transport struct {
 	rank, size int
 	nets       []*member
@@ -192,6 +194,7 @@ func New(rank, size int, nets []Net) (*Transport, error) {
 			m.alone = m.alone && r == rank
 		}
 		m.waker, _ = tr.(transport.Waker)
+		m.batcher, _ = tr.(transport.Batcher)
 		m.sleep = tr.Wait
 		if sl, ok := tr.(transport.Sleeper); ok {
 			m.sleep = sl.Sleep
@@ -709,3 +712,26 @@ func Build(nodes []int, local, between func(n int) ([]transport.Transport, error
 // Layout is the node of each rank when Build made the job
 // (transport.Layouter), nil otherwise: package am reads it.
 func (t *Transport) Layout() []int { return t.layout }
+
+// Hold passes a Hold on to every network that is a transport.Batcher.
+func (t *Transport) Hold() {
+	for _, m := range t.nets {
+		if m.batcher != nil {
+			m.batcher.Hold()
+		}
+	}
+}
+
+// Flush ends a Hold on every network that is a transport.Batcher and
+// returns the first error.
+func (t *Transport) Flush() error {
+	var first error
+	for _, m := range t.nets {
+		if m.batcher != nil {
+			if err := m.batcher.Flush(); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	return first
+}

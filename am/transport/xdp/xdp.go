@@ -143,12 +143,13 @@ type Transport struct {
 	txMu   sync.Mutex
 	tx     *ring
 	comp   *ring
-	txNext int // the send frame to try first, 0..txPer-1
-	holdKick int // experiment: kick only every holdKick frames
+	txNext int          // the send frame to try first, 0..txPer-1
+	hold   atomic.Int32 // Holds not yet Flushed (transport.Batcher)
 	nonce  [dgram.NonceLen]byte
 
 	// Self-sends, delivered by Poll.
 	selfMu  sync.Mutex
+	selfN   atomic.Int32 // len(selfq), read without the lock
 	selfq   [][]byte
 	selfBuf [selfSlots][]byte
 
@@ -743,10 +744,32 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	t.tx.publish()
 	t.st.sent.Add(1)
 	t.st.bytesOut.Add(uint64(size))
-	if t.holdKick > 0 && int(t.tx.local-t.tx.cons.Load()) < t.holdKick {
-		return nil
+	if t.hold.Load() > 0 && t.tx.local-t.tx.cons.Load() < maxHeld {
+		return nil // Flush or Poll kicks
 	}
 	return t.kick()
+}
+
+// maxHeld is how many frames a held Send leaves in the tx ring before it
+// kicks anyway: the kernel transmits up to 32 per sendto in copy mode.
+const maxHeld = 32
+
+// Hold makes Sends keep their frames in the tx ring, up to maxHeld of
+// them, until the matching Flush or a Poll (transport.Batcher): one
+// sendto then transmits the run.
+func (t *Transport) Hold() { t.hold.Add(1) }
+
+// Flush ends a Hold; when no Hold remains it kicks what the tx ring holds.
+// Errors: as Send's.
+func (t *Transport) Flush() error {
+	if t.hold.Add(-1) > 0 || !t.tx.waiting() {
+		return nil
+	}
+	t.txMu.Lock()
+	defer t.txMu.Unlock()
+	err := t.kick()
+	t.reap()
+	return err
 }
 
 // kick has the kernel transmit what the tx ring holds. A transient refusal
@@ -831,6 +854,7 @@ func (t *Transport) sendSelf(hdr, payload []byte) error {
 	buf = append(append(buf[:0], hdr...), payload...)
 	t.selfBuf[i] = buf
 	t.selfq = append(t.selfq, buf)
+	t.selfN.Store(int32(len(t.selfq)))
 	t.st.sent.Add(1)
 	t.st.bytesOut.Add(uint64(len(buf)))
 	return nil
@@ -889,6 +913,9 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 
 // pollSelf delivers packets this rank sent itself.
 func (t *Transport) pollSelf(r transport.Receiver, max int) int {
+	if t.selfN.Load() == 0 {
+		return 0
+	}
 	t.selfMu.Lock()
 	if len(t.selfq) == 0 {
 		t.selfMu.Unlock()
@@ -900,6 +927,7 @@ func (t *Transport) pollSelf(r transport.Receiver, max int) int {
 	out = append(out, t.selfq[:k]...)
 	rest := copy(t.selfq, t.selfq[k:])
 	t.selfq = t.selfq[:rest]
+	t.selfN.Store(int32(rest))
 	t.selfMu.Unlock()
 	for _, p := range out {
 		t.st.received.Add(1)
@@ -978,11 +1006,7 @@ func (t *Transport) wait(d, spin time.Duration) error {
 }
 
 // selfPending reports whether self-sends wait for Poll.
-func (t *Transport) selfPending() bool {
-	t.selfMu.Lock()
-	defer t.selfMu.Unlock()
-	return len(t.selfq) > 0
-}
+func (t *Transport) selfPending() bool { return t.selfN.Load() > 0 }
 
 // Wake makes a Wait in progress return, or else the next one return at once
 // (transport.Waker).

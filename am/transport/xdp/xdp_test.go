@@ -296,12 +296,13 @@ func TestRankWithoutInterface(t *testing.T) {
 }
 
 // BenchmarkStream is rank 0 sending 8-byte packets to rank 1 as fast as it
-// can (rank 1 polls and counts): packets per second that arrive.
+// can (rank 1 polls and counts): packets per second that arrive, with a
+// kick per Send, and with runs of 32 Sends between Hold and Flush
+// (transport.Batcher).
 func BenchmarkStream(b *testing.B) {
-	for _, hold := range []int{0, 8, 32} {
-		b.Run(fmt.Sprintf("kick-every-%d", max(hold, 1)), func(b *testing.B) {
+	for _, run := range []int{1, 32} {
+		b.Run(fmt.Sprintf("run-%d", run), func(b *testing.B) {
 			ts := openStar(b, 2, 1500, nil)
-			ts[0].holdKick = hold
 			var rx transporttest.Last
 			done := make(chan int)
 			stop := make(chan struct{})
@@ -321,8 +322,19 @@ func BenchmarkStream(b *testing.B) {
 			msg := make([]byte, 8)
 			b.ResetTimer()
 			for i := 0; i < b.N; {
-				if err := ts[0].Send(1, msg, nil); err == nil {
-					i++
+				if run > 1 {
+					ts[0].Hold()
+				}
+				for k := 0; k < run && i < b.N; {
+					if err := ts[0].Send(1, msg, nil); err == nil {
+						i++
+						k++
+					} else {
+						ts[0].Poll(&rx, 1)
+					}
+				}
+				if run > 1 {
+					require.NoError(b, ts[0].Flush())
 				}
 				if i%64 == 0 {
 					ts[0].Poll(&rx, 1)
@@ -337,4 +349,30 @@ func BenchmarkStream(b *testing.B) {
 			b.ReportMetric(float64(b.N-n)/float64(b.N)*100, "%lost")
 		})
 	}
+}
+
+// Frames held between Hold and Flush leave at the Flush (or at a Poll),
+// not before, and all arrive.
+func TestHoldAndFlush(t *testing.T) {
+	ts := openStar(t, 2, 1500, nil)
+	ts[0].Hold()
+	ts[0].Hold() // holds nest
+	msg := make([]byte, 16)
+	for i := range 5 {
+		binary.LittleEndian.PutUint64(msg[8:], uint64(i))
+		require.NoError(t, ts[0].Send(1, msg, nil))
+	}
+	time.Sleep(20 * time.Millisecond)
+	var rx transporttest.Last
+	n, err := ts[1].Poll(&rx, 16)
+	require.NoError(t, err)
+	require.Zero(t, n, "held frames left before the Flush")
+	require.NoError(t, ts[0].Flush())
+	time.Sleep(20 * time.Millisecond)
+	n, err = ts[1].Poll(&rx, 16)
+	require.NoError(t, err)
+	require.Zero(t, n, "frames left at the inner Flush")
+	require.NoError(t, ts[0].Flush())
+	c := &counter{next: map[int]int{}}
+	require.NoError(t, transporttest.PollFor(ts[1], c, false, func() (bool, error) { return c.n == 5, nil }))
 }
