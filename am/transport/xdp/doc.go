@@ -49,7 +49,12 @@
 // job on the interface starts at once (binding a queue right after its
 // previous socket closed can fail with EBUSY for tens of milliseconds:
 // New retries for up to 2 s). An interface carries one job: a second job's
-// attach fails (EBUSY) with an error naming the cause.
+// attach fails (EBUSY) with an error naming the cause. A program attached
+// through netlink instead (by a tool, or an older loader) stays after its
+// process exits; when the interface's slot is taken by such a program under
+// amgo's name (ProgramName, "amgo_xdp"), which no running job can hold that
+// way, New detaches it through rtnetlink and attaches its own; a program
+// under another name is left alone and New fails.
 //
 // Option "mode" chooses the attach mode: "auto" (the default) uses generic
 // mode on a veth, whose native mode only adds a hop through the veth's own

@@ -6,12 +6,14 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
@@ -113,4 +115,67 @@ func TestWithoutPrivilege(t *testing.T) {
 	require.Contains(t, line, "unavailable=true")
 	require.Contains(t, line, "CAP_NET_RAW")
 	require.False(t, xdpAttached(t, s.ns[0], s.dev))
+}
+
+// leaveProgram attaches an XDP program named name to interface dev in
+// namespace ns through netlink, as a tool or an older loader would, and
+// lets go of it: it stays attached with no process holding it.
+func leaveProgram(t *testing.T, ns, dev, name string) {
+	_, err := inNetns(ns, func() (struct{}, error) {
+		ifi, err := net.InterfaceByName(dev)
+		if err != nil {
+			return struct{}{}, err
+		}
+		xsks, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.XSKMap, KeySize: 4, ValueSize: 4, MaxEntries: 4})
+		if err != nil {
+			return struct{}{}, err
+		}
+		defer xsks.Close()
+		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: name, Type: ebpf.XDP, License: "Dual BSD/GPL",
+			Instructions: program(xsks, EtherType)})
+		if err != nil {
+			return struct{}{}, err
+		}
+		defer prog.Close()
+		return struct{}{}, xdpSet(ifi.Index, prog.FD(), unix.XDP_FLAGS_SKB_MODE)
+	})
+	require.NoError(t, err)
+	require.True(t, xdpAttached(t, ns, dev))
+}
+
+// A leftover amgo program attached through netlink (no process holds it)
+// is recognised by its name and replaced: the job opens and its frames
+// flow, and it leaves nothing attached. Another program is left alone and
+// the job fails, saying why.
+func TestLeftoverProgramReplaced(t *testing.T) {
+	s := newStar(t, 2, 1500)
+	leaveProgram(t, s.ns[0], s.dev, ProgramName)
+	bs := transporttest.NewBootstraps(2, "leftover")
+	ts := make([]*Transport, 2)
+	errs := make(chan error, 2)
+	for r := range 2 {
+		go func() {
+			var err error
+			ts[r], err = inNetns(s.ns[r], func() (*Transport, error) { return open(bs[r], map[string]string{"iface": s.dev}) })
+			errs <- err
+		}()
+	}
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+	done := make(chan error, 1)
+	go func() { done <- transporttest.PingPong(ts[1], 0, 100, false) }()
+	require.NoError(t, transporttest.PingPong(ts[0], 0, 100, false))
+	require.NoError(t, <-done)
+	for _, tr := range ts {
+		require.NoError(t, tr.Close())
+	}
+	require.False(t, xdpAttached(t, s.ns[0], s.dev), "the job left a program")
+
+	leaveProgram(t, s.ns[1], s.dev, "someone_else")
+	_, err := inNetns(s.ns[1], func() (*Transport, error) {
+		return open(transporttest.NewBootstraps(1, "foreign")[0], map[string]string{"iface": s.dev})
+	})
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorContains(t, err, "already has an XDP program")
+	require.True(t, xdpAttached(t, s.ns[1], s.dev), "another's program was removed")
 }

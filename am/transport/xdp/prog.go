@@ -105,13 +105,20 @@ func attach(ifindex int, ifname string, etherType uint16, mode string, ranks int
 	a := &attachment{xsks: xsks, prog: prog}
 	modes := map[string][]link.XDPAttachFlags{"auto": {link.XDPDriverMode, link.XDPGenericMode},
 		"driver": {link.XDPDriverMode}, "generic": {link.XDPGenericMode}}[mode]
-	for i, m := range modes {
+	replaced := false
+	for i := 0; i < len(modes); i++ {
+		m := modes[i]
 		a.lnk, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifindex, Flags: m})
 		if err == nil {
 			a.mode = map[link.XDPAttachFlags]string{link.XDPDriverMode: "driver", link.XDPGenericMode: "generic"}[m]
 			return a, nil
 		}
 		if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST) {
+			if !replaced && removeLeftover(ifindex) {
+				replaced = true
+				i-- // the slot is free now: this mode again
+				continue
+			}
 			break
 		}
 		if i+1 < len(modes) && (errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) || errors.Is(err, ebpf.ErrNotSupported)) {
@@ -123,6 +130,33 @@ func attach(ifindex int, ifname string, etherType uint16, mode string, ranks int
 		return nil, fmt.Errorf("attach the XDP program to %s: %w: %w", ifname, errTaken, err)
 	}
 	return nil, privileged("attach the XDP program to "+ifname, err)
+}
+
+// removeLeftover detaches the XDP program on interface ifindex when it is
+// a leftover of amgo's: a program of ProgramName attached through netlink,
+// which no process holds (one attached through a BPF link belongs to a
+// running job, and the kernel refuses to detach it through netlink). It
+// reports whether the slot is free now.
+func removeLeftover(ifindex int) bool {
+	id, mode, err := xdpQuery(ifindex)
+	if err != nil || id == 0 {
+		return false
+	}
+	p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
+	if err != nil {
+		return false
+	}
+	info, err := p.Info()
+	p.Close()
+	if err != nil || info.Name != ProgramName {
+		return false
+	}
+	flags := map[uint8]uint32{xdpAttachedDriver: unix.XDP_FLAGS_DRV_MODE, xdpAttachedGeneric: unix.XDP_FLAGS_SKB_MODE,
+		xdpAttachedHW: unix.XDP_FLAGS_HW_MODE}[mode]
+	if flags == 0 {
+		return false
+	}
+	return xdpSet(ifindex, -1, flags) == nil
 }
 
 // driverName is the name of interface ifname's driver (ethtool's), or ""
