@@ -393,3 +393,37 @@ func TestWaitIsNeverATimedSliceOnOneNetwork(t *testing.T) {
 	require.NotEmpty(t, rec.waits)
 	require.Equal(t, 10*time.Second, rec.waits[0], "the node's network was asked to sleep %v first", rec.waits)
 }
+
+// batching counts the Holds and Flushes passed to a network.
+type batching struct {
+	transport.Transport
+	holds, flushes int
+}
+
+func (b *batching) Hold()        { b.holds++ }
+func (b *batching) Flush() error { b.flushes++; return nil }
+
+// Hold and Flush reach every network that is a transport.Batcher, and only
+// those.
+func TestBatcherPassedOn(t *testing.T) {
+	locals, err := loop.NewJob(2, nil)
+	require.NoError(t, err)
+	alls, err := loop.NewJob(3, nil)
+	require.NoError(t, err)
+	others, err := loop.NewJob(1, nil)
+	require.NoError(t, err)
+	between := &batching{Transport: alls[0]}
+	rt, err := route.New(0, 3, []route.Net{{T: locals[0], Ranks: []int{0, 1}, Peers: []int{0, 1}}, {T: between, Peers: []int{2}}})
+	require.NoError(t, err)
+	defer rt.Close()
+	defer locals[1].Close()
+	defer alls[1].Close()
+	defer alls[2].Close()
+	defer others[0].Close()
+	var b transport.Batcher = rt
+	b.Hold()
+	b.Hold()
+	require.NoError(t, b.Flush())
+	require.Equal(t, 2, between.holds)
+	require.Equal(t, 1, between.flushes)
+}
