@@ -372,3 +372,33 @@ func TestWrapWake(t *testing.T) {
 		require.Less(t, <-done, time.Second, "round %d: a Wake %v into the Wait was lost", i, delay)
 	}
 }
+
+// batchingTr counts the Holds and Flushes passed to it.
+type batchingTr struct {
+	transport.Transport
+	holds, flushes int
+}
+
+func (b *batchingTr) Hold()        { b.holds++ }
+func (b *batchingTr) Flush() error { b.flushes++; return nil }
+
+// The layer is a transport.Batcher that passes Hold and Flush on to a
+// network that batches, and does nothing over one that does not.
+func TestWrapPassesBatchingOn(t *testing.T) {
+	_, raw := newLossyJob(2, 1, 0, 0, 0)
+	bt := &batchingTr{Transport: raw[0]}
+	w, err := Wrap(bt, Config{}, nil)
+	require.NoError(t, err)
+	defer w.Close()
+	b, ok := w.(transport.Batcher)
+	require.True(t, ok)
+	b.Hold()
+	require.NoError(t, b.Flush())
+	require.Equal(t, 1, bt.holds)
+	require.Equal(t, 1, bt.flushes)
+	plain, err := Wrap(raw[1], Config{}, nil)
+	require.NoError(t, err)
+	defer plain.Close()
+	plain.(transport.Batcher).Hold()
+	require.NoError(t, plain.(transport.Batcher).Flush())
+}
