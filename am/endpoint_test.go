@@ -717,3 +717,44 @@ func TestRunJobClosingBarrierOverLazyConnections(t *testing.T) {
 		}
 	}
 }
+
+// batchTr is a fake network that is a transport.Batcher: it counts Holds
+// and Flushes (its Sends go at once anyway).
+type batchTr struct {
+	*fakeTr
+	holds, flushes atomic.Int32
+}
+
+func (b *batchTr) Hold()        { b.holds.Add(1) }
+func (b *batchTr) Flush() error { b.flushes.Add(1); return nil }
+
+// A store that goes in several fragments over a network that batches is
+// one Hold ... Flush around them; one that fits one packet is not held.
+func TestStoreFragmentsAreOneBatch(t *testing.T) {
+	net := newFakeNet(2)
+	net.maxPkt = 4096
+	var eps []*Endpoint
+	var bts []*batchTr
+	for _, tr := range net.transports() {
+		bt := &batchTr{fakeTr: tr.(*fakeTr)}
+		ep, err := New(bt, Config{})
+		require.NoError(t, err)
+		eps, bts = append(eps, ep), append(bts, bt)
+	}
+	dst := make([]byte, 64<<10)
+	seg, err := eps[1].RegisterSegment(dst)
+	require.NoError(t, err)
+	var landed atomic.Int32
+	for _, ep := range eps {
+		_, err = ep.Register(handlers.Entry{Index: 3, Name: "stored", Fn: func(*handlers.Token, []uint64, []byte) { landed.Add(1) }})
+		require.NoError(t, err)
+	}
+	data := make([]byte, 40000)
+	go func() { _ = eps[0].Store(1, 3, seg.Addr, data) }()
+	pollAll(t, eps, func() bool { return landed.Load() == 1 })
+	require.EqualValues(t, 1, bts[0].holds.Load())
+	require.EqualValues(t, 1, bts[0].flushes.Load())
+	go func() { _ = eps[0].Store(1, 3, seg.Addr, data[:100]) }()
+	pollAll(t, eps, func() bool { return landed.Load() == 2 })
+	require.EqualValues(t, 1, bts[0].holds.Load(), "a one-packet store is not held")
+}
