@@ -85,7 +85,7 @@ var errTaken = errors.New("the interface already has an XDP program (another job
 // through the veth's own NAPI ring and never offers zero-copy: generic
 // measured faster), else driver mode when the driver has it, else
 // generic.
-func attach(ifindex int, ifname string, etherType uint16, mode string, ranks int) (*attachment, error) {
+func attach(ifindex int, ifname string, etherType uint16, mode string, ranks int, frags bool) (*attachment, error) {
 	if mode == "auto" && driverName(ifname) == "veth" {
 		mode = "generic"
 	}
@@ -96,8 +96,12 @@ func attach(ifindex int, ifname string, etherType uint16, mode string, ranks int
 	if err != nil {
 		return nil, privileged("create the XSKMAP", err)
 	}
+	var flags uint32
+	if frags {
+		flags = unix.BPF_F_XDP_HAS_FRAGS // frames over several buffers reach it unlinearized
+	}
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: ProgramName, Type: ebpf.XDP, License: "Dual BSD/GPL",
-		Instructions: program(xsks, etherType)})
+		Flags: flags, Instructions: program(xsks, etherType)})
 	if err != nil {
 		xsks.Close()
 		return nil, privileged("load the XDP program", err)
@@ -157,6 +161,20 @@ func removeLeftover(ifindex int) bool {
 		return false
 	}
 	return xdpSet(ifindex, -1, flags) == nil
+}
+
+// multiBuffer reports whether the kernel takes AF_XDP frames over several
+// chunks (XDP_USE_SG, Linux 6.6).
+func multiBuffer() bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 6 || major == 6 && minor >= 6
 }
 
 // driverName is the name of interface ifname's driver (ethtool's), or ""

@@ -29,14 +29,16 @@ import (
 //	offset  size       field
 //	0       4          fill ring lock (0 free, 1 taken)
 //	64      4          completion ring lock
-//	128     4 × tx     one word per send frame: 1 while in flight
+//	128     4 × tx     one word per send slot: its frame's descriptors in flight
 //
 // Receive frames are one pool: the kernel takes them from the shared fill
 // ring, and whichever rank consumed one returns it there, under the fill
-// lock. Send frames are each rank's own, TxFrames/k of them for k ranks on
-// the interface: the owner sets a frame's word before it sends it, and
-// whichever rank reaps the shared completion ring, under its lock, clears
-// the words of the frames it finds there.
+// lock. Send slots (one chunk, or sgChunks adjacent ones for frames
+// larger than a chunk) are each rank's own, TxFrames/span/k of them for k
+// ranks on the interface: the owner sets a slot's word to the number of
+// descriptors of the frame it sends from it, and whichever rank reaps the
+// shared completion ring, under its lock, counts each completion off the
+// word of the slot it belongs to; a slot is free at zero.
 const (
 	ctrlFill = 0
 	ctrlComp = 64
@@ -46,13 +48,22 @@ const (
 // umemLayout is the shape of an interface's UMEM for k ranks.
 type umemLayout struct {
 	k     int // ranks on the interface
-	txPer int // send frames per rank
+	txPer int // send slots per rank
+	span  int // chunks per send slot: 1, or sgChunks for frames over several chunks
 }
 
-func newLayout(k int) umemLayout { return umemLayout{k: k, txPer: max(TxFrames/k, 16)} }
+// newLayout is the layout for k ranks, with send slots of sgChunks chunks
+// when sg (frames larger than a chunk).
+func newLayout(k int, sg bool) umemLayout {
+	span := 1
+	if sg {
+		span = sgChunks
+	}
+	return umemLayout{k: k, txPer: max(TxFrames/span/k, 16), span: span}
+}
 
-// frames is the number of frames the UMEM registers.
-func (l umemLayout) frames() int { return RxFrames + l.k*l.txPer }
+// frames is the number of chunks the UMEM registers.
+func (l umemLayout) frames() int { return RxFrames + l.k*l.txPer*l.span }
 
 // umemBytes is the registered UMEM's size in bytes.
 func (l umemLayout) umemBytes() int { return l.frames() * FrameSize }
@@ -68,7 +79,7 @@ func (t *Transport) word(off int) *atomic.Uint32 {
 	return (*atomic.Uint32)(unsafe.Pointer(&t.mem[t.layout.umemBytes()+off]))
 }
 
-// busy returns the in-flight word of send frame i (0..k*txPer-1).
+// busy returns the in-flight word of send slot i (0..k*txPer-1).
 func (t *Transport) busy(i int) *atomic.Uint32 { return t.word(ctrlBusy + 4*i) }
 
 // spinLock takes a lock word shared between processes: the holders keep it
@@ -132,13 +143,15 @@ func (t *Transport) share(l *net.UnixListener) {
 			return
 		}
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		_, _, _ = c.WriteMsgUnix([]byte(t.att.mode), rights, nil)
+		msg := fmt.Sprintf("%s %d %d", t.att.mode, t.layout.span, t.layout.txPer)
+		_, _, _ = c.WriteMsgUnix([]byte(msg), rights, nil)
 		c.Close()
 	}
 }
 
 // fetchShared asks the interface's leader for its socket, memfd, XSKMAP and
-// link, and returns them with the leader's attach mode.
+// link, and returns them with the leader's attach mode and UMEM layout
+// ("mode span txPer").
 func fetchShared(name string) (fds []int, mode string, err error) {
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: name, Net: "unix"})
 	if err != nil {

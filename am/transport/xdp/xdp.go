@@ -45,6 +45,12 @@ const (
 	// maxFrame is the largest frame a chunk holds: the kernel puts a
 	// received frame XDP_PACKET_HEADROOM bytes into its chunk.
 	maxFrame = FrameSize - unix.XDP_PACKET_HEADROOM
+	// sgChunks is how many chunks a frame may span where the kernel takes
+	// frames over several chunks (AF_XDP multi-buffer, XDP_USE_SG: Linux
+	// 6.6 and later), and sgMaxFrame the largest such frame, enough for a
+	// jumbo MTU of 9000.
+	sgChunks   = 3
+	sgMaxFrame = sgChunks * maxFrame
 	// MinPacket is the smallest packet size the interface's MTU must
 	// allow, in bytes: package am needs a medium payload of 512 bytes after
 	// the largest header.
@@ -156,6 +162,7 @@ type Transport struct {
 	// Owned by Poll (one goroutine at a time).
 	rx, fill *ring
 	rnonce   [dgram.NonceLen]byte
+	partial  []byte // a frame over several chunks, gathered (cap sgMaxFrame)
 	selfOut  [][]byte
 }
 
@@ -195,21 +202,26 @@ func New(b transport.Bootstrap, opts map[string]string) (transport.Transport, er
 // noInterface is what a rank without a usable interface publishes.
 const noInterface = "none"
 
-// peerInfo is what a rank publishes: "MAC_MTU_queue" (PMI-1's wire
-// protocol carries no spaces in a value).
+// peerInfo is what a rank publishes: "MAC_MTU_queue_sg", sg 1 or 0
+// (PMI-1's wire protocol carries no spaces in a value).
 type peerInfo struct {
 	mac   net.HardwareAddr
 	mtu   int
 	queue int
+	sg    bool // the rank's kernel takes frames over several chunks
 }
 
 func (p peerInfo) String() string {
-	return fmt.Sprintf("%s_%d_%d", p.mac, p.mtu, p.queue)
+	sg := 0
+	if p.sg {
+		sg = 1
+	}
+	return fmt.Sprintf("%s_%d_%d_%d", p.mac, p.mtu, p.queue, sg)
 }
 
 func parsePeerInfo(s string) (peerInfo, error) {
 	f := strings.Split(s, "_")
-	if len(f) != 3 {
+	if len(f) != 4 || (f[3] != "0" && f[3] != "1") {
 		return peerInfo{}, fmt.Errorf("malformed %q", s)
 	}
 	mac, err := net.ParseMAC(f[0])
@@ -221,7 +233,7 @@ func parsePeerInfo(s string) (peerInfo, error) {
 	if err1 != nil || err2 != nil {
 		return peerInfo{}, fmt.Errorf("malformed %q", s)
 	}
-	return peerInfo{mac: mac, mtu: mtu, queue: q}, nil
+	return peerInfo{mac: mac, mtu: mtu, queue: q, sg: f[3] == "1"}, nil
 }
 
 // chooseInterface finds the interface named by option "iface" (a name or
@@ -288,6 +300,14 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 		}
 		etherType = uint16(v)
 	}
+	sg := multiBuffer()
+	switch v := settings.Get(opts, "sg", "AMGO_XDP_SG"); v {
+	case "", "1", "on":
+	case "0", "off":
+		sg = false
+	default:
+		return nil, fmt.Errorf("xdp: sg %q: want on or off", v)
+	}
 	secret, err := jobsecret.Before(b, opts, SecretKey)
 	if err != nil {
 		return nil, fmt.Errorf("xdp: rank %d: %w", rank, err)
@@ -303,7 +323,7 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 	var me peerInfo
 	pub := noInterface
 	if ierr == nil {
-		me = peerInfo{mac: ifi.HardwareAddr, mtu: ifi.MTU, queue: queue}
+		me = peerInfo{mac: ifi.HardwareAddr, mtu: ifi.MTU, queue: queue, sg: sg}
 		pub = me.String()
 	}
 	key := "amgo.xdp." + strconv.Itoa(rank)
@@ -333,7 +353,7 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 			fail(err)
 		}
 	}
-	mtu := ifi.MTU
+	mtu, sgAll := ifi.MTU, sg
 	var group []int // the ranks on this interface, this one included, ascending
 	for r := 0; r < size; r++ {
 		p := me
@@ -360,13 +380,19 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 			if r == rank {
 				t.slot = len(group)
 			}
+			sgAll = sgAll && p.sg
 			group = append(group, r) // the wire does not reach it: shm does, in a job over nodes
 			continue
 		}
 		t.macs[r] = p.mac
 		mtu = min(mtu, p.mtu)
+		sgAll = sgAll && p.sg
 	}
-	maxPacket := min(mtu+EthHeader, maxFrame) - Overhead
+	frameMax := maxFrame
+	if sgAll {
+		frameMax = sgMaxFrame
+	}
+	maxPacket := min(mtu+EthHeader, frameMax) - Overhead
 	if maxPacket < MinPacket {
 		fail(fmt.Errorf("packets of at most %d bytes fit the interfaces' MTU %d, want %d: raise the MTU: %w",
 			maxPacket, mtu, MinPacket, ErrUnavailable))
@@ -381,7 +407,10 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 		fail(fmt.Errorf("a random first frame number: %w", err))
 	}
 	t.seq.Store(binary.LittleEndian.Uint64(seed[:]))
-	t.layout, t.leader = newLayout(len(group)), group[0] == rank
+	t.layout, t.leader = newLayout(len(group), sgAll && mtu+EthHeader > maxFrame), group[0] == rank
+	if t.layout.span > 1 {
+		t.partial = make([]byte, 0, sgMaxFrame)
+	}
 	name := shareName(b.JobID(), ifi.Name, queue)
 	if ferr == nil && t.leader {
 		if err := t.setupLeader(mode, name); err != nil {
@@ -516,7 +545,7 @@ func (t *Transport) setupLeader(mode, name string) error {
 	}
 	t.fill.prod.Store(RxFrames)
 	var err error
-	if t.att, err = attach(t.ifindex, t.ifname, t.etherType, mode, t.size); err != nil {
+	if t.att, err = attach(t.ifindex, t.ifname, t.etherType, mode, t.size, t.layout.span > 1); err != nil {
 		if errors.Is(err, errNeedPrivilege) || errors.Is(err, errTaken) {
 			return fmt.Errorf("%w: %w", err, ErrUnavailable)
 		}
@@ -545,11 +574,18 @@ func (t *Transport) setupFollower(name string) error {
 	if err := t.openSocket(); err != nil {
 		return err
 	}
-	fds, mode, err := fetchShared(name)
+	fds, msg, err := fetchShared(name)
 	if err != nil {
 		return fmt.Errorf("fetch the UMEM: %w", err)
 	}
 	t.s0, t.memfd = fds[0], fds[1]
+	var mode string
+	var span, txPer int
+	if _, err := fmt.Sscanf(msg, "%s %d %d", &mode, &span, &txPer); err != nil || span != t.layout.span || txPer != t.layout.txPer {
+		unix.Close(fds[2])
+		unix.Close(fds[3])
+		return fmt.Errorf("the leader's UMEM layout %q is not this rank's (%d %d)", msg, t.layout.span, t.layout.txPer)
+	}
 	t.att = &attachment{mode: mode}
 	if t.att.xsks, err = ebpf.NewMapFromFD(fds[2]); err != nil {
 		unix.Close(fds[2])
@@ -589,6 +625,11 @@ func (t *Transport) bind() error {
 	flags := []uint16{unix.XDP_COPY}
 	if t.att.mode == "driver" {
 		flags = []uint16{unix.XDP_ZEROCOPY, unix.XDP_COPY}
+	}
+	if t.layout.span > 1 {
+		for i := range flags {
+			flags[i] |= unix.XDP_USE_SG
+		}
 	}
 	deadline := time.Now().Add(bindWait)
 	var err error
@@ -733,14 +774,30 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	}
 	// The tx ring has room: it holds only frames of this rank in flight,
 	// at most txPer <= RingSize of them.
-	chunk := t.umem[addr : addr+FrameSize : addr+FrameSize]
+	end := addr + uint64(t.layout.span)*FrameSize
+	chunk := t.umem[addr:end:end]
 	putEth(chunk, mac, t.mac, t.etherType)
 	d := chunk[EthHeader : EthHeader+dgram.FrameHeader]
 	t.pr.PutFrame(d, t.rank, dst, t.seq.Add(1))
 	d = t.pr.Seal(append(append(d, hdr...), payload...), &t.nonce)
 	size := EthHeader + len(d)
-	*t.tx.desc(t.tx.local) = unix.XDPDesc{Addr: addr, Len: uint32(size)}
-	t.tx.local++
+	for off := 0; ; off += FrameSize {
+		// A frame larger than a chunk goes as several descriptors, all but
+		// the last marked XDP_PKT_CONTD (its slot's chunks are adjacent).
+		l := min(FrameSize, size-off)
+		var opt uint32
+		if off+l < size {
+			opt = unix.XDP_PKT_CONTD
+		}
+		*t.tx.desc(t.tx.local) = unix.XDPDesc{Addr: addr + uint64(off), Len: uint32(l), Options: opt}
+		t.tx.local++
+		if opt == 0 {
+			// The slot's word (set to 1 by takeFrame) counts the
+			// descriptors the kernel has yet to complete.
+			t.busy(int(addr/FrameSize-RxFrames) / t.layout.span).Store(uint32(off/FrameSize + 1))
+			break
+		}
+	}
 	t.tx.publish()
 	t.st.sent.Add(1)
 	t.st.bytesOut.Add(uint64(size))
@@ -806,7 +863,7 @@ func (t *Transport) takeFrame() (uint64, bool) {
 			if t.txNext == per {
 				t.txNext = 0
 			}
-			return uint64(RxFrames+t.slot*per+j) * FrameSize, true
+			return uint64(RxFrames+(t.slot*per+j)*t.layout.span) * FrameSize, true
 		}
 		if j++; j == per {
 			j = 0
@@ -828,10 +885,13 @@ func (t *Transport) reap() {
 		return
 	}
 	c, p := t.comp.cons.Load(), t.comp.prod.Load()
-	total := t.layout.k * t.layout.txPer
+	span := t.layout.span
+	total := t.layout.k * t.layout.txPer * span
 	for ; c != p; c++ {
+		// A slot's word counts its frame's descriptors not yet
+		// completed: the slot is free when the last one is.
 		if i := int(*t.comp.addr(c)/FrameSize) - RxFrames; i >= 0 && i < total {
-			t.busy(i).Store(0)
+			t.busy(i / span).Add(^uint32(0))
 		}
 	}
 	t.comp.cons.Store(c)
@@ -870,27 +930,45 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 		return 0, transport.ErrClosed
 	}
 	got := t.pollSelf(r, max)
-	if n := t.rx.ready(); n > 0 && got < max {
-		n = min(n, uint32(max-got))
+	if avail := t.rx.ready(); avail > 0 && got < max {
 		first := t.rx.local
-		for i := range n {
-			dd := t.rx.desc(first + i)
+		var n uint32
+		for n < avail && got < max {
+			dd := t.rx.desc(first + n)
+			n++
 			addr, size := dd.Addr, uint64(dd.Len)
-			if addr+size <= uint64(len(t.umem)) {
-				src, pkt, err := DecodeFrame(t.umem[addr:addr+size], t.rank, t.size, t.mac, t.macs, t.etherType, t.pr, &t.rnonce)
-				if err == nil {
-					t.st.received.Add(1)
-					t.st.bytesIn.Add(size)
-					r.Deliver(src, pkt)
-					got++
-				} else {
-					t.count(err)
-				}
-			} else {
+			if addr+size > uint64(len(t.umem)) {
 				t.st.short.Add(1)
+				t.partial = t.partial[:0]
+				continue
 			}
+			frame := t.umem[addr : addr+size]
+			if dd.Options&unix.XDP_PKT_CONTD != 0 || len(t.partial) > 0 {
+				// A frame over several chunks (multi-buffer): gathered
+				// here, since its proof covers it whole.
+				if len(t.partial)+len(frame) > sgMaxFrame {
+					t.st.short.Add(1)
+					t.partial = t.partial[:0]
+					continue
+				}
+				t.partial = append(t.partial, frame...)
+				if dd.Options&unix.XDP_PKT_CONTD != 0 {
+					continue
+				}
+				frame = t.partial
+			}
+			src, pkt, err := DecodeFrame(frame, t.rank, t.size, t.mac, t.macs, t.etherType, t.pr, &t.rnonce)
+			if err == nil {
+				t.st.received.Add(1)
+				t.st.bytesIn.Add(uint64(len(frame)))
+				r.Deliver(src, pkt)
+				got++
+			} else {
+				t.count(err)
+			}
+			t.partial = t.partial[:0]
 		}
-		// The frames go back to the fill ring, which the interface's ranks
+		// The chunks go back to the fill ring, which the interface's ranks
 		// share, then the rx ring's entries to the kernel.
 		lk := t.word(ctrlFill)
 		spinLock(lk)

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"testing"
 	"time"
@@ -35,11 +36,19 @@ var wrapCfg = reliable.Config{RTOMin: time.Millisecond, RTOInit: 2 * time.Millis
 	AckDelay: 100 * time.Microsecond}
 
 // TestConformance runs the transport conformance suite over reliable.Wrap
-// of xdp, as package am uses it, with every rank in its own namespace.
+// of xdp, as package am uses it, with every rank in its own namespace: on
+// a 1500-byte MTU (a frame per chunk) and on jumbo frames of 9000 (frames
+// over several chunks, where the kernel has multi-buffer AF_XDP).
 func TestConformance(t *testing.T) {
 	skipUnlessRoot(t)
+	for _, mtu := range []int{1500, 9000} {
+		t.Run(fmt.Sprint("mtu", mtu), func(t *testing.T) { conformance(t, mtu) })
+	}
+}
+
+func conformance(t *testing.T, mtu int) {
 	transporttest.Run(t, func(t *testing.T, n int) []transport.Transport {
-		raw := openStar(t, n, 1500, nil)
+		raw := openStar(t, n, mtu, nil)
 		ts := make([]transport.Transport, n)
 		for r := range raw {
 			w, err := reliable.Wrap(raw[r], wrapCfg, nil)
@@ -265,13 +274,14 @@ func BenchmarkPingPong(b *testing.B) {
 // What a rank publishes reads back, has no spaces (PMI-1 values cannot),
 // and malformed values are refused.
 func TestPeerInfo(t *testing.T) {
-	p := peerInfo{mac: net.HardwareAddr{0x32, 0x29, 1, 0xbf, 0x3b, 0xf0}, mtu: 9000, queue: 3}
+	p := peerInfo{mac: net.HardwareAddr{0x32, 0x29, 1, 0xbf, 0x3b, 0xf0}, mtu: 9000, queue: 3, sg: true}
 	s := p.String()
 	require.NotContains(t, s, " ")
 	q, err := parsePeerInfo(s)
 	require.NoError(t, err)
 	require.Equal(t, p, q)
-	for _, bad := range []string{"", "32:29:01:bf:3b:f0", "32:29:01:bf:3b_1500_0", "32:29:01:bf:3b:f0_x_0", "32:29:01:bf:3b:f0_1500_0_1"} {
+	for _, bad := range []string{"", "32:29:01:bf:3b:f0", "32:29:01:bf:3b_1500_0_1", "32:29:01:bf:3b:f0_x_0_1",
+		"32:29:01:bf:3b:f0_1500_0", "32:29:01:bf:3b:f0_1500_0_2", "32:29:01:bf:3b:f0_1500_0_1_1"} {
 		_, err := parsePeerInfo(bad)
 		require.Error(t, err, bad)
 	}
@@ -375,4 +385,40 @@ func TestHoldAndFlush(t *testing.T) {
 	require.NoError(t, ts[0].Flush())
 	c := &counter{next: map[int]int{}}
 	require.NoError(t, transporttest.PollFor(ts[1], c, false, func() (bool, error) { return c.n == 5, nil }))
+}
+
+// Jumbo frames: on a 9000-byte MTU with multi-buffer AF_XDP, MaxPacket is
+// 8964 and packets of every size up to it (one, two and three chunks) and
+// of both ranks on an interface arrive intact; with multi-buffer off
+// (AMGO_XDP_SG=off) MaxPacket stays within one chunk.
+func TestJumboFrames(t *testing.T) {
+	if !multiBuffer() {
+		t.Skip("the kernel has no multi-buffer AF_XDP (Linux 6.6)")
+	}
+	_, ts := openPlaced(t, 2, 9000, []int{0, 0, 1}, nil)
+	require.Equal(t, 9000+EthHeader-Overhead, ts[0].Caps().MaxPacket)
+	require.Equal(t, sgChunks, ts[0].layout.span)
+	rng := rand.New(rand.NewPCG(1, 2))
+	sizes := []int{1, 3000, 4096 - EthHeader - Overhead, 4096 - EthHeader - Overhead + 1, 8000, ts[0].Caps().MaxPacket}
+	for range 40 {
+		sizes = append(sizes, 1+rng.IntN(ts[0].Caps().MaxPacket))
+	}
+	for _, src := range []int{0, 1} {
+		var rx transporttest.Last
+		for _, n := range sizes {
+			pkt := make([]byte, n)
+			for i := range pkt {
+				pkt[i] = byte(rng.Uint32())
+			}
+			require.NoError(t, transporttest.SendRetry(ts[src], 2, pkt[:min(n, 16)], pkt[min(n, 16):], nil))
+			require.NoError(t, transporttest.RecvOne(ts[2], &rx, false))
+			require.Equal(t, src, rx.Src)
+			require.Equal(t, pkt, rx.Buf, "%d bytes from rank %d", n, src)
+			require.NoError(t, transporttest.SendRetry(ts[2], src, pkt, nil, nil))
+			require.NoError(t, transporttest.RecvOne(ts[src], &rx, false))
+			require.Equal(t, pkt, rx.Buf, "%d bytes to rank %d", n, src)
+		}
+	}
+	_, small := openPlaced(t, 2, 9000, []int{0, 1}, map[string]string{"sg": "off"})
+	require.Equal(t, maxFrame-Overhead, small[0].Caps().MaxPacket)
 }
