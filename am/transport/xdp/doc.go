@@ -32,11 +32,16 @@
 // do not cross IP routers: the hosts of a job share one Ethernet segment,
 // as the nodes of a cluster's network do.
 //
-// A frame fits one UMEM chunk: MaxPacket is the smallest MTU among the
-// job's interfaces, plus the 14-byte Ethernet header, at most 3840 bytes
-// (a 4096-byte chunk less the kernel's 256 bytes of headroom), less the 50
-// bytes of framing; 1464 bytes on a 1500-byte MTU. Package am fragments
-// larger messages into stores of that size.
+// MaxPacket is the smallest MTU among the job's interfaces, plus the
+// 14-byte Ethernet header, less the 50 bytes of framing: 1464 bytes on a
+// 1500-byte MTU, 8964 on a jumbo MTU of 9000. A frame fits one 4096-byte
+// UMEM chunk (3840 bytes: the kernel keeps 256 bytes of headroom) unless
+// every rank's kernel has multi-buffer AF_XDP (XDP_USE_SG, Linux 6.6) and
+// the MTU calls for more: then a frame spans up to three chunks (at most
+// 11520 bytes), sent from three adjacent chunks as descriptors marked
+// XDP_PKT_CONTD and gathered on arrival, since its proof covers it whole;
+// option "sg" off keeps a frame per chunk. Package am fragments larger
+// messages into stores of MaxPacket.
 //
 // # The program and its sockets
 //
@@ -123,6 +128,7 @@
 //	queue      receive queue the job's ranks on the interface bind, default 0 [AMGO_XDP_QUEUE]
 //	mode       XDP attach mode: auto, driver or generic [AMGO_XDP_MODE]
 //	ethertype  the frames' EtherType, default 0x88b5 [AMGO_XDP_ETHERTYPE]
+//	sg         frames over several chunks where the kernel has them: on (default) or off [AMGO_XDP_SG]
 //	spin       how long Wait polls before sleeping, default 20us [AMGO_XDP_SPIN]
 //	secret     the job secret in hex [AMGO_JOB_SECRET]
 package xdp

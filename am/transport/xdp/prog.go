@@ -85,7 +85,15 @@ var errTaken = errors.New("the interface already has an XDP program (another job
 // through the veth's own NAPI ring and never offers zero-copy: generic
 // measured faster), else driver mode when the driver has it, else
 // generic.
-func attach(ifindex int, ifname string, etherType uint16, mode string, ranks int, frags bool) (*attachment, error) {
+//
+// The program is loaded without BPF_F_XDP_HAS_FRAGS even where frames
+// span several chunks: generic XDP then hands it a frame made linear
+// (the kernel's xsk_rcv still spreads it over several chunks), which
+// costs a copy of a large frame but spares every small one the slower
+// path of frags-aware programs (docs/performance.md). A driver that will
+// not run such a program on a jumbo MTU refuses the driver-mode attach,
+// and auto mode then attaches in generic mode.
+func attach(ifindex int, ifname string, etherType uint16, mode string, ranks int) (*attachment, error) {
 	if mode == "auto" && driverName(ifname) == "veth" {
 		mode = "generic"
 	}
@@ -96,12 +104,8 @@ func attach(ifindex int, ifname string, etherType uint16, mode string, ranks int
 	if err != nil {
 		return nil, privileged("create the XSKMAP", err)
 	}
-	var flags uint32
-	if frags {
-		flags = unix.BPF_F_XDP_HAS_FRAGS // frames over several buffers reach it unlinearized
-	}
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: ProgramName, Type: ebpf.XDP, License: "Dual BSD/GPL",
-		Flags: flags, Instructions: program(xsks, etherType)})
+		Instructions: program(xsks, etherType)})
 	if err != nil {
 		xsks.Close()
 		return nil, privileged("load the XDP program", err)
@@ -125,7 +129,8 @@ func attach(ifindex int, ifname string, etherType uint16, mode string, ranks int
 			}
 			break
 		}
-		if i+1 < len(modes) && (errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) || errors.Is(err, ebpf.ErrNotSupported)) {
+		if i+1 < len(modes) && (errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ERANGE) ||
+			errors.Is(err, ebpf.ErrNotSupported)) {
 			continue
 		}
 	}

@@ -180,6 +180,7 @@ type Transport struct {
 //	queue      receive queue to bind, default 0 [AMGO_XDP_QUEUE]
 //	mode       XDP attach mode: auto (driver, else generic), driver, generic [AMGO_XDP_MODE]
 //	ethertype  the frames' EtherType, default 0x88b5 [AMGO_XDP_ETHERTYPE]
+//	sg         frames over several chunks where the kernel has them: on (default) or off [AMGO_XDP_SG]
 //	spin       how long Wait polls before sleeping, default 20us [AMGO_XDP_SPIN]
 //	secret     the job secret in hex, at least 16 bytes [AMGO_JOB_SECRET]
 //
@@ -545,7 +546,7 @@ func (t *Transport) setupLeader(mode, name string) error {
 	}
 	t.fill.prod.Store(RxFrames)
 	var err error
-	if t.att, err = attach(t.ifindex, t.ifname, t.etherType, mode, t.size, t.layout.span > 1); err != nil {
+	if t.att, err = attach(t.ifindex, t.ifname, t.etherType, mode, t.size); err != nil {
 		if errors.Is(err, errNeedPrivilege) || errors.Is(err, errTaken) {
 			return fmt.Errorf("%w: %w", err, ErrUnavailable)
 		}

@@ -256,9 +256,14 @@ func TestForeignFramesAndOtherTraffic(t *testing.T) {
 // in two namespaces on one switch, both busy-polling, with the program
 // attached in each mode; ns/halfrtt is half of it.
 func BenchmarkPingPong(b *testing.B) {
-	for _, c := range []struct{ mode, topo string }{{"generic", "switch"}, {"driver", "switch"}, {"generic", "pair"}, {"driver", "pair"}} {
-		b.Run(c.mode+"/"+c.topo, func(b *testing.B) {
-			_, ts := openPlaced(b, 2, 1500, []int{0, 1}, map[string]string{"mode": c.mode, "topology": c.topo})
+	for _, c := range []struct {
+		mode, topo string
+		mtu        int
+		sg         string
+	}{{"generic", "switch", 1500, "on"}, {"driver", "switch", 1500, "on"}, {"generic", "pair", 1500, "on"}, {"driver", "pair", 1500, "on"},
+		{"generic", "pair", 9000, "on"}, {"generic", "pair", 9000, "off"}} {
+		b.Run(fmt.Sprintf("%s/%s/mtu%d/sg-%s", c.mode, c.topo, c.mtu, c.sg), func(b *testing.B) {
+			_, ts := openPlaced(b, 2, c.mtu, []int{0, 1}, map[string]string{"mode": c.mode, "topology": c.topo, "sg": c.sg})
 			done := make(chan error, 1)
 			go func() { done <- transporttest.PingPong(ts[1], 0, b.N+100, false) }()
 			require.NoError(b, transporttest.PingPong(ts[0], 0, 100, false))
