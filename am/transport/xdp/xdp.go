@@ -149,7 +149,8 @@ type Transport struct {
 	txMu   sync.Mutex
 	tx     *ring
 	comp   *ring
-	txNext int          // the send frame to try first, 0..txPer-1
+	txNext int          // the send slot to try after txLast, 0..txPer-1
+	txLast int          // the slot sent from last: tried first, while its lines are in the cache
 	hold   atomic.Int32 // Holds not yet Flushed (transport.Batcher)
 	nonce  [dgram.NonceLen]byte
 
@@ -856,10 +857,16 @@ func (t *Transport) kick() error {
 // in flight and returns its UMEM offset. Called with txMu held.
 func (t *Transport) takeFrame() (uint64, bool) {
 	per := t.layout.txPer
-	j := t.txNext
+	j := t.txLast
+	if w := t.busy(t.slot*per + j); w.Load() == 0 {
+		w.Store(1)
+		return uint64(RxFrames+(t.slot*per+j)*t.layout.span) * FrameSize, true
+	}
+	j = t.txNext
 	for range per {
 		if w := t.busy(t.slot*per + j); w.Load() == 0 {
 			w.Store(1)
+			t.txLast = j
 			t.txNext = j + 1
 			if t.txNext == per {
 				t.txNext = 0
