@@ -485,6 +485,7 @@ func planCluster(bin, ref string, c *cluster.Cluster, quick bool) []job {
 	add("latency-pair", append([]string{"latency"}, p2p...), onPair...)
 	add("bw-pair", append([]string{"bw"}, p2p...), onPair...)
 	add("mbw_mr-pair", append([]string{"mbw_mr"}, p2p...), onPair[:3]...) // osu_ref has no mbw_mr
+	add("mr8-pair", []string{"mbw_mr", "-m", "8:8", "-i", "200000", "-x", "100"}, onPair[:1]...)
 	prep = shared
 	four := []config{amgo("amgo-2x2-two-level", "node1:2,node2:2", 4),
 		func() config {

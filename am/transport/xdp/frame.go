@@ -58,17 +58,24 @@ func DecodeFrame(f []byte, self, size int, mac net.HardwareAddr, macs []net.Hard
 	if len(f) < Overhead {
 		return -1, nil, dgram.ErrShort
 	}
-	if string(f[0:6]) != string(mac) || binary.BigEndian.Uint16(f[12:14]) != etherType {
+	if !sameMAC(f[0:6], mac) || binary.BigEndian.Uint16(f[12:14]) != etherType {
 		return -1, nil, dgram.ErrForeign
 	}
 	src, pkt, err = pr.Decode(f[EthHeader:], self, size, n)
 	if err != nil {
 		return -1, nil, err
 	}
-	if src >= len(macs) || string(f[6:12]) != string(macs[src]) {
+	if src >= len(macs) || !sameMAC(f[6:12], macs[src]) {
 		return -1, nil, dgram.ErrForeign
 	}
 	return src, pkt, nil
+}
+
+// sameMAC reports whether the 6 bytes at a are address b (which may be
+// nil or short: then false), in two loads rather than a call to memequal.
+func sameMAC(a []byte, b net.HardwareAddr) bool {
+	return len(b) == 6 && binary.LittleEndian.Uint32(a) == binary.LittleEndian.Uint32(b) &&
+		binary.LittleEndian.Uint16(a[4:]) == binary.LittleEndian.Uint16(b[4:])
 }
 
 // newProver returns the prover of the job's frames.
