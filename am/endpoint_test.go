@@ -744,6 +744,7 @@ func TestStoreFragmentsAreOneBatch(t *testing.T) {
 	dst := make([]byte, 64<<10)
 	seg, err := eps[1].RegisterSegment(dst)
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = eps[1].UnregisterSegment(seg) })
 	var landed atomic.Int32
 	for _, ep := range eps {
 		_, err = ep.Register(handlers.Entry{Index: 3, Name: "stored", Fn: func(*handlers.Token, []uint64, []byte) { landed.Add(1) }})

@@ -779,6 +779,9 @@ func (e *Engine) HasReady() bool {
 	return len(e.txq) > 0 || len(e.ackq) > 0 || len(e.deliverq) > 0 || len(e.deadq) > 0
 }
 
+// HasDeliveries reports whether in-order packets wait to be handed up.
+func (e *Engine) HasDeliveries() bool { return len(e.deliverq) > 0 }
+
 // Ready returns everything to do now; see ReadyUpTo.
 func (e *Engine) Ready() Ready { return e.ReadyUpTo(-1) }
 

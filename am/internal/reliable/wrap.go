@@ -257,7 +257,7 @@ func (w *wrapped) Poll(r transport.Receiver, maxPkts int) (int, error) {
 		err = w.deadNews[0]
 		w.deadNews = w.deadNews[:copy(w.deadNews, w.deadNews[1:])]
 	}
-	if maxPkts <= 0 {
+	if maxPkts <= 0 || !w.eng.HasDeliveries() {
 		w.mu.Unlock()
 		return 0, err
 	}
