@@ -485,7 +485,6 @@ func planCluster(bin, ref string, c *cluster.Cluster, quick bool) []job {
 	add("latency-pair", append([]string{"latency"}, p2p...), onPair...)
 	add("bw-pair", append([]string{"bw"}, p2p...), onPair...)
 	add("mbw_mr-pair", append([]string{"mbw_mr"}, p2p...), onPair[:3]...) // osu_ref has no mbw_mr
-	add("mr8-pair", []string{"mbw_mr", "-m", "8:8", "-i", "200000", "-x", "100"}, onPair[:1]...)
 	prep = shared
 	four := []config{amgo("amgo-2x2-two-level", "node1:2,node2:2", 4),
 		func() config {
@@ -810,6 +809,9 @@ func report(facts []string, jobs []job, samples []sample, notes []string) string
 	table(&b, sum, "get_latency", "Latency (us)", configs, []int{8, 1024, 65536, 1 << 20})
 	table(&b, sum, "put_bw", "Bandwidth (MB/s)", configs, []int{8, 1024, 65536, 1 << 20})
 	table(&b, sum, "fop_latency", "Latency (us)", configs, []int{8})
+	table(&b, sum, "latency-pair", "Latency (us)", configs, []int{8, 1024, 4096, 65536, 1 << 20})
+	table(&b, sum, "bw-pair", "Bandwidth (MB/s)", configs, []int{8, 1024, 65536, 1 << 20})
+	table(&b, sum, "mbw_mr-pair", "Messages/s", configs, []int{8, 1024})
 	b.WriteString("\n## Full tables\n")
 	for _, bench := range benches {
 		for _, col := range columns(bench) {
