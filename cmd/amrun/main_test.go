@@ -34,7 +34,7 @@ func TestRun(t *testing.T) {
 	require.Equal(t, 2, run([]string{"--bogus", "true"}, &out, &errb))
 	errb.Reset()
 	require.Equal(t, 2, run([]string{"-n", "3", "--transport", "foo", "true"}, &out, &errb))
-	require.Equal(t, "amrun: unknown network \"foo\" for --transport (have loop, shm, sim, tcp, udp)\n", errb.String())
+	require.Equal(t, "amrun: unknown network \"foo\" for --transport (have loop, shm, sim, tcp, udp, xdp)\n", errb.String())
 	require.Equal(t, 2, run([]string{"-n", "0", "true"}, &out, &errb))
 	require.Equal(t, 127, run([]string{"-n", "1", "/no/such/prog"}, &out, &errb))
 }
