@@ -5,7 +5,6 @@ package udp
 import (
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -17,9 +16,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/amgo-hpc/amgo/am/transport"
+	"github.com/amgo-hpc/amgo/am/transport/internal/dgram"
 	"github.com/amgo-hpc/amgo/am/transport/internal/jobsecret"
 	"github.com/amgo-hpc/amgo/am/transport/internal/netaddr"
 	settings "github.com/amgo-hpc/amgo/am/transport/internal/opts"
+	"github.com/amgo-hpc/amgo/am/transport/internal/wakefd"
 )
 
 func init() {
@@ -75,7 +76,7 @@ type Stats struct {
 
 type counters struct {
 	sent, received, bytesOut, bytesIn, wouldBlock, sendErrs atomic.Uint64
-	short, foreign, misdirected, badProof                   atomic.Uint64
+	drops                                                   dgram.Drops
 }
 
 // Transport is one rank's UDP attachment. It implements transport.Transport.
@@ -83,8 +84,7 @@ type Transport struct {
 	rank, size int
 	caps       transport.Caps
 	fd         int
-	efd        int // eventfd: Wake ends a Wait that sleeps in ppoll
-	woken      atomic.Bool
+	wake       *wakefd.Fd // Wake ends a Wait that sleeps in ppoll
 	family     int
 	laddr      string
 	spin       time.Duration
@@ -180,18 +180,17 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("udp: rank %d: %w", rank, err)
 	}
-	t := &Transport{rank: rank, size: size, fd: -1, efd: -1, spin: spin, peers: make([]peer, size),
+	t := &Transport{rank: rank, size: size, fd: -1, spin: spin, peers: make([]peer, size),
 		rbuf: make([]byte, 1<<16)}
 	fail := func(err error) (*Transport, error) {
-		for _, fd := range []int{t.fd, t.efd} {
-			if fd >= 0 {
-				unix.Close(fd)
-			}
+		t.wake.Close()
+		if t.fd >= 0 {
+			unix.Close(t.fd)
 		}
 		return nil, fmt.Errorf("udp: rank %d: %w", rank, err)
 	}
-	if t.efd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
-		return fail(fmt.Errorf("eventfd: %w", err))
+	if t.wake, err = wakefd.Open(); err != nil {
+		return fail(err)
 	}
 	if err := t.bind(ip, port, bufBytes); err != nil {
 		return fail(err)
@@ -337,9 +336,10 @@ func (t *Transport) Caps() transport.Caps { return t.caps }
 // Stats returns a snapshot of the counters.
 func (t *Transport) Stats() Stats {
 	s := &t.st
-	return Stats{Sent: s.sent.Load(), Received: s.received.Load(), BytesSent: s.bytesOut.Load(),
-		BytesReceived: s.bytesIn.Load(), WouldBlocks: s.wouldBlock.Load(), SendErrors: s.sendErrs.Load(),
-		Short: s.short.Load(), Foreign: s.foreign.Load(), Misdirected: s.misdirected.Load(), BadProof: s.badProof.Load()}
+	st := Stats{Sent: s.sent.Load(), Received: s.received.Load(), BytesSent: s.bytesOut.Load(),
+		BytesReceived: s.bytesIn.Load(), WouldBlocks: s.wouldBlock.Load(), SendErrors: s.sendErrs.Load()}
+	st.Short, st.Foreign, st.Misdirected, st.BadProof = s.drops.Snapshot()
+	return st
 }
 
 // Send sends one datagram to dst with one sendto(MSG_DONTWAIT): the frame
@@ -422,7 +422,7 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 			return got, fmt.Errorf("udp: rank %d: receive: %w", t.rank, e)
 		}
 		if int(n) > len(t.rbuf) {
-			t.st.short.Add(1)
+			t.st.drops.Count(dgram.ErrShort)
 			continue
 		}
 		d := t.rbuf[:n]
@@ -431,7 +431,7 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 			err = ErrForeign
 		}
 		if err != nil {
-			t.count(err)
+			t.st.drops.Count(err)
 			continue
 		}
 		t.st.received.Add(1)
@@ -440,20 +440,6 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 		got++
 	}
 	return got, nil
-}
-
-// count counts a dropped datagram under its reason.
-func (t *Transport) count(err error) {
-	switch {
-	case errors.Is(err, ErrShort):
-		t.st.short.Add(1)
-	case errors.Is(err, ErrForeign):
-		t.st.foreign.Add(1)
-	case errors.Is(err, ErrMisdirected):
-		t.st.misdirected.Add(1)
-	default:
-		t.st.badProof.Add(1)
-	}
 }
 
 // Wait returns when a datagram may have arrived, when Wake is called (or was
@@ -465,12 +451,12 @@ func (t *Transport) Wait(d time.Duration) error {
 	if t.closed.Load() {
 		return transport.ErrClosed
 	}
-	if t.woken.Load() {
-		t.drainWake(true)
+	if t.wake.Woken() {
+		t.wake.Drain(true)
 		return nil
 	}
-	fds := [2]unix.PollFd{{Fd: int32(t.fd), Events: unix.POLLIN}, {Fd: int32(t.efd), Events: unix.POLLIN}}
-	defer func() { t.drainWake(fds[1].Revents&unix.POLLIN != 0) }()
+	fds := [2]unix.PollFd{{Fd: int32(t.fd), Events: unix.POLLIN}, {Fd: int32(t.wake.FD()), Events: unix.POLLIN}}
+	defer func() { t.wake.Drain(fds[1].Revents&unix.POLLIN != 0) }()
 	start := time.Now()
 	var ts unix.Timespec
 	for i := 0; ; i++ {
@@ -504,23 +490,7 @@ func (t *Transport) Wait(d time.Duration) error {
 // Wake makes a Wait in progress return, or else the next one return at once
 // (transport.Waker): another goroutine's way to end this network's sleep,
 // as package route's waiters do when another network has traffic.
-func (t *Transport) Wake() {
-	t.woken.Store(true)
-	var one = [8]byte{1}
-	unix.Write(t.efd, one[:])
-}
-
-// drainWake consumes the wake that ended a Wait (fired: the eventfd was
-// readable, or the flag was seen set) and clears the flag, so that a Wake
-// counts once. A Wake after the flag is cleared leaves the eventfd
-// readable: the next Wait returns at once.
-func (t *Transport) drainWake(fired bool) {
-	if fired || t.woken.Load() {
-		t.woken.Store(false)
-		var b [8]byte
-		unix.Read(t.efd, b[:])
-	}
-}
+func (t *Transport) Wake() { t.wake.Wake() }
 
 // Close closes the socket; datagrams in flight are lost. It must not run
 // concurrently with the other methods. Closing twice is a no-op.
@@ -528,6 +498,6 @@ func (t *Transport) Close() error {
 	if t.closed.Swap(true) {
 		return nil
 	}
-	unix.Close(t.efd)
+	t.wake.Close()
 	return unix.Close(t.fd)
 }

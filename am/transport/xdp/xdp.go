@@ -26,6 +26,7 @@ import (
 	"github.com/amgo-hpc/amgo/am/transport/internal/jobsecret"
 	"github.com/amgo-hpc/amgo/am/transport/internal/netaddr"
 	settings "github.com/amgo-hpc/amgo/am/transport/internal/opts"
+	"github.com/amgo-hpc/amgo/am/transport/internal/wakefd"
 )
 
 func init() {
@@ -110,15 +111,15 @@ type Stats struct {
 
 type counters struct {
 	sent, received, bytesOut, bytesIn, wouldBlock, sendErrs atomic.Uint64
-	short, foreign, misdirected, badProof                   atomic.Uint64
+	drops                                                   dgram.Drops
 }
 
 // Transport is one rank's AF_XDP socket. Create it with New.
 type Transport struct {
 	rank, size int
 	caps       transport.Caps
-	fd, efd    int
-	woken      atomic.Bool
+	fd         int
+	wake       *wakefd.Fd // Wake ends a Wait that sleeps in ppoll
 	closed     atomic.Bool
 	spin       time.Duration
 	ifname     string
@@ -339,7 +340,7 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 		_, _ = b.Fence(), b.Fence()
 		return nil, fmt.Errorf("xdp: rank %d: %w", rank, ierr)
 	}
-	t := &Transport{rank: rank, size: size, fd: -1, efd: -1, memfd: -1, s0: -1, spin: spin, ifname: ifi.Name,
+	t := &Transport{rank: rank, size: size, fd: -1, memfd: -1, s0: -1, spin: spin, ifname: ifi.Name,
 		ifindex: ifi.Index, queue: queue, etherType: etherType, mac: ifi.HardwareAddr, macs: make([]net.HardwareAddr, size)}
 	// Failures from here on are kept until the job's ranks have passed the
 	// two fences every rank keeps, so that one rank's failure never leaves
@@ -445,8 +446,8 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 // openSocket makes this rank's AF_XDP socket and the eventfd Wake writes.
 func (t *Transport) openSocket() error {
 	var err error
-	if t.efd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
-		return fmt.Errorf("eventfd: %w", err)
+	if t.wake, err = wakefd.Open(); err != nil {
+		return err
 	}
 	if t.fd, err = unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0); err != nil {
 		switch {
@@ -689,7 +690,8 @@ func (t *Transport) release() {
 	for _, r := range []*ring{t.fill, t.comp, t.rx, t.tx} {
 		r.unmap()
 	}
-	for _, fd := range []int{t.fd, t.efd, t.s0, t.memfd} {
+	t.wake.Close()
+	for _, fd := range []int{t.fd, t.s0, t.memfd} {
 		if fd >= 0 {
 			unix.Close(fd)
 		}
@@ -721,8 +723,8 @@ func (t *Transport) Interface() (name string, queue int, mode string, zeroCopy b
 func (t *Transport) Stats() Stats {
 	s := &t.st
 	st := Stats{Sent: s.sent.Load(), Received: s.received.Load(), BytesSent: s.bytesOut.Load(),
-		BytesReceived: s.bytesIn.Load(), WouldBlocks: s.wouldBlock.Load(), SendErrors: s.sendErrs.Load(),
-		Short: s.short.Load(), Foreign: s.foreign.Load(), Misdirected: s.misdirected.Load(), BadProof: s.badProof.Load()}
+		BytesReceived: s.bytesIn.Load(), WouldBlocks: s.wouldBlock.Load(), SendErrors: s.sendErrs.Load()}
+	st.Short, st.Foreign, st.Misdirected, st.BadProof = s.drops.Snapshot()
 	if !t.closed.Load() {
 		var ks unix.XDPStatistics
 		l := uint32(unsafe.Sizeof(ks))
@@ -946,7 +948,7 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 			n++
 			addr, size := dd.Addr, uint64(dd.Len)
 			if addr+size > uint64(len(t.umem)) {
-				t.st.short.Add(1)
+				t.st.drops.Count(dgram.ErrShort)
 				t.partial = t.partial[:0]
 				continue
 			}
@@ -955,7 +957,7 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 				// A frame over several chunks (multi-buffer): gathered
 				// here, since its proof covers it whole.
 				if len(t.partial)+len(frame) > sgMaxFrame {
-					t.st.short.Add(1)
+					t.st.drops.Count(dgram.ErrShort)
 					t.partial = t.partial[:0]
 					continue
 				}
@@ -972,7 +974,7 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 				r.Deliver(src, pkt)
 				got++
 			} else {
-				t.count(err)
+				t.st.drops.Count(err)
 			}
 			t.partial = t.partial[:0]
 		}
@@ -1024,20 +1026,6 @@ func (t *Transport) pollSelf(r transport.Receiver, max int) int {
 	return k
 }
 
-// count counts a dropped frame under its reason.
-func (t *Transport) count(err error) {
-	switch {
-	case errors.Is(err, dgram.ErrShort):
-		t.st.short.Add(1)
-	case errors.Is(err, dgram.ErrForeign):
-		t.st.foreign.Add(1)
-	case errors.Is(err, dgram.ErrMisdirected):
-		t.st.misdirected.Add(1)
-	default:
-		t.st.badProof.Add(1)
-	}
-}
-
 // Wait returns when a frame may have arrived, when Wake is called (or was
 // called since the last Wait), or after about d: it watches the rx ring's
 // producer word for up to the spin time, then sleeps in ppoll until the
@@ -1054,8 +1042,8 @@ func (t *Transport) wait(d, spin time.Duration) error {
 	if t.closed.Load() {
 		return transport.ErrClosed
 	}
-	if t.woken.Load() {
-		t.drainWake(true)
+	if t.wake.Woken() {
+		t.wake.Drain(true)
 		return nil
 	}
 	if t.rx.waiting() || t.selfPending() {
@@ -1064,7 +1052,7 @@ func (t *Transport) wait(d, spin time.Duration) error {
 	if spin > 0 {
 		start := time.Now()
 		for i := 0; ; i++ {
-			if t.rx.waiting() || t.woken.Load() {
+			if t.rx.waiting() || t.wake.Woken() {
 				return nil
 			}
 			if i&63 == 63 {
@@ -1079,7 +1067,7 @@ func (t *Transport) wait(d, spin time.Duration) error {
 			}
 		}
 	}
-	fds := [2]unix.PollFd{{Fd: int32(t.fd), Events: unix.POLLIN}, {Fd: int32(t.efd), Events: unix.POLLIN}}
+	fds := [2]unix.PollFd{{Fd: int32(t.fd), Events: unix.POLLIN}, {Fd: int32(t.wake.FD()), Events: unix.POLLIN}}
 	ts := unix.NsecToTimespec(int64(d))
 	if _, err := unix.Ppoll(fds[:], &ts, nil); err != nil && err != unix.EINTR {
 		if t.closed.Load() {
@@ -1087,7 +1075,7 @@ func (t *Transport) wait(d, spin time.Duration) error {
 		}
 		return fmt.Errorf("xdp: rank %d: ppoll: %w", t.rank, err)
 	}
-	t.drainWake(fds[1].Revents&unix.POLLIN != 0)
+	t.wake.Drain(fds[1].Revents&unix.POLLIN != 0)
 	return nil
 }
 
@@ -1096,21 +1084,7 @@ func (t *Transport) selfPending() bool { return t.selfN.Load() > 0 }
 
 // Wake makes a Wait in progress return, or else the next one return at once
 // (transport.Waker).
-func (t *Transport) Wake() {
-	t.woken.Store(true)
-	var one = [8]byte{1}
-	unix.Write(t.efd, one[:])
-}
-
-// drainWake consumes the wake that ended a Wait and clears the flag, so
-// that a Wake counts once.
-func (t *Transport) drainWake(fired bool) {
-	if fired || t.woken.Load() {
-		t.woken.Store(false)
-		var b [8]byte
-		unix.Read(t.efd, b[:])
-	}
-}
+func (t *Transport) Wake() { t.wake.Wake() }
 
 // Close detaches the XDP program, closes the socket and releases the UMEM;
 // frames in flight are lost. It must not run concurrently with the other methods. Closing twice

@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 )
 
 // Sizes of the framing, in bytes.
@@ -155,4 +156,30 @@ func (pr *Prover) Decode(d []byte, self, size int, n *[NonceLen]byte) (src int, 
 		return -1, nil, ErrProof
 	}
 	return int(s), d[FrameHeader:end], nil
+}
+
+// Drops counts the datagrams a network dropped, each under the reason
+// Decode (or the network's own checks) gave. Safe for concurrent use.
+type Drops struct {
+	short, foreign, misdirected, badProof atomic.Uint64
+}
+
+// Count counts a dropped datagram under err's reason: ErrShort, ErrForeign,
+// ErrMisdirected, or else ErrProof.
+func (d *Drops) Count(err error) {
+	switch {
+	case errors.Is(err, ErrShort):
+		d.short.Add(1)
+	case errors.Is(err, ErrForeign):
+		d.foreign.Add(1)
+	case errors.Is(err, ErrMisdirected):
+		d.misdirected.Add(1)
+	default:
+		d.badProof.Add(1)
+	}
+}
+
+// Snapshot returns the counts: short, foreign, misdirected, bad proof.
+func (d *Drops) Snapshot() (short, foreign, misdirected, badProof uint64) {
+	return d.short.Load(), d.foreign.Load(), d.misdirected.Load(), d.badProof.Load()
 }
