@@ -70,15 +70,12 @@ func (r *ring) desc(i uint32) *unix.XDPDesc {
 	return (*unix.XDPDesc)(unsafe.Add(r.descs, uintptr(i&r.mask)*unsafe.Sizeof(unix.XDPDesc{})))
 }
 
-// free is how many entries a producer may fill now.
-func (r *ring) free() uint32 { return r.mask + 1 - (r.local - r.cons.Load()) }
-
 // ready is how many entries a consumer may read now.
 func (r *ring) ready() uint32 { return r.prod.Load() - r.local }
 
 // waiting reports whether entries are in the ring between the two sides'
-// published words: safe from any goroutine, unlike free and ready, which
-// read the local index of the side that owns it.
+// published words: safe from any goroutine, unlike ready, which
+// reads the local index of the side that owns it.
 func (r *ring) waiting() bool { return r.prod.Load() != r.cons.Load() }
 
 // publish makes the entries a producer filled up to local visible to the
