@@ -3,8 +3,9 @@
 // its own kernel: a network namespace with an address on a bridge in the root
 // namespace (its "switch"), its own host name (a UTS namespace), a mount
 // namespace with a private tmpfs on /dev/shm and an /etc/hosts in which every
-// node's name resolves and a /sys that shows the node's own network
-// interfaces (as ip netns exec mounts one; UCX looks its devices up there),
+// node's name resolves and a /sys whose network directories show the
+// node's own interfaces (UCX looks its devices up there; the rest of /sys,
+// cgroups included, is the host's),
 // and its own IPC and PID namespaces, so that no shared
 // memory, SysV IPC or Cross Memory Attach can cross nodes (without them, an
 // MPI may use shared memory between two "nodes" unnoticed).
@@ -238,8 +239,17 @@ func (c *Cluster) startNode(k int, dir string) error {
 	}
 	// The holder: the first process of the node's PID namespace. nsenter
 	// rather than `ip netns exec`, which mounts a /sys of its own.
-	setup := fmt.Sprintf("hostname %s && mount -t tmpfs -o mode=1777,size=512m tmpfs /dev/shm && mount -t sysfs sysfs /sys && "+
-		"mount --bind %s/hosts /etc/hosts && echo ready && exec sleep 1000000", nd.Name, dir)
+	// The node's own network interfaces in /sys: a sysfs mounted in the
+	// node's network namespace, of which only the network directories
+	// cover the host's (the rest of /sys, cgroups included, stays).
+	sys := filepath.Join(dir, nd.Name+".sys")
+	if err := os.MkdirAll(sys, 0o755); err != nil {
+		return err
+	}
+	setup := fmt.Sprintf("hostname %s && mount -t tmpfs -o mode=1777,size=512m tmpfs /dev/shm && "+
+		"mount -t sysfs sysfs %s && mount --bind %s/class/net /sys/class/net && "+
+		"mount --bind %s/devices/virtual/net /sys/devices/virtual/net && "+
+		"mount --bind %s/hosts /etc/hosts && echo ready && exec sleep 1000000", nd.Name, sys, sys, sys, dir)
 	cmd := exec.Command("nsenter", "--net=/var/run/netns/"+nd.ns, "unshare", "--uts", "--ipc", "--pid", "--fork",
 		"--mount-proc", "--mount", "--propagation", "private", "sh", "-c", setup)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
