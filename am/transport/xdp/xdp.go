@@ -764,6 +764,7 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	}
 	t.txMu.Lock()
 	defer t.txMu.Unlock()
+	t.reap() // frees the slot sent from last, when done: reused while warm
 	addr, ok := t.takeFrame()
 	if !ok {
 		t.reap()
