@@ -21,6 +21,7 @@ import (
 	"github.com/amgo-hpc/amgo/am/transport/internal/jobsecret"
 	"github.com/amgo-hpc/amgo/am/transport/internal/netaddr"
 	settings "github.com/amgo-hpc/amgo/am/transport/internal/opts"
+	"github.com/amgo-hpc/amgo/am/transport/internal/selfq"
 )
 
 func init() {
@@ -159,7 +160,7 @@ type Transport struct {
 	newOpen    []*conn
 	nNew       atomic.Int32
 
-	self selfQueue
+	self selfq.Queue
 
 	// Owned by the poller (pollMu): Poll, Wait's spin, Put's progress.
 	pollMu sync.Mutex
@@ -188,16 +189,6 @@ type peer struct {
 	pending atomic.Bool
 	putMu   sync.Mutex // serializes Puts to this peer
 	_       [64]byte
-}
-
-// selfQueue holds packets a rank sends to itself: senders append to in, the
-// poller swaps it with cur and delivers from cur without the lock.
-type selfQueue struct {
-	mu   sync.Mutex
-	in   []byte
-	cur  []byte
-	head int
-	n    atomic.Int64 // bytes queued in in
 }
 
 // New opens rank b.Rank()'s TCP transport for a job of b.Size() ranks; the
@@ -622,18 +613,10 @@ func (t *Transport) failLocked(p *peer, dst int, cause error) error {
 }
 
 func (t *Transport) sendSelf(hdr, payload []byte) error {
-	q := &t.self
-	n := len(hdr) + len(payload)
-	q.mu.Lock()
-	if len(q.in) > 0 && len(q.in)+4+n > t.sendq {
-		q.mu.Unlock()
+	if !t.self.Push(hdr, payload, t.sendq) {
 		t.st.wouldBlock.Add(1)
 		return transport.ErrWouldBlock
 	}
-	q.in = binary.LittleEndian.AppendUint32(q.in, uint32(n))
-	q.in = append(append(q.in, hdr...), payload...)
-	q.n.Store(int64(len(q.in)))
-	q.mu.Unlock()
 	t.st.pktsOut.Add(1)
 	t.wake()
 	return nil
@@ -703,26 +686,8 @@ func (t *Transport) deadErr() error {
 // deliver hands up to max packets to r: self-sends first, then the open
 // connections round-robin, a burst from each.
 func (t *Transport) deliver(r transport.Receiver, max int) int {
-	n := 0
-	q := &t.self
-	if q.head == len(q.cur) && q.n.Load() > 0 {
-		q.mu.Lock()
-		q.cur, q.in = q.in, q.cur[:0]
-		q.head = 0
-		q.n.Store(0)
-		q.mu.Unlock()
-	}
-	for n < max && q.head < len(q.cur) {
-		l := int(binary.LittleEndian.Uint32(q.cur[q.head:]))
-		pkt := q.cur[q.head+4 : q.head+4+l]
-		q.head += 4 + l
-		t.st.pktsIn.Add(1)
-		r.Deliver(t.rank, pkt)
-		n++
-	}
-	if q.head == len(q.cur) {
-		q.cur, q.head = q.cur[:0], 0
-	}
+	n, _ := t.self.Deliver(r, t.rank, max)
+	t.st.pktsIn.Add(uint64(n))
 	for round := 0; n < max && len(t.open) > 0; round++ {
 		got := n
 		for k := 0; k < len(t.open) && n < max; k++ {
@@ -938,7 +903,7 @@ func (t *Transport) Wait(d time.Duration) error {
 // ready reports whether Poll has something to deliver or report, or a dial
 // has opened that Poll has not yet taken over (it is in no set Wait sleeps on).
 func (t *Transport) ready() bool {
-	return t.self.n.Load() > 0 || t.avail.Load() || t.anyDead.Load() || t.nNew.Load() > 0 || t.woken.Load()
+	return t.self.Pending() || t.avail.Load() || t.anyDead.Load() || t.nNew.Load() > 0 || t.woken.Load()
 }
 
 // Close flushes what it can (for up to a second), sends every open

@@ -107,7 +107,7 @@
 // transport.ErrWouldBlock. Poll reads the rx ring, checks and delivers each
 // frame in place and returns the frames to the fill ring; it also kicks
 // frames a transient refusal left in the tx ring. Sends to this rank itself
-// go through a bounded in-process queue that Poll delivers.
+// go through a bounded in-process queue (256 KiB; internal/selfq, as tcp's) that Poll delivers.
 //
 // # Waiting
 //

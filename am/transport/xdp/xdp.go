@@ -26,6 +26,7 @@ import (
 	"github.com/amgo-hpc/amgo/am/transport/internal/jobsecret"
 	"github.com/amgo-hpc/amgo/am/transport/internal/netaddr"
 	settings "github.com/amgo-hpc/amgo/am/transport/internal/opts"
+	"github.com/amgo-hpc/amgo/am/transport/internal/selfq"
 	"github.com/amgo-hpc/amgo/am/transport/internal/wakefd"
 )
 
@@ -65,9 +66,9 @@ const (
 	// SecretKey is the key under which rank 0 publishes the job secret it
 	// drew when AMGO_JOB_SECRET is not set.
 	SecretKey = "amgo.xdp.secret"
-	// selfSlots bounds the packets a rank has sent itself and not yet
-	// polled.
-	selfSlots = 64
+	// selfBytes bounds what a rank has sent itself and not yet polled, in
+	// bytes (a packet more is always taken into an empty queue).
+	selfBytes = 256 << 10
 	// bindWait is how long New retries a bind that the kernel refuses
 	// with EBUSY: a queue stays busy for tens of milliseconds after the
 	// previous socket on it closed.
@@ -155,17 +156,12 @@ type Transport struct {
 	hold   atomic.Int32 // Holds not yet Flushed (transport.Batcher)
 	nonce  [dgram.NonceLen]byte
 
-	// Self-sends, delivered by Poll.
-	selfMu  sync.Mutex
-	selfN   atomic.Int32 // len(selfq), read without the lock
-	selfq   [][]byte
-	selfBuf [selfSlots][]byte
+	self selfq.Queue // self-sends, delivered by Poll
 
 	// Owned by Poll (one goroutine at a time).
 	rx, fill *ring
 	rnonce   [dgram.NonceLen]byte
 	partial  []byte // a frame over several chunks, gathered (cap sgMaxFrame)
-	selfOut  [][]byte
 }
 
 // New opens rank b.Rank()'s AF_XDP transport for a job of b.Size() ranks;
@@ -911,23 +907,12 @@ func (t *Transport) reap() {
 
 // sendSelf queues a packet for this rank's own Poll.
 func (t *Transport) sendSelf(hdr, payload []byte) error {
-	t.selfMu.Lock()
-	defer t.selfMu.Unlock()
-	if len(t.selfq) == selfSlots {
+	if !t.self.Push(hdr, payload, selfBytes) {
 		t.st.wouldBlock.Add(1)
 		return transport.ErrWouldBlock
 	}
-	i := len(t.selfq)
-	buf := t.selfBuf[i]
-	if buf == nil {
-		buf = make([]byte, 0, t.caps.MaxPacket)
-	}
-	buf = append(append(buf[:0], hdr...), payload...)
-	t.selfBuf[i] = buf
-	t.selfq = append(t.selfq, buf)
-	t.selfN.Store(int32(len(t.selfq)))
 	t.st.sent.Add(1)
-	t.st.bytesOut.Add(uint64(len(buf)))
+	t.st.bytesOut.Add(uint64(len(hdr) + len(payload)))
 	return nil
 }
 
@@ -1002,29 +987,12 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 
 // pollSelf delivers packets this rank sent itself.
 func (t *Transport) pollSelf(r transport.Receiver, max int) int {
-	if t.selfN.Load() == 0 {
-		return 0
+	n, bytes := t.self.Deliver(r, t.rank, max)
+	if n > 0 {
+		t.st.received.Add(uint64(n))
+		t.st.bytesIn.Add(uint64(bytes))
 	}
-	t.selfMu.Lock()
-	if len(t.selfq) == 0 {
-		t.selfMu.Unlock()
-		return 0
-	}
-	// Swap queues: the delivered buffers go back for reuse after delivery.
-	out := t.selfOut[:0]
-	k := min(len(t.selfq), max)
-	out = append(out, t.selfq[:k]...)
-	rest := copy(t.selfq, t.selfq[k:])
-	t.selfq = t.selfq[:rest]
-	t.selfN.Store(int32(rest))
-	t.selfMu.Unlock()
-	for _, p := range out {
-		t.st.received.Add(1)
-		t.st.bytesIn.Add(uint64(len(p)))
-		r.Deliver(t.rank, p)
-	}
-	t.selfOut = out
-	return k
+	return n
 }
 
 // Wait returns when a frame may have arrived, when Wake is called (or was
@@ -1047,7 +1015,7 @@ func (t *Transport) wait(d, spin time.Duration) error {
 		t.wake.Drain(true)
 		return nil
 	}
-	if t.rx.waiting() || t.selfPending() {
+	if t.rx.waiting() || t.self.Pending() {
 		return nil
 	}
 	if spin > 0 {
@@ -1079,9 +1047,6 @@ func (t *Transport) wait(d, spin time.Duration) error {
 	t.wake.Drain(fds[1].Revents&unix.POLLIN != 0)
 	return nil
 }
-
-// selfPending reports whether self-sends wait for Poll.
-func (t *Transport) selfPending() bool { return t.selfN.Load() > 0 }
 
 // Wake makes a Wait in progress return, or else the next one return at once
 // (transport.Waker).
