@@ -89,7 +89,7 @@ type Stats struct {
 	// included.
 	Sent, Received, BytesSent, BytesReceived uint64
 	// WouldBlocks counts Sends refused with transport.ErrWouldBlock (every
-	// send chunk in flight, or the self-send queue full).
+	// send slot in flight, or the self-send queue full).
 	WouldBlocks uint64
 	// SendErrors counts frames the kernel did not take at once for a
 	// transient reason; they stay in the ring and go at a later kick.
@@ -151,7 +151,7 @@ type Transport struct {
 	txMu   sync.Mutex
 	tx     *ring
 	comp   *ring
-	txNext int          // the send slot to try after txLast, 0..txPer-1
+	txNext int          // the slot to try after txLast, 0..txPer-1
 	txLast int          // the slot sent from last: tried first, while its lines are in the cache
 	hold   atomic.Int32 // Holds not yet Flushed (transport.Batcher)
 	nonce  [dgram.NonceLen]byte
@@ -618,30 +618,19 @@ func (t *Transport) setupFollower(name string) error {
 
 // bind binds the socket to the interface's queue: zero-copy when the
 // driver offers it (the XDP program attached in driver mode), else copy
-// mode. A queue whose previous socket closed moments ago is busy for a
-// while (EBUSY): retried for up to bindWait.
+// mode; with XDP_USE_SG when frames span several chunks.
 func (t *Transport) bind() error {
 	flags := []uint16{unix.XDP_COPY}
 	if t.att.mode == "driver" {
 		flags = []uint16{unix.XDP_ZEROCOPY, unix.XDP_COPY}
 	}
-	if t.layout.span > 1 {
-		for i := range flags {
-			flags[i] |= unix.XDP_USE_SG
-		}
-	}
-	deadline := time.Now().Add(bindWait)
 	var err error
-	for i := 0; i < len(flags); {
-		err = unix.Bind(t.fd, &unix.SockaddrXDP{Flags: flags[i], Ifindex: uint32(t.ifindex), QueueID: uint32(t.queue)})
-		switch {
-		case err == nil:
-			t.zeroCopy = flags[i] == unix.XDP_ZEROCOPY
+	for _, f := range flags {
+		if t.layout.span > 1 {
+			f |= unix.XDP_USE_SG
+		}
+		if err = t.bindAs(&unix.SockaddrXDP{Flags: f, Ifindex: uint32(t.ifindex), QueueID: uint32(t.queue)}); err == nil {
 			return nil
-		case errors.Is(err, unix.EBUSY) && time.Now().Before(deadline):
-			time.Sleep(5 * time.Millisecond)
-		default:
-			i++
 		}
 	}
 	if errors.Is(err, unix.EINVAL) {
@@ -652,23 +641,36 @@ func (t *Transport) bind() error {
 
 // bindShared binds a follower's socket to the leader's queue and UMEM.
 func (t *Transport) bindShared() error {
+	err := t.bindAs(&unix.SockaddrXDP{Flags: unix.XDP_SHARED_UMEM, Ifindex: uint32(t.ifindex),
+		QueueID: uint32(t.queue), SharedUmemFD: uint32(t.s0)})
+	if err != nil {
+		return fmt.Errorf("bind to %s queue %d sharing the UMEM: %w", t.ifname, t.queue, err)
+	}
+	return nil
+}
+
+// bindAs binds the socket to sa, retrying for up to bindWait while the
+// kernel answers EBUSY (a queue stays busy for tens of milliseconds after
+// its previous socket closed), and then asks the kernel whether the
+// socket is in zero-copy mode.
+func (t *Transport) bindAs(sa *unix.SockaddrXDP) error {
 	deadline := time.Now().Add(bindWait)
 	for {
-		err := unix.Bind(t.fd, &unix.SockaddrXDP{Flags: unix.XDP_SHARED_UMEM, Ifindex: uint32(t.ifindex),
-			QueueID: uint32(t.queue), SharedUmemFD: uint32(t.s0)})
-		if err == nil {
-			var o uint32
-			ol := uint32(4)
-			if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(t.fd), unix.SOL_XDP, unix.XDP_OPTIONS,
-				uintptr(unsafe.Pointer(&o)), uintptr(unsafe.Pointer(&ol)), 0); e == 0 {
-				t.zeroCopy = o&unix.XDP_OPTIONS_ZEROCOPY != 0
-			}
-			return nil
+		err := unix.Bind(t.fd, sa)
+		if errors.Is(err, unix.EBUSY) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+			continue
 		}
-		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
-			return fmt.Errorf("bind to %s queue %d sharing the UMEM: %w", t.ifname, t.queue, err)
+		if err != nil {
+			return err
 		}
-		time.Sleep(5 * time.Millisecond)
+		var o uint32
+		ol := uint32(4)
+		if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(t.fd), unix.SOL_XDP, unix.XDP_OPTIONS,
+			uintptr(unsafe.Pointer(&o)), uintptr(unsafe.Pointer(&ol)), 0); e == 0 {
+			t.zeroCopy = o&unix.XDP_OPTIONS_ZEROCOPY != 0
+		}
+		return nil
 	}
 }
 
@@ -705,8 +707,9 @@ func (t *Transport) Rank() int { return t.rank }
 func (t *Transport) Size() int { return t.size }
 
 // Caps: neither ordered nor reliable (package am adds both), wake-up, no
-// Put; MaxPacket as the smallest MTU among the job's interfaces allows
-// (at most a chunk's 3840 bytes less the framing).
+// Put; MaxPacket as the smallest MTU among the job's interfaces allows,
+// less the framing (at most 3840 bytes of frame in one chunk, 11520 over
+// sgChunks with multi-buffer AF_XDP).
 func (t *Transport) Caps() transport.Caps { return t.caps }
 
 // Interface names the interface, its queue, the XDP attach mode ("driver"
@@ -733,11 +736,11 @@ func (t *Transport) Stats() Stats {
 }
 
 // Send sends one frame to dst: the Ethernet header, the frame header, hdr,
-// payload and the proof are written into a free send chunk of the UMEM,
-// its descriptor goes on the tx ring, and sendto(MSG_DONTWAIT) has the
+// payload and the proof are written into a free send slot of the UMEM,
+// its descriptor(s) go on the tx ring, and sendto(MSG_DONTWAIT) has the
 // kernel transmit it (copy mode transmits only inside that call). It does
 // not allocate. Errors: transport.ErrTooLarge, transport.ErrWouldBlock
-// (every send chunk in flight: poll and retry), transport.ErrPeer (dst out
+// (every send slot in flight: poll and retry), transport.ErrPeer (dst out
 // of range, or a rank on this rank's own interface, which the wire cannot
 // reach), transport.ErrClosed, and unexpected socket errors.
 func (t *Transport) Send(dst int, hdr, payload []byte) error {
@@ -761,20 +764,18 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	t.txMu.Lock()
 	defer t.txMu.Unlock()
 	t.reap() // frees the slot sent from last, when done: reused while warm
-	addr, ok := t.takeFrame()
+	slot, ok := t.takeSlot()
 	if !ok {
+		t.kick()
 		t.reap()
-		if addr, ok = t.takeFrame(); !ok {
-			t.kick()
-			t.reap()
-			if addr, ok = t.takeFrame(); !ok {
-				t.st.wouldBlock.Add(1)
-				return transport.ErrWouldBlock
-			}
+		if slot, ok = t.takeSlot(); !ok {
+			t.st.wouldBlock.Add(1)
+			return transport.ErrWouldBlock
 		}
 	}
-	// The tx ring has room: it holds only frames of this rank in flight,
-	// at most txPer <= RingSize of them.
+	// The tx ring has room: it holds only the descriptors of this rank's
+	// frames in flight, at most txPer*span <= RingSize of them.
+	addr := uint64(RxFrames+slot*t.layout.span) * FrameSize
 	end := addr + uint64(t.layout.span)*FrameSize
 	chunk := t.umem[addr:end:end]
 	putEth(chunk, mac, t.mac, t.etherType)
@@ -793,9 +794,9 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 		*t.tx.desc(t.tx.local) = unix.XDPDesc{Addr: addr + uint64(off), Len: uint32(l), Options: opt}
 		t.tx.local++
 		if opt == 0 {
-			// The slot's word (set to 1 by takeFrame) counts the
+			// The slot's word (set to 1 by takeSlot) counts the
 			// descriptors the kernel has yet to complete.
-			t.busy(int(addr/FrameSize-RxFrames) / t.layout.span).Store(uint32(off/FrameSize + 1))
+			t.busy(slot).Store(uint32(off/FrameSize + 1))
 			break
 		}
 	}
@@ -852,36 +853,26 @@ func (t *Transport) kick() error {
 	}
 }
 
-// takeFrame finds one of this rank's send frames not in flight, marks it
-// in flight and returns its UMEM offset. Called with txMu held.
-func (t *Transport) takeFrame() (uint64, bool) {
-	per := t.layout.txPer
+// takeSlot finds one of this rank's send slots not in flight, the one it
+// sent from last if it can, marks it in flight and returns its index among
+// the interface's slots. Called with txMu held.
+func (t *Transport) takeSlot() (int, bool) {
+	per, base := t.layout.txPer, t.slot*t.layout.txPer
 	j := t.txLast
-	if w := t.busy(t.slot*per + j); w.Load() == 0 {
-		w.Store(1)
-		return uint64(RxFrames+(t.slot*per+j)*t.layout.span) * FrameSize, true
-	}
-	j = t.txNext
-	for range per {
-		if w := t.busy(t.slot*per + j); w.Load() == 0 {
+	for range per + 1 {
+		if w := t.busy(base + j); w.Load() == 0 {
 			w.Store(1)
-			t.txLast = j
-			t.txNext = j + 1
-			if t.txNext == per {
-				t.txNext = 0
-			}
-			return uint64(RxFrames+(t.slot*per+j)*t.layout.span) * FrameSize, true
+			t.txLast, t.txNext = j, (j+1)%per
+			return base + j, true
 		}
-		if j++; j == per {
-			j = 0
-		}
+		j, t.txNext = t.txNext, (t.txNext+1)%per
 	}
 	return 0, false
 }
 
 // reap takes the frames the kernel has finished sending off the completion
-// ring, which the interface's ranks share, and clears their in-flight
-// words, whoever's they are. When another rank holds the ring's lock, it is
+// ring, which the interface's ranks share, and counts each off its slot's
+// word, whoever's the slot is. When another rank holds the ring's lock, it is
 // reaping: reap returns at once.
 func (t *Transport) reap() {
 	if !t.comp.waiting() {
