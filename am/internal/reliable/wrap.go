@@ -19,7 +19,7 @@ const drainBudget = 1024
 // peer over tr, which may lose, reorder and duplicate packets (its Caps().Ordered
 // or Reliable is false), using an Engine configured by cfg. cfg.Peers and
 // cfg.Self are taken from tr; zero fields take the defaults. clock reads the
-// time (nil: time.Now).
+// time (nil: the monotonic clock, read as time.Now's monotonic part).
 //
 // The result's Caps: Ordered and Reliable true, QueueBytes 0 (it edits packets' headers), MaxPacket tr's less the 8-byte sequence extension (wire.SeqExtLen), no Put, Name
 // tr's name with "+reliable", Wakeup and BufferBytes tr's. Send returns transport.ErrWouldBlock when Window

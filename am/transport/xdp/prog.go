@@ -129,10 +129,8 @@ func attach(ifindex int, ifname string, etherType uint16, mode string, ranks int
 			}
 			break
 		}
-		if i+1 < len(modes) && (errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ERANGE) ||
-			errors.Is(err, ebpf.ErrNotSupported)) {
-			continue
-		}
+		// Otherwise the next mode may work where this one does not (no
+		// driver XDP, an MTU too large for it): auto tries generic.
 	}
 	a.close()
 	if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST) {
