@@ -293,12 +293,12 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 // envelope packs (context, source, tag, sequence, flags) into three arguments.
 // envelope returns a message's envelope arguments (proto.Envelope).
 func envelope(ctx uint32, src int, tag int, seq uint32, flags uint64) (a0, a1, a2 uint64) {
-	return proto.Envelope{Context: ctx, Source: int32(src), Tag: int32(tag), Seq: seq, Flags: flags}.Args()
+	return proto.Envelope{Envelope: match.Envelope{Context: ctx, Source: int32(src), Tag: int32(tag), Seq: seq}, Flags: flags}.Args()
 }
 
 // matchEnvelope is what the matching engine matches e on.
 func matchEnvelope(e proto.Envelope) match.Envelope {
-	return match.Envelope{Context: e.Context, Source: e.Source, Tag: e.Tag, Seq: e.Seq}
+	return e.Envelope
 }
 
 func (p *proc) newMsg() *inMsg {
@@ -327,7 +327,7 @@ func (p *proc) eagerArrived(tok *handlers.Token, a []uint64, payload []byte, sig
 		p.dropped(fmt.Errorf("eager message from rank %d: %w", tok.Source(), err))
 		return
 	}
-	env := matchEnvelope(pe)
+	env := pe.Envelope
 	p.mu.Lock()
 	if r, ok := p.eng.ArrivePosted(env); ok {
 		// The common case (a receive waits for this message): no message
@@ -488,15 +488,22 @@ func (p *proc) completeEagerLocked(r *reqState, payload []byte, env match.Envelo
 	} else {
 		n = copy(r.buf, payload)
 	}
-	st := Status{Source: int(env.Source), Tag: int(env.Tag), Bytes: n, Piggyback: pb, HasPiggyback: hasPB}
+	var err error
 	if len(payload) > r.size() {
-		st.Err = fmt.Errorf("%w: message of %d bytes from rank %d, tag %d, into a buffer of %d", ErrTruncate, len(payload), env.Source, env.Tag, r.size())
+		err = fmt.Errorf("%w: message of %d bytes from rank %d, tag %d, into a buffer of %d", ErrTruncate, len(payload), env.Source, env.Tag, r.size())
 	} else if notReady {
-		st.Err = fmt.Errorf("%w (from rank %d, tag %d)", ErrReadyNotPosted, env.Source, env.Tag)
+		err = fmt.Errorf("%w (from rank %d, tag %d)", ErrReadyNotPosted, env.Source, env.Tag)
 	} else if hasSig {
-		st.Err = p.sigErr(r, n, sig, hasSig, envelopeInfo{int(env.Source), int(env.Tag)})
+		err = p.sigErr(r, n, sig, hasSig, envelopeInfo{int(env.Source), int(env.Tag)})
 	}
-	r.complete(st)
+	// The status written field by field, in place: a Status built in a
+	// local and assigned whole is copied with 16-byte moves that wait for
+	// the narrower stores that built it (a store-forwarding stall on the
+	// receive path of every eager message).
+	st := &r.status
+	st.Source, st.Tag, st.Err, st.Bytes = int(env.Source), int(env.Tag), err, n
+	st.Cancelled, st.Piggyback, st.HasPiggyback = false, pb, hasPB
+	r.completed()
 }
 
 func (p *proc) queueLocked(d deferred) {

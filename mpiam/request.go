@@ -260,6 +260,12 @@ func (r *reqState) complete(st Status) {
 		st.Bytes = r.size()
 	}
 	r.status = st
+	r.completed()
+}
+
+// completed publishes the completion of r, whose status is written: it runs
+// the completion callback, then sets the done flag.
+func (r *reqState) completed() {
 	if r.onDone != nil {
 		r.onDone(r)
 	}

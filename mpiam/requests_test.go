@@ -2,6 +2,7 @@ package mpiam
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 )
 
@@ -581,5 +582,15 @@ func (afterWaitTool) Before(*Event) {}
 func (f afterWaitTool) After(e *Event) {
 	if e.Call == CallWait {
 		f(e.Request)
+	}
+}
+
+// The eager receive's completion (proc.completeEagerLocked) writes every
+// field of Status in place rather than assigning a whole one: a field added
+// to Status must be set there too, or a recycled request would report the
+// last operation's value.
+func TestStatusFieldsSetInPlace(t *testing.T) {
+	if n := reflect.TypeFor[Status]().NumField(); n != 7 {
+		t.Fatalf("Status has %d fields; completeEagerLocked sets 7: set the new ones there and update this count", n)
 	}
 }

@@ -5,10 +5,12 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/amgo-hpc/amgo/mpiam/internal/match"
 )
 
 func TestEnvelopeLayout(t *testing.T) {
-	e := Envelope{Context: 7, Source: 3, Tag: 42, Seq: 9, Flags: FlagSync}
+	e := Envelope{match.Envelope{Context: 7, Source: 3, Tag: 42, Seq: 9}, FlagSync}
 	a0, a1, a2 := e.Args()
 	require.Equal(t, uint64(7)<<32|3, a0)
 	require.Equal(t, uint64(9)<<32|42, a1)
@@ -24,7 +26,7 @@ func TestEnvelopeLayout(t *testing.T) {
 }
 
 func TestRoundTrips(t *testing.T) {
-	rts := RTS{Env: Envelope{Context: 2, Source: 1, Tag: 0, Seq: 1 << 31, Flags: FlagReady}, Size: 1 << 40, SendID: 77, Addr: 0xdead000}
+	rts := RTS{Env: Envelope{match.Envelope{Context: 2, Source: 1, Tag: 0, Seq: 1 << 31}, FlagReady}, Size: 1 << 40, SendID: 77, Addr: 0xdead000}
 	r, err := ParseRTS(rts.Append(nil))
 	require.NoError(t, err)
 	require.Equal(t, rts, r)
@@ -51,7 +53,7 @@ func TestRoundTrips(t *testing.T) {
 
 // What no correct sender writes is refused, with ErrMalformed.
 func TestMalformedMessagesAreRefused(t *testing.T) {
-	env := Envelope{Context: 2, Source: 1}.Append(nil)
+	env := Envelope{Envelope: match.Envelope{Context: 2, Source: 1}}.Append(nil)
 	for name, f := range map[string]func() error{
 		"short envelope":   func() error { _, err := ParseEnvelope([]uint64{1, 2}); return err },
 		"negative source":  func() error { _, err := ParseEnvelope([]uint64{uint64(math.MaxUint32), 0, 0}); return err },
