@@ -67,6 +67,7 @@ func (b *bsendBuffer) take(r *reqState) (*reqState, error) {
 		copy(data, r.buf)
 	}
 	ir, _ := r.comm.newSend(data, r.peer, r.tag, Standard, false)
+	ir.useCold()
 	ir.bblock = blk
 	ir.onDone = b.release
 	return ir, nil

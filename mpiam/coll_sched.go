@@ -81,7 +81,7 @@ func (n *nbc) Post(i int, op *sched.Op) error {
 		r, _ = n.x.c.p.states.get(false)
 		n.msgs[i] = r
 	} else {
-		*r = reqState{}
+		r.reset()
 	}
 	cc := n.x.cc
 	r.p, r.comm, r.peer, r.tag, r.buf, r.onDone, r.coll = cc.p, cc, op.Peer, n.x.tag+op.Tag, op.Buf, stepDone, n
@@ -91,6 +91,7 @@ func (n *nbc) Post(i int, op *sched.Op) error {
 	if op.Kind == sched.SendOp {
 		r.kind, r.mode = kindSend, Standard
 		if n.x.pb != nil {
+			r.useCold()
 			r.pbOut, r.hasPBOut = n.x.outgoing()
 		}
 		return cc.p.startSend(r)

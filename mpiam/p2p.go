@@ -86,6 +86,7 @@ func (p *proc) startSend(r *reqState) error {
 	}
 	var addr uint64
 	if rndv {
+		r.useCold()
 		if r.lay == nil {
 			addr = p.offerAddr(world, r.buf)
 		} else if n := r.size(); n <= typedChunk && p.ep.CanGet(world, n) {
@@ -738,6 +739,7 @@ func (c *Comm) sendPB(buf []byte, dest, tag int, pb uint64, hasPB, exchange bool
 		return p.sendEager(c, buf, dest, tag, Standard, pb, hasPB)
 	}
 	r, _ := c.newSend(buf, dest, tag, Standard, false)
+	r.useCold()
 	r.pbOut, r.hasPBOut = pb, hasPB
 	err := p.startSend(r)
 	if err == nil {

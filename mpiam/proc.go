@@ -281,7 +281,7 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 			return nil, err
 		}
 	}
-	p.sentDone = &reqState{p: p, kind: kindSend, shared: true}
+	p.sentDone = &reqState{reqHot: reqHot{p: p, kind: kindSend, shared: true}}
 	p.sentDone.done.Store(true)
 	p.world = p.newComm(0, ep.Rank(), ep.Size(), nil)
 	// With a progress goroutine (AMGO_PROGRESS), deferred protocol work

@@ -101,7 +101,7 @@ func (c *reqCache) popLocked() *reqState {
 // keeps it for reuse. The caller guarantees that nothing references s any
 // more.
 func (c *reqCache) put(s *reqState) {
-	*s = reqState{}
+	s.reset()
 	if c.mu.Sequential() {
 		if len(c.free) < reqCacheMax {
 			c.free = append(c.free, s)
@@ -143,7 +143,7 @@ func (b *stateBatch) flush() {
 // putAll keeps the states of reported nonblocking calls for reuse (see put).
 func (c *reqCache) putAll(ss []*reqState) {
 	for _, s := range ss {
-		*s = reqState{}
+		s.reset()
 	}
 	c.mu.Lock()
 	for _, s := range ss {

@@ -18,7 +18,7 @@ func TestStateBatchReturnsToOwnRank(t *testing.T) {
 		if i%2 == 1 {
 			p = b
 		}
-		batch.add(&reqState{p: p, tag: i})
+		batch.add(&reqState{reqHot: reqHot{p: p, tag: i}})
 	}
 	batch.add(nil) // a request that keeps its state adds nothing
 	batch.flush()

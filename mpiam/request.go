@@ -189,20 +189,60 @@ func (r *Request) start() error { return r.state().start() }
 
 // reqState is a nonblocking operation's state behind its Request handle; the
 // blocking calls use one from the pool directly.
+//
+// The fields an eager message's send or receive touches (reqHot) come first,
+// on the state's first three cache lines; the rendezvous, buffered-send,
+// tool and typed-data fields (reqCold) follow, and a state is recycled
+// (reset) without touching them unless its operation wrote them (useCold).
+// A window of 64 receives in flight touches 64 states: states whose every
+// line was written, twice, overflowed the first-level cache.
 type reqState struct {
-	p    *proc
-	kind reqKind
-	mode Mode
-	comm *Comm
-	peer int // destination or source as given (comm rank, AnySource, ProcNull)
-	tag  int
-	buf  []byte
+	reqHot
+	reqCold
+}
 
-	done   doneFlag
-	status Status
+// reqHot is the part of a reqState that every operation uses.
+type reqHot struct {
+	p          *proc
+	kind       reqKind
+	mode       Mode
+	reported   bool // completion reported by Wait/Test: now null
+	persistent bool
+	active     bool // persistent: started and not yet completed
+	// shared marks a rank's sentDone: the state of every eager send that
+	// completed in its call, complete from the start, never reported,
+	// recycled or changed (Request.sentStatus has each one's status).
+	shared bool
+	hasSig bool
+	// coldUsed: a reqCold field may have been written (useCold), so reset
+	// zeroes that part too.
+	coldUsed bool
+	done     doneFlag
+	comm     *Comm
+	peer     int // destination or source as given (comm rank, AnySource, ProcNull)
+	tag      int
+	buf      []byte
+
 	handle match.PostedHandle // a posted receive not matched yet
-	seg    am.Segment         // rendezvous receive: the registered buffer
-	id     uint64             // rendezvous: id in proc.reqs
+	onDone func(*reqState)
+	coll   *nbc // a nonblocking or persistent collective's operation (kind coll)
+	// Typed buffers (datatype.go): lay is the layout of non-contiguous
+	// data within buf (nil: buf is the data).
+	lay *layout
+	// Type checking (typecheck.go, AMGO_CHECK_TYPES): a send's signature
+	// hash, or the hash the matched message carried (hasSig).
+	sig uint64
+
+	status Status
+}
+
+// reqCold is the part of a reqState that only rendezvous transfers, buffered
+// sends, tools' values and type checking use. Code that writes a field of it
+// calls useCold first; race builds check that at every reset.
+type reqCold struct {
+	rtype msgType    // type checking: a receive's type
+	seg   am.Segment // rendezvous receive: the registered buffer
+	id    uint64     // rendezvous: id in proc.reqs
 
 	// Rendezvous transfer (rndv.go), under proc.mu: parts still to finish,
 	// the first failure, the peer's piggybacked value.
@@ -210,37 +250,34 @@ type reqState struct {
 	xferErr   error
 	xferPB    uint64
 	xferHasPB bool
+	hasPBOut  bool
 	bblock    bsendBlock // buffered send: space in the attached buffer
-	reported  bool       // completion reported by Wait/Test: now null
 
-	pbOut    uint64 // value to piggyback instead of the tool's current one (hasPBOut)
-	hasPBOut bool
+	pbOut uint64 // value to piggyback instead of the tool's current one (hasPBOut)
 
-	persistent bool
-	active     bool // persistent: started and not yet completed
-	// shared marks a rank's sentDone: the state of every eager send that
-	// completed in its call, complete from the start, never reported,
-	// recycled or changed (Request.sentStatus has each one's status).
-	shared bool
-	onDone func(*reqState)
-	coll   *nbc // a nonblocking or persistent collective's operation (kind coll)
-
-	// Type checking (typecheck.go, AMGO_CHECK_TYPES): a send's signature
-	// hash, or the hash the matched message carried; a receive's type.
-	sig    uint64
-	hasSig bool
-	rtype  msgType
-
-	// Typed buffers (datatype.go): lay is the layout of non-contiguous
-	// data within buf (nil: buf is the data). A rendezvous receive of such
-	// data stages it in bounce: the store path asks the sender for one
-	// chunk at a time, at being the packed bytes asked for so far and ask
-	// the last chunk's size.
-	lay        *layout
+	// A rendezvous receive of non-contiguous data stages it in bounce: the
+	// store path asks the sender for one chunk at a time, at being the
+	// packed bytes asked for so far and ask the last chunk's size.
 	bounce     []byte
 	at, ask    int
 	end        int    // the packed bytes the receive takes
 	peerSendID uint64 // the sender's request id, for further clear-to-sends
+}
+
+// useCold marks that r's operation writes reqCold fields, which reset must
+// then zero. Call it before the first such write.
+func (r *reqState) useCold() { r.coldUsed = true }
+
+// reset zeroes r for reuse, dropping what it references: the reqCold part
+// only when useCold was called. Race builds check that it was whenever a
+// reqCold field is set.
+func (r *reqState) reset() {
+	if r.coldUsed {
+		r.reqCold = reqCold{}
+	} else if checkCold {
+		checkColdZero(r)
+	}
+	r.reqHot = reqHot{}
 }
 
 // size is the request's data in bytes (packed bytes for a typed layout).

@@ -173,6 +173,7 @@ func (p *proc) planRndvLocked(r *reqState, m *inMsg, env match.Envelope) rndvPla
 		return p.planTypedLocked(r, m, n)
 	}
 	t := planTransfer(n, m.addr != 0, m.addr != 0 && p.ep.CanGet(m.src, n), p.rndvSplit)
+	r.useCold()
 	r.parts, r.xferErr, r.xferPB, r.xferHasPB = t.recvParts, nil, 0, false
 	var plan rndvPlan
 	plan.args.SendID = m.sendID

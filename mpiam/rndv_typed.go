@@ -67,6 +67,7 @@ func putChunk(b []byte) {
 func (p *proc) planTypedLocked(r *reqState, m *inMsg, n int) rndvPlan {
 	var plan rndvPlan
 	plan.args.SendID = m.sendID
+	r.useCold()
 	r.parts, r.xferErr, r.xferPB, r.xferHasPB = 1, nil, 0, false
 	if m.addr != 0 && p.ep.CanGet(m.src, n) {
 		plan.pull = true

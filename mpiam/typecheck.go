@@ -73,6 +73,7 @@ func (r *reqState) setType(mt msgType) {
 		r.sig, r.hasSig = mt.t.PackedHash(mt.count), true
 		return
 	}
+	r.useCold()
 	r.rtype = mt
 }
 
