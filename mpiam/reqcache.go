@@ -3,12 +3,11 @@ package mpiam
 import (
 	"sync"
 
-	"github.com/amgo-hpc/amgo/internal/cacheline"
 	"github.com/amgo-hpc/amgo/internal/locks"
 )
 
-// reqCacheMax is the most idle operation states a rank keeps for reuse (about
-// 256 bytes each): more than osu_bw's window of 64 sends or receives, so a
+// reqCacheMax is the most idle operation states a rank keeps for reuse (384
+// bytes each): more than osu_bw's window of 64 sends or receives, so a
 // windowed stream allocates none, and a burst of many more returns its surplus
 // to the garbage collector.
 const reqCacheMax = 1024
@@ -33,6 +32,29 @@ type reqCache struct {
 	mu      locks.Mutex // a plain flag at a single-threaded level
 	free    []*reqState // idle states of nonblocking calls
 	handles []Request   // the current slab's unused handles
+	slab    []reqState  // the current slab's unused states (under slabMu)
+	slabMu  sync.Mutex  // newState runs outside mu
+}
+
+// stateSlab is how many operation states are allocated at once: 96 × 384
+// bytes, past the 32 KiB above which Go allocates an object on pages of its
+// own with nothing before it (smaller objects that hold pointers start 8
+// bytes into their slot), so that every state starts a cache line and its
+// hot part (reqHot) takes three whole lines, and a window of states in
+// flight is contiguous rather than spread over padded single allocations.
+const stateSlab = 96
+
+// newState returns a zeroed state from the current slab, starting a new one
+// when it is spent.
+func (c *reqCache) newState() *reqState {
+	c.slabMu.Lock()
+	if len(c.slab) == 0 {
+		c.slab = make([]reqState, stateSlab)
+	}
+	s := &c.slab[0]
+	c.slab = c.slab[1:]
+	c.slabMu.Unlock()
+	return s
 }
 
 // get returns a zeroed state and, with handle, a new handle for it (nil
@@ -49,7 +71,7 @@ func (c *reqCache) get(handle bool) (*reqState, *Request) {
 			s, _ = c.pool.Get().(*reqState)
 		}
 		if s == nil {
-			s = cacheline.New[reqState]() // see internal/cacheline: goroutine ranks share one heap
+			s = c.newState()
 		}
 		return s, nil
 	}
@@ -58,7 +80,7 @@ func (c *reqCache) get(handle bool) (*reqState, *Request) {
 	h := c.handleLocked()
 	c.mu.Unlock()
 	if s == nil {
-		s = cacheline.New[reqState]()
+		s = c.newState()
 	}
 	h.s = s
 	return s, h

@@ -199,7 +199,13 @@ func (r *Request) start() error { return r.state().start() }
 type reqState struct {
 	reqHot
 	reqCold
+	_ [reqPad]byte
 }
+
+// reqPad rounds a reqState up to 384 bytes on 64-bit platforms, so that the
+// states of a slab (reqCache.newState) each start a cache line;
+// TestReqStateLayout checks it.
+const reqPad = 40
 
 // reqHot is the part of a reqState that every operation uses.
 type reqHot struct {

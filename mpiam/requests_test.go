@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"unsafe"
 )
 
 // A message longer than the receive buffer fills the buffer, writes nothing
@@ -592,5 +593,26 @@ func (f afterWaitTool) After(e *Event) {
 func TestStatusFieldsSetInPlace(t *testing.T) {
 	if n := reflect.TypeFor[Status]().NumField(); n != 7 {
 		t.Fatalf("Status has %d fields; completeEagerLocked sets 7: set the new ones there and update this count", n)
+	}
+}
+
+// A request state's hot part fits its first three cache lines and the whole
+// state is a multiple of a line, so that the states of a slab each start a
+// line (reqCache.newState; 64-bit platforms).
+func TestReqStateLayout(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("layout is tuned for 64-bit platforms")
+	}
+	if n := unsafe.Sizeof(reqHot{}); n > 192 {
+		t.Errorf("reqHot is %d bytes, more than three cache lines", n)
+	}
+	if n := unsafe.Sizeof(reqState{}); n%64 != 0 {
+		t.Errorf("reqState is %d bytes, not a multiple of 64: adjust reqPad", n)
+	}
+	var c reqCache
+	for range 2 * stateSlab {
+		if a := uintptr(unsafe.Pointer(c.newState())); a%64 != 0 {
+			t.Fatalf("state at %#x does not start a cache line", a)
+		}
 	}
 }

@@ -202,7 +202,8 @@ type Engine[R, M any] struct {
 
 	slots       []*recvNode[R, M] // every receive node ever made, by slot
 	freeRecvs   []*recvNode[R, M]
-	freeMsgs    *msgNode[R, M] // linked through next[0]
+	recvSlab    []recvNode[R, M] // the current slab's unused nodes
+	freeMsgs    *msgNode[R, M]   // linked through next[0]
 	freeBuckets *tagBucket[R, M]
 	idleHead    *tagBucket[R, M] // empty buckets still in their maps, oldest first
 	idleTail    *tagBucket[R, M]
@@ -214,6 +215,12 @@ type Engine[R, M any] struct {
 	nPosted, nUnexp, nHeld   int
 	attempts, matchesCounted uint64
 }
+
+// recvSlab is how many receive nodes are allocated at once: a window of
+// receives in flight then sits in a few contiguous lines rather than in
+// single allocations scattered over the heap. The engine serves one rank, so
+// its nodes need no padding against another's.
+const recvSlab = 32
 
 // New returns an empty engine.
 func New[R, M any]() *Engine[R, M] {
@@ -688,7 +695,11 @@ func (e *Engine[R, M]) newRecv() *recvNode[R, M] {
 		e.freeRecvs = e.freeRecvs[:n-1]
 		return x
 	}
-	x := cacheline.New[recvNode[R, M]]()
+	if len(e.recvSlab) == 0 {
+		e.recvSlab = make([]recvNode[R, M], recvSlab)
+	}
+	x := &e.recvSlab[0]
+	e.recvSlab = e.recvSlab[1:]
 	x.slot, x.gen = uint32(len(e.slots)), 1
 	e.slots = append(e.slots, x)
 	return x
