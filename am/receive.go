@@ -170,7 +170,7 @@ func (ep *Endpoint) deliver(src int, pkt []byte) {
 // or retain.
 func (ep *Endpoint) deliverImmediate(src int, pkt []byte) {
 	rx := &ep.rx
-	h, nargs, payload, err := wire.DecodeImmediate(pkt, &rx.args)
+	h, args, payload, err := wire.DecodeImmediate(pkt, &rx.args)
 	if err != nil {
 		ep.drop(fmt.Errorf("am: packet from rank %d: %w", src, err))
 		return
@@ -184,7 +184,7 @@ func (ep *Endpoint) deliverImmediate(src int, pkt []byte) {
 	rx.c.bytes += uint64(len(payload))
 	rx.tok.BeginImmediate((*replier)(ep), src)
 	rx.kind = wire.KindRequestImmediate
-	ep.dispatch(h, rx.args[:nargs], payload)
+	ep.dispatch(h, args, payload)
 }
 
 func (ep *Endpoint) dispatch(idx uint8, args []uint64, payload []byte) {

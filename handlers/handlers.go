@@ -42,7 +42,8 @@ const AnyArgs = -1
 // arguments; payload is its data: for a medium request or reply, bytes in the
 // receive buffer valid only until the handler returns (Token.Retain keeps them);
 // for a store, the destination region in registered memory. args is valid only
-// until the handler returns.
+// until the handler returns and is read-only: it may lie in the network's
+// receive buffer.
 type Func func(tok *Token, args []uint64, payload []byte)
 
 // Entry is one registration.

@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"unsafe"
 )
 
 // Version is the header version this package writes and the only one it accepts.
@@ -244,11 +245,14 @@ const noPayload = 1<<KindRequestShort | 1<<KindReplyShort | 1<<KindAck | 1<<Kind
 // Decode never panics and does not allocate on success.
 func Decode(pkt []byte, h *Header, args *[MaxArgs]uint64) (payload []byte, err error) {
 	if IsImmediate(pkt) {
-		handler, nargs, payload, err := DecodeImmediate(pkt, args)
+		handler, a, payload, err := DecodeImmediate(pkt, args)
 		if err != nil {
 			return nil, err
 		}
-		*h = Header{Kind: KindRequestImmediate, Handler: handler, NArgs: nargs, Len: uint32(len(payload))}
+		if len(a) > 0 && &a[0] != &args[0] {
+			copy(args[:], a) // Decode's arguments are always args'
+		}
+		*h = Header{Kind: KindRequestImmediate, Handler: handler, NArgs: uint8(len(a)), Len: uint32(len(payload))}
 		return payload, nil
 	}
 	if len(pkt) < HeaderLen {
@@ -353,27 +357,36 @@ func EncodeImmediate(b []byte, handler uint8, args []uint64, payloadLen int) int
 }
 
 // DecodeImmediate parses an immediate request: its handler index, its
-// arguments (into args) and its payload, which the packet holds exactly.
-// Errors (wrapped with detail): ErrShort, ErrVersion, ErrKind (not an
-// immediate request), ErrArgs, ErrLength. It never panics and does not
-// allocate on success.
-func DecodeImmediate(pkt []byte, args *[MaxArgs]uint64) (handler, nargs uint8, payload []byte, err error) {
+// arguments and its payload, which the packet holds exactly. On a
+// little-endian machine, when the arguments sit 8-byte aligned in pkt (a
+// shared-memory ring's records do), args aliases pkt and is valid as long
+// as pkt is; otherwise the arguments are copied into scratch and args is a
+// slice of it. Errors (wrapped with detail): ErrShort, ErrVersion, ErrKind
+// (not an immediate request), ErrArgs, ErrLength. It never panics and does
+// not allocate.
+func DecodeImmediate(pkt []byte, scratch *[MaxArgs]uint64) (handler uint8, args []uint64, payload []byte, err error) {
 	if len(pkt) >= ImmediateHeaderLen {
 		// Every check at once on the common path; decodeImmediateErr says
 		// which failed.
 		w0 := binary.LittleEndian.Uint64(pkt)
-		nargs = uint8(w0 >> 24)
+		nargs := uint8(w0 >> 24)
 		n := ImmediateHeaderLen + 8*int(nargs)
 		if uint16(w0) == uint16(Version)|uint16(KindRequestImmediate)<<8 && nargs <= MaxArgs &&
 			n <= len(pkt) && uint64(len(pkt)-n) == w0>>32 {
-			a := pkt[ImmediateHeaderLen:n]
-			for i := range args[:nargs] {
-				args[i] = binary.LittleEndian.Uint64(a[8*i : 8*i+8])
+			if nargs == 0 {
+				return uint8(w0 >> 16), nil, pkt[n:], nil
 			}
-			return uint8(w0 >> 16), nargs, pkt[n:], nil
+			if p := unsafe.Pointer(&pkt[ImmediateHeaderLen]); nativeLittleEndian && uintptr(p)&7 == 0 {
+				return uint8(w0 >> 16), unsafe.Slice((*uint64)(p), nargs), pkt[n:], nil
+			}
+			a := pkt[ImmediateHeaderLen:n]
+			for i := range scratch[:nargs] {
+				scratch[i] = binary.LittleEndian.Uint64(a[8*i : 8*i+8])
+			}
+			return uint8(w0 >> 16), scratch[:nargs], pkt[n:], nil
 		}
 	}
-	return 0, 0, nil, decodeImmediateErr(pkt)
+	return 0, nil, nil, decodeImmediateErr(pkt)
 }
 
 // decodeImmediateErr is the error DecodeImmediate returns for pkt, which

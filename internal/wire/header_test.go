@@ -2,6 +2,7 @@ package wire
 
 import (
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -198,11 +199,23 @@ func TestImmediateRoundTrip(t *testing.T) {
 	pkt := append(b[:n:n], 'x', 'y', 'z')
 
 	var a [MaxArgs]uint64
-	handler, nargs, payload, err := DecodeImmediate(pkt, &a)
+	handler, got, payload, err := DecodeImmediate(pkt, &a)
 	require.NoError(t, err)
 	require.Equal(t, uint8(0xab), handler)
-	require.Equal(t, args, a[:nargs])
+	require.Equal(t, args, got)
 	require.Equal(t, "xyz", string(payload))
+	// Arguments at every alignment: read in place when 8-byte aligned,
+	// copied otherwise, the same values either way.
+	buf := make([]uint64, 8)
+	raw := unsafe.Slice((*byte)(unsafe.Pointer(&buf[0])), 64)
+	for off := range 8 {
+		q := raw[off : off+len(pkt)]
+		copy(q, pkt)
+		_, got, payload, err := DecodeImmediate(q, &a)
+		require.NoError(t, err, "offset %d", off)
+		require.Equal(t, args, got, "offset %d", off)
+		require.Equal(t, "xyz", string(payload), "offset %d", off)
+	}
 
 	var h Header
 	payload, err = Decode(pkt, &h, &a)
