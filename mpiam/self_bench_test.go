@@ -201,3 +201,37 @@ func benchSelfRMA(b *testing.B, put bool) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkIdlePoll measures one look of a blocked call at the network when
+// nothing has arrived: what a waiting rank repeats until a message lands, so
+// that its cost bounds how late an arrival is noticed. Rank 0 waits for a
+// condition that holds after 32 looks (the hot polls of a wait), with an
+// inbound ring from rank 1 attached; ns/op is per look.
+func BenchmarkIdlePoll(b *testing.B) { byLevel(b, benchIdlePoll) }
+
+func benchIdlePoll(b *testing.B, cfg Config) {
+	err := RunLocal(2, cfg, func(w *Comm) error {
+		buf := make([]byte, 1)
+		if w.Rank() == 1 {
+			if err := Send(w, buf, 0, 1); err != nil {
+				return err
+			}
+			return w.Barrier()
+		}
+		if _, err := Recv(w, buf, 1, 1); err != nil {
+			return err
+		}
+		b.ResetTimer()
+		for i := 0; i < b.N; i += 32 {
+			n := 0
+			if err := w.p.waitFor(func() bool { n++; return n > 32 }); err != nil {
+				return err
+			}
+		}
+		b.StopTimer()
+		return w.Barrier()
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}

@@ -395,7 +395,7 @@ type Receiver interface {
 // BurstMax is the most records Take hands over at once from a streaming ring.
 const BurstMax = 8
 
-// Take hands records to r.Deliver(src, rec), in place, advancing past each,
+// Take hands records of c to r.Deliver(src, rec), in place, advancing past each,
 // and returns how many (at most max). When *streak is false (the last look
 // found the ring empty) it hands over one and returns: looking again at once
 // would read the next record's cache line, which the producer holds (it zeroes
@@ -407,8 +407,10 @@ const BurstMax = 8
 // 1/2/4 KiB +9/+10/+28 %; the hardware's stream prefetcher stops at page
 // boundaries).
 // It sets *streak to whether its last look found a record. When it returns 0,
-// Err tells a corrupt ring from an empty one.
-func (c *Consumer) Take(r Receiver, src int, streak *bool, max int) int {
+// Err tells a corrupt ring from an empty one. Take is generic in r's type so
+// that a caller's own receiver interface (transport.Receiver) is called as
+// it is, not converted to Receiver on every call (a run-time itab lookup).
+func Take[R Receiver](c *Consumer, r R, src int, streak *bool, max int) int {
 	n := 0
 	for n < max && n < BurstMax {
 		rec, ok := c.Peek()

@@ -335,18 +335,18 @@ func TestTakeStreaksAndBursts(t *testing.T) {
 	require.NoError(t, err)
 	var got collect
 	streak := false
-	require.Zero(t, c.Take(&got, 0, &streak, 100))
+	require.Zero(t, Take(c, &got, 0, &streak, 100))
 	require.False(t, streak)
 	for i := 0; i < 20; i++ {
 		require.True(t, p.Push([]byte{byte(i)}, nil))
 	}
-	require.Equal(t, 1, c.Take(&got, 0, &streak, 100), "after an empty look: one")
+	require.Equal(t, 1, Take(c, &got, 0, &streak, 100), "after an empty look: one")
 	require.True(t, streak)
-	require.Equal(t, BurstMax, c.Take(&got, 0, &streak, 100), "streaming: a burst")
-	require.Equal(t, 3, c.Take(&got, 0, &streak, 3), "never more than max")
-	require.Equal(t, 8, c.Take(&got, 0, &streak, 100), "the rest")
+	require.Equal(t, BurstMax, Take(c, &got, 0, &streak, 100), "streaming: a burst")
+	require.Equal(t, 3, Take(c, &got, 0, &streak, 3), "never more than max")
+	require.Equal(t, 8, Take(c, &got, 0, &streak, 100), "the rest")
 	require.True(t, streak)
-	require.Zero(t, c.Take(&got, 0, &streak, 100))
+	require.Zero(t, Take(c, &got, 0, &streak, 100))
 	require.False(t, streak, "an empty look ends the streak")
 	require.Len(t, got, 20)
 	for i, rec := range got {

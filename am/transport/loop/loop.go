@@ -200,7 +200,7 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 		if t.next++; t.next >= nact {
 			t.next = 0
 		}
-		n += in.c.Take(r, in.src, &t.streak[in.src], max-n)
+		n += ring.Take(in.c, r, in.src, &t.streak[in.src], max-n)
 	}
 	return n, nil
 }

@@ -495,7 +495,7 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 			t.next = 0
 		}
 		src, c := in.src, in.c
-		got := c.Take(r, src, &t.streak[src], max-n)
+		got := ring.Take(c, r, src, &t.streak[src], max-n)
 		if got == 0 {
 			if err := c.Err(); err != nil {
 				return n, transport.PeerErrorf(src, "shm: rank %d's ring from rank %d: %v", t.rank, src, err)
