@@ -401,7 +401,9 @@ func (p *proc) pullInHandler(tok *handlers.Token, d deferred) {
 // receivers' gets, and the stores of rendezvous data whose address has
 // arrived. Any goroutine that waits in MPI runs it; each item runs once.
 func (p *proc) runDeferred() {
-	p.runWorkQueue()
+	if p.hasWork.Load() || p.throttleOff.Load() { // the common case, nothing queued, without a call
+		p.runWorkQueue()
+	}
 	if e := &p.nbc; e.pending.Load() || e.nUntil.Load() > 0 || e.nAreas.Load() > 0 {
 		p.progressColls() // after the queue, whose work may complete their steps
 	}

@@ -207,6 +207,7 @@ type Engine[R, M any] struct {
 	freeBuckets *tagBucket[R, M]
 	idleHead    *tagBucket[R, M] // empty buckets still in their maps, oldest first
 	idleTail    *tagBucket[R, M]
+	pendIdle    *tagBucket[R, M] // the bucket that emptied last, idle but not yet listed (releaseIfEmpty)
 	nIdle       int
 	maxIdle     int               // maxIdleBuckets; tests lower it
 	scratch     []*recvNode[R, M] // reused by the Drop functions
@@ -636,14 +637,29 @@ func (e *Engine[R, M]) newBucket(c *context[R, M], k uint64) *tagBucket[R, M] {
 	return b
 }
 
-// releaseIfEmpty puts b on the idle list once neither of its lists holds
-// anything, and returns the oldest idle bucket to the pool if there are too
-// many.
+// releaseIfEmpty marks b idle once neither of its lists holds anything. The
+// bucket that emptied last waits in pendIdle rather than on the idle list,
+// and goes on the list only when another bucket empties: a bucket that
+// empties and fills again in turn (a ping-pong's, one receive at a time)
+// then costs no list operations. When there are too many idle buckets the
+// oldest on the list returns to the pool.
 func (e *Engine[R, M]) releaseIfEmpty(b *tagBucket[R, M]) {
 	if b.recvs.n != 0 || b.msgs.n != 0 || b.idle {
 		return
 	}
 	b.idle = true
+	e.nIdle++
+	if p := e.pendIdle; p != nil {
+		e.linkIdle(p)
+	}
+	e.pendIdle = b
+	if e.nIdle > e.maxIdle && e.idleHead != nil {
+		e.freeBucket(e.idleHead)
+	}
+}
+
+// linkIdle appends b, idle and counted, to the idle list.
+func (e *Engine[R, M]) linkIdle(b *tagBucket[R, M]) {
 	b.idleNext = nil
 	b.idlePrev = e.idleTail
 	if e.idleTail != nil {
@@ -652,15 +668,17 @@ func (e *Engine[R, M]) releaseIfEmpty(b *tagBucket[R, M]) {
 		e.idleHead = b
 	}
 	e.idleTail = b
-	e.nIdle++
-	if e.nIdle > e.maxIdle {
-		e.freeBucket(e.idleHead)
-	}
 }
 
-// wake takes b off the idle list: it is about to receive an item.
+// wake makes b busy again: it is about to receive an item.
 func (e *Engine[R, M]) wake(b *tagBucket[R, M]) {
 	if !b.idle {
+		return
+	}
+	b.idle = false
+	e.nIdle--
+	if e.pendIdle == b {
+		e.pendIdle = nil
 		return
 	}
 	if b.idlePrev != nil {
@@ -673,8 +691,7 @@ func (e *Engine[R, M]) wake(b *tagBucket[R, M]) {
 	} else {
 		e.idleTail = b.idlePrev
 	}
-	b.idlePrev, b.idleNext, b.idle = nil, nil, false
-	e.nIdle--
+	b.idlePrev, b.idleNext = nil, nil
 }
 
 // freeBucket removes an empty bucket from its map and returns it to the pool.
