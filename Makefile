@@ -9,7 +9,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 RACE_PKGS   := ./am/... ./handlers/... ./flowctl/... ./internal/... ./mpiam/... ./trace/...
 FUZZTIME    ?= 20s
 
-.PHONY: all build test race demo bench bench-scale bench-cluster lint fuzz clean soak cluster
+.PHONY: all build test race demo bench bench-scale bench-cluster pgo lint fuzz clean soak cluster
 
 all: build
 
@@ -37,6 +37,11 @@ demo: build
 # (installed if missing), 3 interleaved repetitions: docs/performance.md.
 bench: build
 	GO=$(GO) BIN=$(BIN) bench/run.sh $(BENCHFLAGS)
+
+# bench/osu/default.pgo, the profile osu is built with (profile-guided
+# optimization), from runs of its small-message tests: docs/performance.md.
+pgo:
+	GO=$(GO) bench/pgo.sh
 
 # 2-node jobs on an emulated cluster (root): amgo beside MPICH and Open MPI
 # across nodes, same node in a 2-node job, two-level collectives.

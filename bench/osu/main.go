@@ -19,6 +19,11 @@
 // iterations (10) up to 8 KiB and 20 (2) above. -i and -x set one count for
 // every size. Send and receive buffers are separate, as in OSU. docs/performance.md
 // says what each test measures.
+//
+// With OSU_CPUPROFILE=prefix in its environment each rank writes a CPU
+// profile of its run to prefix.<pid> (runtime/pprof): bench/pgo.sh makes
+// this directory's default.pgo, the profile Go's profile-guided optimization
+// builds osu with, from such profiles.
 package main
 
 import (
@@ -26,7 +31,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -69,6 +76,14 @@ func main() {
 		usage()
 		os.Exit(2)
 	}
+	if prefix := os.Getenv("OSU_CPUPROFILE"); prefix != "" {
+		stop, err := startProfile(prefix + "." + strconv.Itoa(os.Getpid()))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "osu: %v\n", err)
+			os.Exit(1)
+		}
+		defer stop()
+	}
 	if err := b.run(os.Args[2:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) { // the flag package has printed the usage
 			os.Exit(0)
@@ -76,6 +91,23 @@ func main() {
 		fmt.Fprintf(os.Stderr, "osu %s: %v\n", os.Args[1], err)
 		os.Exit(1)
 	}
+}
+
+// startProfile starts a CPU profile written to path and returns the function
+// that ends it.
+func startProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("CPU profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("CPU profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // network names the transport the job runs over, for titles.
