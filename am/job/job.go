@@ -210,6 +210,10 @@ func Open(cfg am.Config) (*am.Endpoint, error) {
 	// CommSplitType and node-aware collectives whatever the network. Then
 	// what amrun would have done for this rank, if another launcher
 	// started it (tune.go).
+	if err := tuneHeap(); err != nil {
+		_ = boot.Abort(1, oneLine(err))
+		return nil, err
+	}
 	var layout Layout
 	if !boot.IsSingleton() {
 		id, err := NodeID()

@@ -16,7 +16,8 @@ import (
 // What amrun does for its ranks, a rank started by another launcher (MPICH's
 // mpiexec, Slurm's srun) does for itself at Open: a timer slack that keeps
 // the Go runtime's monitor thread off a busy-polling rank's CPU, and a CPU of
-// its own when every rank of its node can have one.
+// its own when every rank of its node can have one. And what every rank
+// does, whoever launched it: a floor under its heap (tuneHeap).
 
 const (
 	// EnvTimerSlack is the timer slack a rank gives itself at Open when its
@@ -26,7 +27,65 @@ const (
 	// EnvBind, when "none", keeps a rank that its launcher did not bind
 	// from binding itself to a CPU at Open.
 	EnvBind = "AMGO_BIND"
+	// EnvHeapFloor is the size of the heap floor a rank keeps (tuneHeap):
+	// bytes, or with a suffix KiB, MiB or GiB; default 32MiB; 0 keeps none.
+	EnvHeapFloor = "AMGO_HEAP_FLOOR"
 )
+
+// defaultHeapFloor is the heap floor when EnvHeapFloor is unset.
+const defaultHeapFloor = 32 << 20
+
+// heapFloor is the floor tuneHeap allocated, kept reachable for the life of
+// the process.
+var heapFloor []byte
+
+// tuneHeap allocates the heap floor EnvHeapFloor names, once per process: a
+// pointer-free object that stays reachable and is never written. Go starts
+// a collection when the heap has grown by GOGC percent (100) of what the
+// last one left live, and at 4 MiB at least; an MPI rank's live heap is
+// small, and a window of nonblocking calls allocates a 24-byte handle per
+// operation (osu bibw over shm: some 300 MB/s), so the collector ran every
+// 12 ms and kept its write barrier on for 40 % of the time. With a floor of
+// F bytes it runs once the heap has grown by F at least. The floor itself
+// costs no memory (its pages come fresh from the kernel, which maps them
+// only when touched, and nothing touches them), but a rank that allocates
+// holds up to about F more bytes of garbage between collections; a heap of
+// gigabytes is collected about as often as without it. Errors:
+// am.ErrConfig for a bad EnvHeapFloor.
+func tuneHeap() error {
+	n := int64(defaultHeapFloor)
+	if v := os.Getenv(EnvHeapFloor); v != "" {
+		var err error
+		if n, err = parseBytes(v); err != nil {
+			return fmt.Errorf("%w: %s=%q: %v", am.ErrConfig, EnvHeapFloor, v, err)
+		}
+	}
+	if n == 0 || heapFloor != nil {
+		return nil
+	}
+	heapFloor = make([]byte, n)
+	return nil
+}
+
+// parseBytes reads a size in bytes: a non-negative integer, optionally
+// followed by KiB, MiB or GiB.
+func parseBytes(v string) (int64, error) {
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
+		if num, ok := strings.CutSuffix(v, u.suffix); ok {
+			v, mult = num, u.m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || n < 0 || n > (1<<40)/mult {
+		return 0, fmt.Errorf("not a size in bytes (a number, optionally followed by KiB, MiB or GiB)")
+	}
+	return n * mult, nil
+}
 
 // kernelDefaultSlack is the timer slack of a process nobody changed (50 µs).
 const kernelDefaultSlack = 50_000

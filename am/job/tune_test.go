@@ -130,6 +130,33 @@ func TestTuneSlack(t *testing.T) {
 	require.Error(t, tuneSlack())
 }
 
+// The heap floor: sizes parse with or without a unit, 0 keeps none, garbage
+// is an am.ErrConfig; the floor, once allocated, stays and is not made twice.
+func TestTuneHeap(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "4096": 4096, "32MiB": 32 << 20, "1 GiB": 1 << 30, "7KiB": 7 << 10} {
+		got, err := parseBytes(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+	for _, in := range []string{"", "-1", "lots", "3MB", "2000000GiB"} {
+		_, err := parseBytes(in)
+		require.Error(t, err, in)
+	}
+	defer func(f []byte) { heapFloor = f }(heapFloor)
+	heapFloor = nil
+	t.Setenv(EnvHeapFloor, "big")
+	require.ErrorIs(t, tuneHeap(), am.ErrConfig)
+	t.Setenv(EnvHeapFloor, "0")
+	require.NoError(t, tuneHeap())
+	require.Nil(t, heapFloor)
+	t.Setenv(EnvHeapFloor, "1MiB")
+	require.NoError(t, tuneHeap())
+	require.Len(t, heapFloor, 1<<20)
+	t.Setenv(EnvHeapFloor, "")
+	require.NoError(t, tuneHeap())
+	require.Len(t, heapFloor, 1<<20, "made once per process")
+}
+
 // Ranks started by MPICH's mpiexec, which neither binds them nor sets
 // their timer slack, do both themselves: each gets the slack amrun gives
 // and, when each can have one, a CPU of its own.
