@@ -373,20 +373,11 @@ func TestWrapWake(t *testing.T) {
 	}
 }
 
-// batchingTr counts the Holds and Flushes passed to it.
-type batchingTr struct {
-	transport.Transport
-	holds, flushes int
-}
-
-func (b *batchingTr) Hold()        { b.holds++ }
-func (b *batchingTr) Flush() error { b.flushes++; return nil }
-
 // The layer is a transport.Batcher that passes Hold and Flush on to a
 // network that batches, and does nothing over one that does not.
 func TestWrapPassesBatchingOn(t *testing.T) {
 	_, raw := newLossyJob(2, 1, 0, 0, 0)
-	bt := &batchingTr{Transport: raw[0]}
+	bt := &transporttest.Batching{Transport: raw[0]}
 	w, err := Wrap(bt, Config{}, nil)
 	require.NoError(t, err)
 	defer w.Close()
@@ -394,8 +385,8 @@ func TestWrapPassesBatchingOn(t *testing.T) {
 	require.True(t, ok)
 	b.Hold()
 	require.NoError(t, b.Flush())
-	require.Equal(t, 1, bt.holds)
-	require.Equal(t, 1, bt.flushes)
+	require.EqualValues(t, 1, bt.Holds.Load())
+	require.EqualValues(t, 1, bt.Flushes.Load())
 	plain, err := Wrap(raw[1], Config{}, nil)
 	require.NoError(t, err)
 	defer plain.Close()

@@ -128,24 +128,40 @@ func (c *countPolls) Poll(r transport.Receiver, max int) (int, error) {
 	return c.Transport.Poll(r, max)
 }
 
-// A network between nodes that has been quiet is polled only every so
-// often, and becomes hot again when something is sent over it or it
-// delivers; the node-local network is polled every time.
-func TestColdNetworkIsPolledSeldom(t *testing.T) {
+// twoNodes is rank 0 of a 3-rank job on two nodes: ranks 0 and 1 share a
+// node-local loop network, and a second loop network reaches rank 2 (alone
+// on its node). wrap may wrap rank 0's end of each network before route.New
+// takes them. It returns rank 0's route and rank 2's end of the network
+// between the nodes; everything is closed when the test ends.
+func twoNodes(t *testing.T, wrap func(local, between transport.Transport) (transport.Transport, transport.Transport)) (rt *route.Transport, far transport.Transport) {
+	t.Helper()
 	locals, err := loop.NewJob(2, nil)
 	require.NoError(t, err)
 	alls, err := loop.NewJob(3, nil)
 	require.NoError(t, err)
 	others, err := loop.NewJob(1, nil) // rank 2's node
 	require.NoError(t, err)
-	local, between := &countPolls{Transport: locals[0]}, &countPolls{Transport: alls[0]}
-	rt, err := route.New(0, 3, []route.Net{{T: local, Ranks: []int{0, 1}, Peers: []int{0, 1}}, {T: between, Peers: []int{2}}})
+	local, between := wrap(locals[0], alls[0])
+	rt, err = route.New(0, 3, []route.Net{{T: local, Ranks: []int{0, 1}, Peers: []int{0, 1}}, {T: between, Peers: []int{2}}})
 	require.NoError(t, err)
-	defer rt.Close()
-	defer locals[1].Close()
-	defer alls[1].Close()
-	defer alls[2].Close()
-	defer others[0].Close()
+	t.Cleanup(func() {
+		rt.Close()
+		for _, tr := range []transport.Transport{locals[1], alls[1], alls[2], others[0]} {
+			tr.Close()
+		}
+	})
+	return rt, alls[2]
+}
+
+// A network between nodes that has been quiet is polled only every so
+// often, and becomes hot again when something is sent over it or it
+// delivers; the node-local network is polled every time.
+func TestColdNetworkIsPolledSeldom(t *testing.T) {
+	var local, between *countPolls
+	rt, far := twoNodes(t, func(l, b transport.Transport) (transport.Transport, transport.Transport) {
+		local, between = &countPolls{Transport: l}, &countPolls{Transport: b}
+		return local, between
+	})
 	var rx transporttest.Last
 	poll := func(k int) {
 		for range k {
@@ -170,7 +186,7 @@ func TestColdNetworkIsPolledSeldom(t *testing.T) {
 
 	// A packet from another node keeps it hot while it arrives.
 	poll(300)
-	require.NoError(t, transporttest.SendRetry(alls[2], 0, hdr, nil, nil))
+	require.NoError(t, transporttest.SendRetry(far, 0, hdr, nil, nil))
 	for i := 0; rx.N == 0; i++ {
 		require.Less(t, i, 2048, "the cold turn finds the packet")
 		poll(1)
@@ -394,36 +410,18 @@ func TestWaitIsNeverATimedSliceOnOneNetwork(t *testing.T) {
 	require.Equal(t, 10*time.Second, rec.waits[0], "the node's network was asked to sleep %v first", rec.waits)
 }
 
-// batching counts the Holds and Flushes passed to a network.
-type batching struct {
-	transport.Transport
-	holds, flushes int
-}
-
-func (b *batching) Hold()        { b.holds++ }
-func (b *batching) Flush() error { b.flushes++; return nil }
-
 // Hold and Flush reach every network that is a transport.Batcher, and only
 // those.
 func TestBatcherPassedOn(t *testing.T) {
-	locals, err := loop.NewJob(2, nil)
-	require.NoError(t, err)
-	alls, err := loop.NewJob(3, nil)
-	require.NoError(t, err)
-	others, err := loop.NewJob(1, nil)
-	require.NoError(t, err)
-	between := &batching{Transport: alls[0]}
-	rt, err := route.New(0, 3, []route.Net{{T: locals[0], Ranks: []int{0, 1}, Peers: []int{0, 1}}, {T: between, Peers: []int{2}}})
-	require.NoError(t, err)
-	defer rt.Close()
-	defer locals[1].Close()
-	defer alls[1].Close()
-	defer alls[2].Close()
-	defer others[0].Close()
+	var between *transporttest.Batching
+	rt, _ := twoNodes(t, func(l, b transport.Transport) (transport.Transport, transport.Transport) {
+		between = &transporttest.Batching{Transport: b}
+		return l, between
+	})
 	var b transport.Batcher = rt
 	b.Hold()
 	b.Hold()
 	require.NoError(t, b.Flush())
-	require.Equal(t, 2, between.holds)
-	require.Equal(t, 1, between.flushes)
+	require.EqualValues(t, 2, between.Holds.Load())
+	require.EqualValues(t, 1, between.Flushes.Load())
 }
