@@ -296,11 +296,6 @@ func envelope(ctx uint32, src int, tag int, seq uint32, flags uint64) (a0, a1, a
 	return proto.Envelope{Envelope: match.Envelope{Context: ctx, Source: int32(src), Tag: int32(tag), Seq: seq}, Flags: flags}.Args()
 }
 
-// matchEnvelope is what the matching engine matches e on.
-func matchEnvelope(e proto.Envelope) match.Envelope {
-	return e.Envelope
-}
-
 func (p *proc) newMsg() *inMsg {
 	m := p.msgPool.Get().(*inMsg)
 	*m = inMsg{}

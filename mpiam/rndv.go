@@ -122,7 +122,7 @@ func (p *proc) rtsArrived(tok *handlers.Token, a []uint64, sig uint64, hasSig bo
 		p.dropped(fmt.Errorf("from rank %d: %w", tok.Source(), err))
 		return
 	}
-	env := matchEnvelope(rts.Env)
+	env := rts.Env.Envelope
 	m := p.newMsg()
 	m.rndv = true
 	m.flags = rts.Env.Flags

@@ -522,3 +522,29 @@ func BenchmarkPack(b *testing.B) {
 		})
 	}
 }
+
+// A run of 8-byte blocks with a negative stride (an hvector walking down
+// from displacement 64) packs and unpacks the blocks in its order, as Walk
+// visits them: the word-moving path checks the lowest and highest block.
+func TestPackNegativeStrideWords(t *testing.T) {
+	hv, err := Hvector(4, 1, -16, Basic(Float64))
+	require.NoError(t, err)
+	ty, err := Struct([]int64{1}, []int64{64}, []*Type{hv})
+	require.NoError(t, err)
+	mem := make([]byte, 80)
+	for i := range mem {
+		mem[i] = byte(i)
+	}
+	var want []byte
+	ty.Walk(1, 0, ty.Size(), func(off, n int64) bool { want = append(want, mem[off:off+n]...); return true })
+	require.Len(t, want, 32)
+	require.Equal(t, byte(64), want[0], "the first block is the highest")
+	got := make([]byte, 32)
+	require.Equal(t, 32, ty.Pack(got, mem, 1, 0))
+	require.Equal(t, want, got)
+	back := make([]byte, 80)
+	require.Equal(t, 32, ty.Unpack(back, got, 1, 0))
+	for _, off := range []int{16, 32, 48, 64} {
+		require.Equal(t, mem[off:off+8], back[off:off+8], "block at %d", off)
+	}
+}

@@ -177,11 +177,17 @@ func moveOne(t *Type, buf, mem []byte, pos, base, from, to int64, in bool) int64
 // off, between mem and consecutive bytes of buf from pos.
 func moveBlocks(buf, mem []byte, pos, off, stride, bb, n int64, in bool) int64 {
 	switch {
-	case bb == 8 && n > 0 && stride > 0:
-		// Bounds checked once for the whole run, then word moves through
-		// pointers (8-byte blocks of a column: the common strided case).
+	case bb == 8:
+		// Bounds checked once for the whole run (its first and last blocks
+		// and the ends of buf's part), then word moves through pointers: a
+		// column of float64s, the common strided case.
+		if n == 0 {
+			return pos
+		}
+		last := off + stride*(n-1)
 		_ = buf[pos+8*n-1]
-		_ = mem[off+stride*(n-1)+7]
+		_ = mem[min(off, last)]
+		_ = mem[max(off, last)+7]
 		b := unsafe.Pointer(&buf[pos])
 		m := unsafe.Pointer(&mem[off])
 		if in {
@@ -194,16 +200,6 @@ func moveBlocks(buf, mem []byte, pos, off, stride, bb, n int64, in bool) int64 {
 			}
 		}
 		pos += 8 * n
-	case bb == 8 && !in:
-		for range n {
-			binary.LittleEndian.PutUint64(buf[pos:], binary.LittleEndian.Uint64(mem[off:]))
-			pos, off = pos+8, off+stride
-		}
-	case bb == 8:
-		for range n {
-			binary.LittleEndian.PutUint64(mem[off:], binary.LittleEndian.Uint64(buf[pos:]))
-			pos, off = pos+8, off+stride
-		}
 	case bb == 4 && !in:
 		for range n {
 			binary.LittleEndian.PutUint32(buf[pos:], binary.LittleEndian.Uint32(mem[off:]))
