@@ -177,8 +177,7 @@ func (ep *Endpoint) RequestImmediate(dst int, h handlers.Index, payload []byte, 
 	err := ep.tr.Send(dst, p.scratch[:n], payload)
 	poll := false
 	if err == nil {
-		p.c.requests++
-		p.c.immediate++
+		p.c.immediate++ // Stats counts them among the requests too
 		p.c.bytes += uint64(len(payload))
 		if p.immRun++; p.immRun == immediatePollEvery {
 			p.immRun, poll = 0, true

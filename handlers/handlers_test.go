@@ -83,6 +83,29 @@ func TestDispatchCountsUnknownAndBadArgs(t *testing.T) {
 	require.NoError(t, tb.CheckSend(1, 2))
 }
 
+// TestRunnableIsDispatchInTwoParts checks that Runnable refuses what
+// Dispatch refuses, and that Run keeps the token active only while the
+// handler runs, as Dispatch does.
+func TestRunnableIsDispatchInTwoParts(t *testing.T) {
+	var tb Table
+	var activeInside []bool
+	var tok Token
+	_, _ = tb.Register(Entry{Index: 1, Name: "two", NArgs: 2, Fn: func(tk *Token, _ []uint64, _ []byte) {
+		activeInside = append(activeInside, tk.active)
+	}})
+	_, _ = tb.Register(Entry{Index: 2, Name: "any", NArgs: AnyArgs, Fn: func(*Token, []uint64, []byte) {}})
+	require.Nil(t, tb.Runnable(9, 0), "no handler")
+	require.Nil(t, tb.Runnable(1, 1), "wrong argument count")
+	require.NotNil(t, tb.Runnable(2, 5))
+	fn := tb.Runnable(1, 2)
+	require.NotNil(t, fn)
+	tok.Begin(&recorder{}, 3, true)
+	tok.Run(fn, []uint64{1, 2}, nil)
+	require.Equal(t, []bool{true}, activeInside)
+	require.False(t, tok.active, "inactive once the handler returned")
+	require.Zero(t, tb.Unknown()+tb.BadArgs(), "Runnable counts nothing: Dispatch does, when called for a refused message")
+}
+
 func TestReplyAtMostOnceAndOnlyInsideTheHandler(t *testing.T) {
 	var tb Table
 	rec := &recorder{}

@@ -317,8 +317,9 @@ func (p *proc) onEagerSig(tok *handlers.Token, a []uint64, payload []byte) {
 // eagerArrived handles an eager message (with the type signature hash sig
 // when hasSig).
 func (p *proc) eagerArrived(tok *handlers.Token, a []uint64, payload []byte, sig uint64, hasSig bool) {
-	pe, err := proto.ParseEnvelope(a)
-	if err != nil {
+	pe, ok := proto.EnvelopeOf(a)
+	if !ok {
+		_, err := proto.ParseEnvelope(a)
 		p.dropped(fmt.Errorf("eager message from rank %d: %w", tok.Source(), err))
 		return
 	}
