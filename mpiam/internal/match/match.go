@@ -242,6 +242,17 @@ func New[R, M any]() *Engine[R, M] {
 // s should pass s.Validate; see there for what happens otherwise.
 func (e *Engine[R, M]) Post(s Spec, r R) (m M, env Envelope, h PostedHandle, ok bool) {
 	e.attempts++
+	if c := e.last; c != nil && e.lastID == s.Context && s.Source != AnySource && s.Tag != AnyTag {
+		if b := c.lastB; b != nil && c.lastOK && c.lastK == tagKey(s.Source, s.Tag) && b.msgs.head == nil {
+			// The common case of a stream of receives on one (context,
+			// source, tag), a window's or a ping-pong's: the bucket looked up
+			// last holds no message; the receive queues in it, all inline.
+			if b.idle {
+				e.wake(b)
+			}
+			return e.queueRecv(&b.recvs, s, r)
+		}
+	}
 	c := e.contextFor(s.Context)
 	var l *recvList[R, M]
 	var x *msgNode[R, M]
@@ -283,7 +294,13 @@ func (e *Engine[R, M]) Post(s Spec, r R) (m M, env Envelope, h PostedHandle, ok 
 
 // queueRecv queues r for s at the tail of l and returns its handle.
 func (e *Engine[R, M]) queueRecv(l *recvList[R, M], s Spec, r R) (m M, env Envelope, h PostedHandle, ok bool) {
-	x := e.newRecv()
+	var x *recvNode[R, M]
+	if n := len(e.freeRecvs); n > 0 {
+		x = e.freeRecvs[n-1]
+		e.freeRecvs = e.freeRecvs[:n-1]
+	} else {
+		x = e.newRecv()
+	}
 	x.r, x.spec, x.pseq = r, s, e.pseq
 	e.pseq++
 	l.pushBack(x)
@@ -442,7 +459,16 @@ func (e *Engine[R, M]) ArrivePosted(env Envelope) (r R, ok bool) {
 	if p == nil || p.dropped || env.Seq != p.expect || p.held.head != nil {
 		return r, false
 	}
-	best, _, _ := bestRecv(p, env)
+	var best *recvNode[R, M]
+	if c.anySrcTag == 0 && c.recvs.head == nil && p.recvs.head == nil {
+		// No wildcard receive could take it: the exact bucket's first
+		// receive, if any (bestRecv's answer, without its other lookups).
+		if b := c.bucket(tagKey(env.Source, env.Tag)); b != nil {
+			best = b.recvs.head
+		}
+	} else {
+		best, _, _ = bestRecv(p, env)
+	}
 	if best == nil {
 		return r, false
 	}
@@ -725,22 +751,19 @@ func (e *Engine[R, M]) newRecv() *recvNode[R, M] {
 // removeRecv unlinks a queued receive and frees its node.
 func (e *Engine[R, M]) removeRecv(x *recvNode[R, M]) {
 	l := x.in
-	l.remove(x)
+	l.remove(x) // clears x's links
 	if b := l.bucket; b != nil {
 		if int32(uint32(b.key>>32)) == AnySource {
 			b.ctx.anySrcTag--
 		}
-		e.releaseIfEmpty(b)
+		if b.recvs.n == 0 && b.msgs.n == 0 {
+			e.releaseIfEmpty(b)
+		}
 	}
 	e.nPosted--
-	e.freeRecv(x)
-}
-
-func (e *Engine[R, M]) freeRecv(x *recvNode[R, M]) {
 	var zero R
 	x.r = zero // let the garbage collector have the request
 	x.gen++    // stale handles no longer name this node
-	x.in, x.next, x.prev = nil, nil, nil
 	e.freeRecvs = append(e.freeRecvs, x)
 }
 
