@@ -92,7 +92,20 @@ func (c *Comm) world(r int) int {
 	return c.ranks[r]
 }
 
+// valid reports whether c can be used: ErrComm for a nil or freed
+// communicator, ErrFinalized after Finalize, ErrThread for calls that
+// collided under a single-threaded level. The common case inlines.
 func (c *Comm) valid() error {
+	if c != nil {
+		if p := c.p; p != nil && !p.seq.Collided() && !c.freed.Load() && !p.finalized.Load() {
+			return nil
+		}
+	}
+	return c.invalid()
+}
+
+// invalid is valid's error path.
+func (c *Comm) invalid() error {
 	if c == nil || c.p == nil {
 		return fmt.Errorf("%w: nil communicator", ErrComm)
 	}

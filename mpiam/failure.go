@@ -141,8 +141,13 @@ func (p *proc) commDeadLocked(c *Comm) int {
 // of c or AnySource) must fail with at once, or nil. p.mu held.
 func (p *proc) refuseRecvLocked(c *Comm, src, tag int) error {
 	if !p.fail.any.Load() {
-		return nil
+		return nil // inlined: no rank has failed
 	}
+	return p.refuseRecvAfterFailure(c, src, tag)
+}
+
+// refuseRecvAfterFailure is refuseRecvLocked once some rank has failed.
+func (p *proc) refuseRecvAfterFailure(c *Comm, src, tag int) error {
 	if src != AnySource {
 		if w := c.world(src); p.deadWorldLocked(w) {
 			return p.procFailed(c, w, fmt.Sprintf("receive from rank %d, tag %d", src, tag))
@@ -164,6 +169,14 @@ func (p *proc) refuseRecvLocked(c *Comm, src, tag int) error {
 // notePostedLocked records a receive left posted on c, so that a failure can
 // find its communicator and, for AnySource, the receive. p.mu held.
 func (p *proc) notePostedLocked(r *reqState) {
+	if !r.comm.noted || r.peer == AnySource {
+		p.noteNewPostedLocked(r) // inlined: nothing to note
+	}
+}
+
+// noteNewPostedLocked is notePostedLocked for a receive from AnySource or
+// on a communicator not noted yet.
+func (p *proc) noteNewPostedLocked(r *reqState) {
 	c := r.comm
 	if !c.noted {
 		p.noteCommLocked(c)
@@ -205,12 +218,17 @@ func (p *proc) matchedLocked(r *reqState) {
 }
 
 // syncDeaths acts on the ranks the endpoint has recorded dead since the last
-// call: one atomic load when there are none.
+// call: two atomic loads, inlined, when there are none.
 func (p *proc) syncDeaths() {
-	n := int64(p.ep.Deaths())
-	if p.fail.seen.Load() == n {
-		return
+	if p.fail.seen.Load() != int64(p.ep.Deaths()) {
+		p.syncNewDeaths()
 	}
+}
+
+// syncNewDeaths is syncDeaths once the endpoint has recorded more deaths
+// than seen so far.
+func (p *proc) syncNewDeaths() {
+	n := int64(p.ep.Deaths())
 	p.fail.syncMu.Lock()
 	defer p.fail.syncMu.Unlock()
 	if p.fail.seen.Load() == n {

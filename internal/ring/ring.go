@@ -309,6 +309,7 @@ type Consumer struct {
 	mask    uint64
 	cap     uint64
 	maxData uint64
+	lim     uint64         // cap, or 0 once corrupt: Peek's common case then never passes
 	head    uint64         // position of the next record
 	cur     uint64         // size of the record returned by Peek, 0 if none
 	base    unsafe.Pointer // &data[0]
@@ -328,6 +329,7 @@ func NewConsumer(mem []byte) (*Consumer, error) {
 		data:    mem[ControlLen : ControlLen+c : ControlLen+c],
 		mask:    uint64(c - 1),
 		cap:     uint64(c),
+		lim:     uint64(c),
 		maxData: uint64(MaxRecord(c)),
 		tailp:   word(mem, offTail),
 		head:    word(mem, offTail).Load(),
@@ -340,6 +342,30 @@ func NewConsumer(mem []byte) (*Consumer, error) {
 // returning it, until Advance. The caller must not write to it. It does not
 // allocate.
 func (c *Consumer) Peek() ([]byte, bool) {
+	if rec := c.peekRecord(); rec != nil {
+		return rec, true
+	}
+	return c.peekSlow()
+}
+
+// peekRecord is Peek's common case, inlined: the record at the head when it
+// is a whole record in bounds with no pad before it, else nil (an empty
+// ring, a pad, a corrupt header or ring: peekSlow). A record of no bytes is
+// a non-nil empty slice.
+func (c *Consumer) peekRecord() []byte {
+	off := c.head & c.mask
+	w := atomic.LoadUint64((*uint64)(unsafe.Add(c.base, off)))
+	n := w & lenMask
+	if size := recordSize(n); w&^lenMask == validBit && n <= c.maxData && off+size <= c.lim {
+		c.cur = size
+		return unsafe.Slice((*byte)(unsafe.Add(c.base, off+8)), n)
+	}
+	return nil
+}
+
+// peekSlow is Peek for an empty ring, a pad, a corrupt header or a corrupt
+// ring.
+func (c *Consumer) peekSlow() ([]byte, bool) {
 	if c.err != nil {
 		return nil, false
 	}
@@ -371,6 +397,7 @@ func (c *Consumer) Peek() ([]byte, bool) {
 }
 
 func (c *Consumer) fail(off, w uint64) {
+	c.lim = 0
 	c.err = fmt.Errorf("%w: record header %#x at offset %d (capacity %d, max record %d)", ErrCorrupt, w, off, c.cap, c.maxData)
 }
 
@@ -378,12 +405,16 @@ func (c *Consumer) fail(off, w uint64) {
 // available to the producer. Without a preceding Peek that returned a record it
 // does nothing.
 func (c *Consumer) Advance() {
-	if c.cur == 0 {
-		return
+	if c.cur != 0 {
+		c.advance()
 	}
+}
+
+// advance is Advance after a Peek that returned a record.
+func (c *Consumer) advance() {
 	c.head += c.cur
 	c.cur = 0
-	release.Store64(tailPtr(c.tailp), c.head)
+	release.Store64((*uint64)(unsafe.Pointer(c.tailp)), c.head)
 }
 
 // Receiver takes the records Take hands over (transport.Receiver satisfies it).
@@ -413,7 +444,11 @@ const BurstMax = 8
 func Take[R Receiver](c *Consumer, r R, src int, streak *bool, max int) int {
 	n := 0
 	for n < max && n < BurstMax {
-		rec, ok := c.Peek()
+		rec := c.peekRecord()
+		ok := rec != nil
+		if !ok {
+			rec, ok = c.peekSlow()
+		}
 		if !ok {
 			*streak = false
 			return n
@@ -424,7 +459,7 @@ func Take[R Receiver](c *Consumer, r R, src int, streak *bool, max int) int {
 			prefetch(uintptr(unsafe.Pointer(&c.data[(next+lineLen)&c.mask])))
 		}
 		r.Deliver(src, rec)
-		c.Advance()
+		c.advance()
 		n++
 		if !*streak {
 			*streak = true

@@ -193,6 +193,11 @@ func TestCorruptHeader(t *testing.T) {
 	require.ErrorIs(t, c.Err(), ErrCorrupt)
 	_, ok = c.Peek()
 	require.False(t, ok, "stays corrupt")
+	word(mem, ControlLen).Store(validBit | 3) // a well-formed header again
+	_, ok = c.Peek()
+	require.False(t, ok, "stays corrupt, whatever the head now holds")
+	streak := true
+	require.Zero(t, Take(c, nopReceiver{}, 0, &streak, 8), "Take hands over nothing from a corrupt ring")
 
 	for _, w := range []uint64{1 << 40, validBit | padBit | 8, validBit | padBit | 256, validBit | 120} {
 		p, c, mem := newRing(t, 256)
@@ -353,3 +358,8 @@ func TestTakeStreaksAndBursts(t *testing.T) {
 		require.Equal(t, []byte{byte(i)}, rec)
 	}
 }
+
+// nopReceiver takes records and does nothing with them.
+type nopReceiver struct{}
+
+func (nopReceiver) Deliver(int, []byte) {}
