@@ -137,19 +137,24 @@ func (c *reqCache) put(s *reqState) {
 // rank's cache with one lock acquisition per batch instead of one per request.
 type stateBatch struct {
 	n int
+	p *proc // the rank of the queued states
 	s [32]*reqState
 }
 
-// add queues s (nil: nothing); states of another rank flush the batch first.
+// add queues s, not nil; states of another rank flush the batch first. It
+// inlines.
 func (b *stateBatch) add(s *reqState) {
-	if s == nil {
-		return
-	}
-	if b.n == len(b.s) || b.n > 0 && b.s[0].p != s.p {
-		b.flush()
+	if b.n == len(b.s) || b.p != s.p {
+		b.flushFor(s.p)
 	}
 	b.s[b.n] = s
 	b.n++
+}
+
+// flushFor puts the queued states back and makes p the batch's rank.
+func (b *stateBatch) flushFor(p *proc) {
+	b.flush()
+	b.p = p
 }
 
 // flush puts the queued states back.
@@ -157,7 +162,7 @@ func (b *stateBatch) flush() {
 	if b.n == 0 {
 		return
 	}
-	b.s[0].p.states.putAll(b.s[:b.n])
+	b.p.states.putAll(b.s[:b.n])
 	clear(b.s[:b.n])
 	b.n = 0
 }

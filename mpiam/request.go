@@ -446,7 +446,9 @@ func waitall(reqs []*Request, statuses []Status) error {
 			continue
 		}
 		st, err := r.waitKeep()
-		spent.add(r.detach())
+		if s := r.detach(); s != nil {
+			spent.add(s)
+		}
 		if statuses != nil {
 			statuses[i] = st
 		}
