@@ -346,14 +346,19 @@ func IsImmediate(pkt []byte) bool {
 // hold ImmediateHeaderLen+8*len(args) bytes, and returns the bytes written.
 // It does not allocate.
 func EncodeImmediate(b []byte, handler uint8, args []uint64, payloadLen int) int {
+	n := ImmediateHeaderLen + 8*len(args)
+	a := b[ImmediateHeaderLen:n]
 	binary.LittleEndian.PutUint64(b, uint64(Version)|uint64(KindRequestImmediate)<<8|uint64(handler)<<16|
 		uint64(len(args))<<24|uint64(uint32(payloadLen))<<32)
-	a := b[ImmediateHeaderLen:]
-	for _, v := range args {
-		binary.LittleEndian.PutUint64(a, v)
-		a = a[8:]
+	if nativeLittleEndian {
+		// The words as they are in memory: one copy, no per-word bounds checks.
+		copy(a, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(args))), 8*len(args)))
+		return n
 	}
-	return ImmediateHeaderLen + 8*len(args)
+	for i, v := range args {
+		binary.LittleEndian.PutUint64(a[8*i:], v)
+	}
+	return n
 }
 
 // DecodeImmediate parses an immediate request: its handler index, its
