@@ -180,10 +180,13 @@ func (ep *Endpoint) deliver(src int, pkt []byte) {
 // or retain.
 func (ep *Endpoint) deliverImmediate(src int, pkt []byte) {
 	rx := &ep.rx
-	h, args, payload, err := wire.DecodeImmediate(pkt, &rx.args)
-	if err != nil {
-		ep.drop(fmt.Errorf("am: packet from rank %d: %w", src, err))
-		return
+	h, args, payload, ok := wire.DecodeImmediateInPlace(pkt)
+	if !ok {
+		var err error
+		if h, args, payload, err = wire.DecodeImmediate(pkt, &rx.args); err != nil {
+			ep.drop(fmt.Errorf("am: packet from rank %d: %w", src, err))
+			return
+		}
 	}
 	if uint(src) >= uint(ep.size) || !ep.nets[src].immediate {
 		ep.drop(fmt.Errorf("am: immediate request from rank %d, whose network does not carry them", src))

@@ -394,6 +394,26 @@ func DecodeImmediate(pkt []byte, scratch *[MaxArgs]uint64) (handler uint8, args 
 	return 0, nil, nil, decodeImmediateErr(pkt)
 }
 
+// DecodeImmediateInPlace is DecodeImmediate's common case, small enough to
+// inline into a packet loop: a well-formed immediate request with at least
+// one argument, 8-byte aligned in pkt, on a little-endian machine; args
+// aliases pkt. ok is false for everything else, which DecodeImmediate then
+// decodes (or refuses, saying why).
+func DecodeImmediateInPlace(pkt []byte) (handler uint8, args []uint64, payload []byte, ok bool) {
+	p := unsafe.Pointer(unsafe.SliceData(pkt))
+	if !nativeLittleEndian || len(pkt) < ImmediateHeaderLen+8 || uintptr(p)&7 != 0 {
+		return 0, nil, nil, false
+	}
+	w0 := *(*uint64)(p) // little-endian, as the wire; aligned
+	nargs := uint8(w0 >> 24)
+	n := ImmediateHeaderLen + 8*int(nargs)
+	if uint16(w0) != uint16(Version)|uint16(KindRequestImmediate)<<8 || nargs > MaxArgs ||
+		n > len(pkt) || uint64(len(pkt)-n) != w0>>32 {
+		return 0, nil, nil, false
+	}
+	return uint8(w0 >> 16), unsafe.Slice((*uint64)(unsafe.Add(p, ImmediateHeaderLen)), nargs), pkt[n:], true
+}
+
 // decodeImmediateErr is the error DecodeImmediate returns for pkt, which
 // failed one of its checks.
 func decodeImmediateErr(pkt []byte) error {

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -295,4 +296,33 @@ func BenchmarkEncodeImmediate(b *testing.B) {
 	for b.Loop() {
 		EncodeImmediate(buf[:], 9, args, 8)
 	}
+}
+
+// FuzzDecodeImmediateInPlace: wherever DecodeImmediateInPlace accepts a
+// packet (at any alignment), DecodeImmediate decodes it to the same handler,
+// arguments and payload; wherever DecodeImmediate refuses one, so does
+// DecodeImmediateInPlace. Never a panic.
+func FuzzDecodeImmediateInPlace(f *testing.F) {
+	f.Add(encode(Header{Kind: KindRequestImmediate, Handler: 9, NArgs: 3, Len: 8}, []uint64{1, 2, 3}, []byte("8 bytes!")), 0)
+	f.Add(encode(Header{Kind: KindRequestImmediate, Handler: 1, NArgs: 1}, []uint64{7}, nil), 3)
+	f.Add(encode(Header{Kind: KindRequestImmediate}, nil, nil), 0)
+	f.Add([]byte{1, 8, 0, 17, 0, 0, 0, 0}, 0)
+	f.Fuzz(func(t *testing.T, pkt []byte, off int) {
+		buf := make([]uint64, (len(pkt)+15)/8)
+		raw := unsafe.Slice((*byte)(unsafe.Pointer(&buf[0])), 8*len(buf))
+		q := raw[uint(off)%8:][:len(pkt)]
+		copy(q, pkt)
+		var a [MaxArgs]uint64
+		h, args, payload, err := DecodeImmediate(q, &a)
+		ih, iargs, ipayload, ok := DecodeImmediateInPlace(q)
+		if !ok {
+			return
+		}
+		if err != nil {
+			t.Fatalf("in place accepted what DecodeImmediate refuses (%v): %x", err, pkt)
+		}
+		if ih != h || !slices.Equal(iargs, args) || string(ipayload) != string(payload) {
+			t.Fatalf("in place decoded %d %v %x, DecodeImmediate %d %v %x", ih, iargs, ipayload, h, args, payload)
+		}
+	})
 }
