@@ -342,18 +342,19 @@ func TestTakeStreaksAndBursts(t *testing.T) {
 	streak := false
 	require.Zero(t, Take(c, &got, 0, &streak, 100))
 	require.False(t, streak)
-	for i := 0; i < 20; i++ {
+	total := 2*BurstMax + 4
+	for i := 0; i < total; i++ {
 		require.True(t, p.Push([]byte{byte(i)}, nil))
 	}
-	require.Equal(t, 1, Take(c, &got, 0, &streak, 100), "after an empty look: one")
+	require.Equal(t, 1, Take(c, &got, 0, &streak, 1000), "after an empty look: one")
 	require.True(t, streak)
-	require.Equal(t, BurstMax, Take(c, &got, 0, &streak, 100), "streaming: a burst")
+	require.Equal(t, BurstMax, Take(c, &got, 0, &streak, 1000), "streaming: a burst")
 	require.Equal(t, 3, Take(c, &got, 0, &streak, 3), "never more than max")
-	require.Equal(t, 8, Take(c, &got, 0, &streak, 100), "the rest")
+	require.Equal(t, BurstMax, Take(c, &got, 0, &streak, 1000), "another burst")
 	require.True(t, streak)
-	require.Zero(t, Take(c, &got, 0, &streak, 100))
+	require.Zero(t, Take(c, &got, 0, &streak, 1000))
 	require.False(t, streak, "an empty look ends the streak")
-	require.Len(t, got, 20)
+	require.Len(t, got, total)
 	for i, rec := range got {
 		require.Equal(t, []byte{byte(i)}, rec)
 	}
