@@ -96,12 +96,21 @@ func (c *Comm) world(r int) int {
 // communicator, ErrFinalized after Finalize, ErrThread for calls that
 // collided under a single-threaded level. The common case inlines.
 func (c *Comm) valid() error {
-	if c != nil {
-		if p := c.p; p != nil && !p.seq.Collided() && !c.freed.Load() && !p.finalized.Load() {
-			return nil
-		}
+	if c.usable() {
+		return nil
 	}
 	return c.invalid()
+}
+
+// usable is valid's common case, inlined into the argument checks of every
+// call: c is not nil, not freed, its rank neither finalized nor found
+// called by two goroutines at once under a single-threaded level.
+func (c *Comm) usable() bool {
+	if c == nil {
+		return false
+	}
+	p := c.p
+	return p != nil && !p.seq.Collided() && !c.freed.Load() && !p.finalized.Load()
 }
 
 // invalid is valid's error path.

@@ -12,6 +12,14 @@ import (
 
 // checkSend validates a send's destination and tag (MPI-4.1 §3.2.3).
 func (c *Comm) checkSend(dest, tag int) error {
+	if c.usable() && uint(dest) < uint(c.size) && uint(tag) <= TagUB {
+		return nil // the common case, one call
+	}
+	return c.checkSendSlow(dest, tag)
+}
+
+// checkSendSlow is checkSend past its common case.
+func (c *Comm) checkSendSlow(dest, tag int) error {
 	if err := c.valid(); err != nil {
 		return err
 	}
@@ -26,6 +34,14 @@ func (c *Comm) checkSend(dest, tag int) error {
 
 // checkRecv validates a receive's source and tag (wildcards allowed).
 func (c *Comm) checkRecv(src, tag int) error {
+	if c.usable() && uint(src) < uint(c.size) && uint(tag) <= TagUB {
+		return nil // the common case, one call
+	}
+	return c.checkRecvSlow(src, tag)
+}
+
+// checkRecvSlow is checkRecv past its common case.
+func (c *Comm) checkRecvSlow(src, tag int) error {
 	if err := c.valid(); err != nil {
 		return err
 	}

@@ -31,7 +31,8 @@ type reqCache struct {
 
 	mu      locks.Mutex // a plain flag at a single-threaded level
 	free    []*reqState // idle states of nonblocking calls
-	handles []Request   // the current slab's unused handles
+	handles []Request   // the current slab of handles, used up to nextH
+	nextH   int
 	slab    []reqState  // the current slab's unused states (under slabMu)
 	slabMu  sync.Mutex  // newState runs outside mu
 }
@@ -98,11 +99,11 @@ func (c *reqCache) handle() *Request {
 // handleLocked takes the next handle of the slab, starting a new slab when
 // it is spent; c.mu held (or a single-threaded level).
 func (c *reqCache) handleLocked() *Request {
-	if len(c.handles) == 0 {
-		c.handles = make([]Request, handleSlab)
+	if c.nextH == len(c.handles) {
+		c.handles, c.nextH = make([]Request, handleSlab), 0
 	}
-	h := &c.handles[0]
-	c.handles = c.handles[1:]
+	h := &c.handles[c.nextH]
+	c.nextH++
 	return h
 }
 
