@@ -33,8 +33,8 @@ type reqCache struct {
 	free    []*reqState // idle states of nonblocking calls
 	handles []Request   // the current slab of handles, used up to nextH
 	nextH   int
-	slab    []reqState  // the current slab's unused states (under slabMu)
-	slabMu  sync.Mutex  // newState runs outside mu
+	slab    []reqState // the current slab's unused states (under slabMu)
+	slabMu  sync.Mutex // newState runs outside mu
 }
 
 // stateSlab is how many operation states are allocated at once: 96 × 384
