@@ -759,3 +759,26 @@ func TestStoreFragmentsAreOneBatch(t *testing.T) {
 	pollAll(t, eps, func() bool { return landed.Load() == 2 })
 	require.EqualValues(t, 1, bts[0].holds.Load(), "a one-packet store is not held")
 }
+
+// With Config.Yield a wait gives its processor away from its first poll that
+// finds nothing, hot polls included (on an oversubscribed node the rank it
+// waits for may be waiting for that processor), and Relax yields; without
+// it neither the hot polls nor Relax yield.
+func TestYieldFromTheFirstEmptyPoll(t *testing.T) {
+	var yields atomic.Int64
+	saved := osYield
+	osYield = func() { yields.Add(1) }
+	t.Cleanup(func() { osYield = saved })
+	for _, yield := range []bool{false, true} {
+		eps := openEndpoints(t, "loop", 2, Config{Yield: yield})
+		yields.Store(0)
+		looks := 0
+		require.NoError(t, eps[0].PollUntil(func() bool { looks++; return looks > 10 }))
+		eps[0].Relax()
+		if yield {
+			require.GreaterOrEqual(t, yields.Load(), int64(10), "a yield per empty poll, and Relax's")
+		} else {
+			require.Zero(t, yields.Load(), "hot polls and Relax without Config.Yield")
+		}
+	}
+}

@@ -14,8 +14,9 @@ import (
 
 // osYield gives the processor to another runnable thread, if any
 // (sched_yield(2)); a raw call, since it returns at once or after the other
-// thread's turn and the Go scheduler need not know (Config.Yield).
-func osYield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+// thread's turn and the Go scheduler need not know (Config.Yield). A
+// variable so that tests can count the yields.
+var osYield = func() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // backoff paces a blocking wait: poll hot, then poll and yield the processor
 // now and then, for SpinTime, then sleep on the transport's wake-up so that a
@@ -82,6 +83,9 @@ func (ep *Endpoint) progress(b *backoff) error {
 	}
 	b.spins++
 	if b.spins < hotPolls {
+		if ep.cfg.Yield {
+			osYield() // oversubscribed: no hot polls, the awaited rank may need this processor
+		}
 		return nil
 	}
 	if b.spins == hotPolls {
@@ -117,6 +121,17 @@ func (ep *Endpoint) progress(b *backoff) error {
 	}
 	time.Sleep(10 * time.Microsecond)
 	return nil
+}
+
+// Relax is one turn of a wait that a layer above spins on memory of its own
+// (a shared-memory collective's flags) rather than on the network: with
+// Config.Yield it gives the processor to another runnable thread
+// (sched_yield(2)), so that the rank it waits for, on the same processor,
+// can run; otherwise it does nothing, and the spin stays hot.
+func (ep *Endpoint) Relax() {
+	if ep.cfg.Yield {
+		osYield()
+	}
 }
 
 // Expect tells the endpoint that traffic is due within d (a transfer of known
@@ -155,13 +170,16 @@ func (ep *Endpoint) PollUntil(cond func() bool) error {
 		if !ep.pollMu.TryLock() {
 			break
 		}
-		_, err := ep.pollLocked()
+		n, err := ep.pollLocked()
 		ep.pollMu.Unlock()
 		if err != nil || ep.deaths.Load() != epoch {
 			break
 		}
 		if cond() {
 			return nil
+		}
+		if n == 0 && ep.cfg.Yield {
+			osYield() // oversubscribed: the awaited rank may need this processor now
 		}
 	}
 	return ep.pollUntilPaced(cond, epoch)

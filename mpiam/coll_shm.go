@@ -65,7 +65,7 @@ const (
 	shmCollMax  = 8                // ranks: beyond, the message algorithms (flat waits read every rank's line)
 	shmCollSlot = 1024             // bytes per rank per slot: the largest Bcast or Allreduce that goes through it
 	shmStride   = 64 + shmCollSlot // a slot: its stamp (8 bytes), its data, padding to whole lines
-	shmSlots    = 8                // data slots per rank, used in turn
+	shmSlots    = 32               // data slots per rank, used in turn: the depth a Bcast's root runs ahead
 	shmSpin     = 2000             // checks of the condition before a wait polls the network and may sleep
 )
 
@@ -255,6 +255,7 @@ func (a *shmColl) wait(p *proc, c *Comm, cond func() bool) error {
 		if cond() {
 			return nil
 		}
+		p.ep.Relax() // an oversubscribed node: the rank awaited may need this processor
 		if i%256 == 255 {
 			runtime.Gosched() // ranks as goroutines: the one awaited may need this processor
 		}
