@@ -246,6 +246,15 @@ func Bcast[T any](c *Comm, buf []T, root int) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
+	if a := c.readyArea(); a != nil && uint(root) < uint(c.size) && smallBcast(c, raw(buf)) {
+		// The common case of a small Bcast on a communicator of one node:
+		// through its shared area (coll_shm.go), with runColl's checks and
+		// records but without its closure and deferral.
+		id := c.p.collBeginBlocking(CallBcast, c, root, len(raw(buf)))
+		err := a.bcast(coll{c: c, cc: c.collective(), tag: blockingCollTag}, raw(buf), root)
+		c.p.collEnd(id)
+		return err
+	}
 	if err := agreeType[T](c, CallBcast, len(buf)); err != nil {
 		return err
 	}
@@ -255,6 +264,14 @@ func Bcast[T any](c *Comm, buf []T, root int) error {
 		}
 		return x.bcast(raw(buf), root)
 	})
+}
+
+// smallBcast reports whether a Bcast of b on c, whose area is ready, may
+// go straight to the area: c usable, b of 1 byte to one slot, no type
+// checking (whose agreement is a collective of its own), no tool hooks
+// and no piggybacked values.
+func smallBcast(c *Comm, b []byte) bool {
+	return c.usable() && len(b) > 0 && len(b) <= shmCollSlot && !c.checking() && !c.hooked() && c.p.pbTool == nil
 }
 
 func (x coll) bcast(b []byte, root int) error {
