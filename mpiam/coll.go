@@ -246,12 +246,12 @@ func Bcast[T any](c *Comm, buf []T, root int) error {
 	if err := plain[T](); err != nil {
 		return err
 	}
-	if a := c.readyArea(); a != nil && uint(root) < uint(c.size) && smallBcast(c, raw(buf)) {
+	if a := c.readyArea(); a != nil && uint(root) < uint(c.size) && len(buf) > 0 && smallColl(c, raw(buf)) {
 		// The common case of a small Bcast on a communicator of one node:
 		// through its shared area (coll_shm.go), with runColl's checks and
 		// records but without its closure and deferral.
 		id := c.p.collBeginBlocking(CallBcast, c, root, len(raw(buf)))
-		err := a.bcast(coll{c: c, cc: c.collective(), tag: blockingCollTag}, raw(buf), root)
+		err := a.bcast(c.areaColl(), raw(buf), root)
 		c.p.collEnd(id)
 		return err
 	}
@@ -266,12 +266,20 @@ func Bcast[T any](c *Comm, buf []T, root int) error {
 	})
 }
 
-// smallBcast reports whether a Bcast of b on c, whose area is ready, may
-// go straight to the area: c usable, b of 1 byte to one slot, no type
-// checking (whose agreement is a collective of its own), no tool hooks
-// and no piggybacked values.
-func smallBcast(c *Comm, b []byte) bool {
-	return c.usable() && len(b) > 0 && len(b) <= shmCollSlot && !c.checking() && !c.hooked() && c.p.pbTool == nil
+// smallColl reports whether a blocking collective of b (per rank) on c,
+// whose area is ready, may go straight to the area: c usable, b within one
+// slot, no type checking (whose agreement is a collective of its own), no
+// tool hooks and no piggybacked values. Bcast, Allreduce and Barrier then
+// skip runColl's closure and deferral, not its checks and records.
+func smallColl(c *Comm, b []byte) bool {
+	return c.usable() && len(b) <= shmCollSlot && !c.checking() && !c.hooked() && c.p.pbTool == nil
+}
+
+// areaColl is the collective call of a blocking collective that goes
+// straight to c's area (smallColl): runColl's startColl, for a call
+// without tools.
+func (c *Comm) areaColl() coll {
+	return coll{c: c, cc: c.collective(), tag: blockingCollTag}
 }
 
 func (x coll) bcast(b []byte, root int) error {
@@ -463,6 +471,16 @@ func reduceBinomial[T any](x coll, send, recv []T, op Op[T], root, step int) err
 // place (recv holds the contribution).
 func Allreduce[T any](c *Comm, send, recv []T, op Op[T]) error {
 	if err := plain[T](); err != nil {
+		return err
+	}
+	if a := c.readyArea(); a != nil && len(recv) > 0 && (send == nil || len(send) == len(recv)) && smallColl(c, raw(recv)) {
+		// As Bcast's: a small Allreduce straight to the shared area.
+		if send == nil {
+			send = recv
+		}
+		id := c.p.collBeginBlocking(CallAllreduce, c, AnySource, len(raw(recv)))
+		err := shmAllreduce(a, c.areaColl(), send, recv, op)
+		c.p.collEnd(id)
 		return err
 	}
 	if err := agreeType[T](c, CallAllreduce, len(recv)); err != nil {

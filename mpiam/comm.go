@@ -259,6 +259,13 @@ func (c *Comm) allreduceMaxU32(v uint32) (uint32, error) {
 // a neighbour, counted on arrival without matching (coll_am.go). Errors:
 // ErrComm, ErrProcFailed (a rank of c failed), ErrOther (network).
 func (c *Comm) Barrier() error {
+	if a := c.readyArea(); a != nil && smallColl(c, nil) {
+		// As Bcast's: straight to the shared area.
+		id := c.p.collBeginBlocking(CallBarrier, c, AnySource, 0)
+		err := a.barrier(c.areaColl())
+		c.p.collEnd(id)
+		return err
+	}
 	return c.runColl(CallBarrier, AnySource, 0, func(x coll) error { return x.barrier() })
 }
 
