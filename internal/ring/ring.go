@@ -414,7 +414,7 @@ func (c *Consumer) Advance() {
 func (c *Consumer) advance() {
 	c.head += c.cur
 	c.cur = 0
-	release.Store64((*uint64)(unsafe.Pointer(c.tailp)), c.head)
+	release.Store64(tailPtr(c.tailp), c.head)
 }
 
 // Receiver takes the records Take hands over (transport.Receiver satisfies it).
