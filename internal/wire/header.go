@@ -381,8 +381,8 @@ func DecodeImmediate(pkt []byte, scratch *[MaxArgs]uint64) (handler uint8, args 
 			if nargs == 0 {
 				return uint8(w0 >> 16), nil, pkt[n:], nil
 			}
-			if p := unsafe.Pointer(&pkt[ImmediateHeaderLen]); nativeLittleEndian && uintptr(p)&7 == 0 {
-				return uint8(w0 >> 16), unsafe.Slice((*uint64)(p), nargs), pkt[n:], nil
+			if h, args, payload, ok := DecodeImmediateInPlace(pkt); ok {
+				return h, args, payload, nil
 			}
 			a := pkt[ImmediateHeaderLen:n]
 			for i := range scratch[:nargs] {

@@ -243,10 +243,11 @@ func New[R, M any]() *Engine[R, M] {
 func (e *Engine[R, M]) Post(s Spec, r R) (m M, env Envelope, h PostedHandle, ok bool) {
 	e.attempts++
 	if c := e.last; c != nil && e.lastID == s.Context && s.Source != AnySource && s.Tag != AnyTag {
-		if b := c.lastB; b != nil && c.lastOK && c.lastK == tagKey(s.Source, s.Tag) && b.msgs.head == nil {
-			// The common case of a stream of receives on one (context,
-			// source, tag), a window's or a ping-pong's: the bucket looked up
-			// last holds no message; the receive queues in it, all inline.
+		if b := c.bucket(tagKey(s.Source, s.Tag)); b != nil && b.msgs.head == nil {
+			// The common case of an exact receive on the context looked up
+			// last (a window's, a ping-pong's) whose bucket exists and
+			// holds no message: the receive queues in it, without the
+			// general path's context lookup and switch.
 			if b.idle {
 				e.wake(b)
 			}
@@ -294,13 +295,7 @@ func (e *Engine[R, M]) Post(s Spec, r R) (m M, env Envelope, h PostedHandle, ok 
 
 // queueRecv queues r for s at the tail of l and returns its handle.
 func (e *Engine[R, M]) queueRecv(l *recvList[R, M], s Spec, r R) (m M, env Envelope, h PostedHandle, ok bool) {
-	var x *recvNode[R, M]
-	if n := len(e.freeRecvs); n > 0 {
-		x = e.freeRecvs[n-1]
-		e.freeRecvs = e.freeRecvs[:n-1]
-	} else {
-		x = e.newRecv()
-	}
+	x := e.newRecv()
 	x.r, x.spec, x.pseq = r, s, e.pseq
 	e.pseq++
 	l.pushBack(x)
