@@ -19,12 +19,32 @@
 // instant are not caught this way; under the race detector the flag's plain
 // accesses are themselves a reported race, so a test of the misuse fails
 // there.
+//
+// Outside a sequential mode a Mutex is a spin lock whose Unlock is a plain
+// store with release order (a MOV on amd64) rather than sync.Mutex's
+// locked add: on the message path the unlock follows a store to a line that
+// another core polls, and a locked instruction there would wait for that
+// line as above. A Lock that finds the lock taken yields its processor to
+// other goroutines (runtime.Gosched) between tries, and after spinYields
+// tries sleeps between them, so that a holder that stays long (a poll
+// asleep on the network) is not raced by a burning waiter. There is no
+// queue of waiters and no hand-off: the locks of this module are held for
+// short critical sections by few goroutines.
 package locks
 
 import (
 	"runtime"
-	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/amgo-hpc/amgo/internal/release"
+)
+
+// spinYields is how many tries a contended Lock makes, yielding to other
+// goroutines between them, before it sleeps sleepEvery between tries.
+const (
+	spinYields = 1 << 10
+	sleepEvery = 20 * time.Microsecond
 )
 
 // Seq is the promise of one layer's client to make one call at a time, and
@@ -45,16 +65,16 @@ func NewSeq() *Seq { return &Seq{on: true} }
 // goroutine: the client broke its promise.
 func (s *Seq) Collided() bool { return s != nil && s.collided }
 
-// Mutex is a sync.Mutex, or a plain flag once SetSeq has put it in a
-// sequential mode. The zero value is an unlocked sync.Mutex.
+// Mutex is a mutual-exclusion lock with a release-store unlock (see the
+// package comment), or a plain flag once SetSeq has put it in a sequential
+// mode. The zero value is an unlocked Mutex.
 type Mutex struct {
-	mu   sync.Mutex
+	held uint32 // 1 while locked: atomic, or a plain flag in sequential mode
 	seq  *Seq
-	held uint32 // sequential mode: 1 while locked
 }
 
-// SetSeq puts m in sequential mode s (nil: back to a sync.Mutex). Call it
-// before m is first used and never while m is locked.
+// SetSeq puts m in sequential mode s (nil: back to a lock for concurrent
+// use). Call it before m is first used and never while m is locked.
 func (m *Mutex) SetSeq(s *Seq) {
 	if s != nil && !s.on {
 		s = nil
@@ -75,20 +95,29 @@ func (m *Mutex) Lock() {
 	m.lockSlow()
 }
 
-// lockSlow is Lock's other cases, out of line so that Lock inlines: a real
-// mutex, or a collision in sequential mode, which is recorded and waits for
-// the other goroutine to let go (the loads are atomic here, off the fast
-// path, so that the loop sees the other goroutine's store).
+// lockSlow is Lock's other cases, out of line so that Lock inlines: the
+// lock for concurrent use (a compare-and-swap when it is free), or a
+// collision in sequential mode, which is recorded. Both wait for the other
+// goroutine to let go (the loads are atomic here, off the fast path, so that
+// the loop sees the other goroutine's store).
 func (m *Mutex) lockSlow() {
 	if m.seq == nil {
-		m.mu.Lock()
-		return
+		if atomic.CompareAndSwapUint32(&m.held, 0, 1) {
+			return
+		}
+	} else {
+		m.seq.collided = true
 	}
-	m.seq.collided = true
-	for atomic.LoadUint32(&m.held) != 0 {
-		runtime.Gosched()
+	for i := 1; ; i++ {
+		if atomic.LoadUint32(&m.held) == 0 && atomic.CompareAndSwapUint32(&m.held, 0, 1) {
+			return
+		}
+		if i < spinYields {
+			runtime.Gosched()
+		} else {
+			time.Sleep(sleepEvery)
+		}
 	}
-	m.held = 1
 }
 
 // TryLock locks m if it is free and reports whether it did. In sequential
@@ -96,7 +125,7 @@ func (m *Mutex) lockSlow() {
 // handler polling from inside a poll), not a collision.
 func (m *Mutex) TryLock() bool {
 	if m.seq == nil {
-		return m.mu.TryLock()
+		return atomic.LoadUint32(&m.held) == 0 && atomic.CompareAndSwapUint32(&m.held, 0, 1)
 	}
 	if m.held != 0 {
 		return false
@@ -105,16 +134,12 @@ func (m *Mutex) TryLock() bool {
 	return true
 }
 
-// Unlock unlocks m.
+// Unlock unlocks m: a plain store, with release order outside a sequential
+// mode.
 func (m *Mutex) Unlock() {
 	if m.seq != nil {
 		m.held = 0
 		return
 	}
-	m.unlockMu()
+	release.Store32(&m.held, 0)
 }
-
-// unlockMu unlocks the real mutex, out of line so that Unlock inlines.
-//
-//go:noinline
-func (m *Mutex) unlockMu() { m.mu.Unlock() }

@@ -2,6 +2,7 @@ package locks
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,4 +73,31 @@ func TestCollisionIsRecorded(t *testing.T) {
 	}
 	m.Unlock()
 	<-locked
+}
+
+// TestContendedLockSleepsAndWakes holds a lock past a waiter's yielding
+// tries, so that the waiter sleeps between tries, and checks that it gets
+// the lock only once the holder lets go.
+func TestContendedLockSleepsAndWakes(t *testing.T) {
+	var m Mutex
+	m.Lock()
+	var got atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		m.Lock()
+		got.Store(true)
+		m.Unlock()
+		close(done)
+	}()
+	time.Sleep(50 * time.Millisecond) // far past spinYields yields
+	require.False(t, got.Load(), "the waiter took a held lock")
+	require.False(t, m.TryLock())
+	m.Unlock()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not take the released lock")
+	}
+	require.True(t, m.TryLock())
+	m.Unlock()
 }
