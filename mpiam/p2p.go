@@ -195,14 +195,20 @@ func (p *proc) sendEagerData(world int, buf []byte, pb handlers.Piggyback, a0, a
 
 // startRecv posts r (kind recv, fields set).
 func (p *proc) startRecv(r *reqState) error {
-	c := r.comm
 	if r.peer == ProcNull {
 		r.complete(Status{Source: ProcNull, Tag: AnyTag})
 		return nil
 	}
-	spec := match.Spec{Context: c.ctx, Source: int32(r.peer), Tag: int32(r.tag)}
 	p.syncDeaths()
 	p.mu.Lock()
+	return p.startRecvLocked(r)
+}
+
+// startRecvLocked is startRecv once p.mu is held (and deaths synced); it
+// unlocks p.mu.
+func (p *proc) startRecvLocked(r *reqState) error {
+	c := r.comm
+	spec := match.Spec{Context: c.ctx, Source: int32(r.peer), Tag: int32(r.tag)}
 	if err := p.refuseRecvLocked(c, r.peer, r.tag); err != nil {
 		p.mu.Unlock()
 		r.complete(Status{Source: r.peer, Tag: r.tag, Err: err})
@@ -309,8 +315,21 @@ func (c *Comm) irecv(buf []byte, src, tag int) (*Request, error) {
 	if err := c.checkRecv(src, tag); err != nil {
 		return nil, err
 	}
-	r, h := c.newRecv(buf, src, tag, true)
-	if err := c.p.startRecv(r); err != nil {
+	p := c.p
+	if src == ProcNull || p.mu.Sequential() {
+		r, h := c.newRecv(buf, src, tag, true)
+		if err := p.startRecv(r); err != nil {
+			return nil, err
+		}
+		return h, nil
+	}
+	// With locks: the state and handle are taken under the matching lock
+	// that posting takes anyway (recvStack).
+	p.syncDeaths()
+	p.mu.Lock()
+	r, h := p.recvStates.getLocked(&p.states)
+	r.p, r.kind, r.comm, r.peer, r.tag, r.buf = p, kindRecv, c, src, tag, buf
+	if err := p.startRecvLocked(r); err != nil {
 		return nil, err
 	}
 	return h, nil

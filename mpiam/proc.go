@@ -191,6 +191,7 @@ type proc struct {
 	sendThrottle []sendThrottle // by world rank: that destination's word on eager sends
 	throttleOff  atomic.Bool    // some recvThrottle has an "off" to send
 	states       reqCache       // idle operation states and request handles (reqcache.go)
+	recvStates   recvStack      // states and handles of nonblocking receives, under mu (reqcache.go)
 	sentDone     *reqState      // the shared state of eager sends that completed in their call (Request.sentStatus)
 
 	bsend bsendBuffer
