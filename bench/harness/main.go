@@ -454,17 +454,23 @@ func planCluster(bin, ref string, c *cluster.Cluster, quick bool) []job {
 	add("latency-other-node", append([]string{"latency"}, p2p...), across...)
 	add("bw-other-node", append([]string{"bw"}, p2p...), across...)
 	add("mbw_mr-other-node", append([]string{"mbw_mr"}, p2p...), across[:4]...) // osu_ref has no mbw_mr
-	// One-sided communication between the nodes (OSU's tests, flush).
+	// One-sided communication between the nodes: OSU's seven tests with
+	// flush, and the put latency under the other synchronization modes
+	// and over a window from WinCreate.
 	rmaOther := []string{"-m", "8:1048576", "-i", "1000", "-x", "50"}
 	if quick {
 		rmaOther = []string{"-m", "8:65536", "-i", "100", "-x", "10"}
 	}
-	for _, b := range []string{"put_latency", "get_latency", "put_bw", "fop_latency"} {
+	for _, b := range []string{"put_latency", "get_latency", "put_bw", "get_bw", "acc_latency", "fop_latency", "cas_latency"} {
 		args := append([]string{b}, rmaOther...)
-		if b == "fop_latency" {
+		if b == "fop_latency" || b == "cas_latency" {
 			args = []string{b, "-i", rmaOther[3], "-x", rmaOther[5]}
 		}
 		add(b+"-other-node", args, across...)
+	}
+	for _, mode := range [][]string{{"-s", "lock"}, {"-s", "fence"}, {"-s", "pscw"}, {"-w", "create"}} {
+		args := append(append([]string{"put_latency"}, rmaOther...), mode...)
+		add("put_latency"+mode[0]+"-"+mode[1]+"-other-node", args, across...)
 	}
 	// Over the veth pair: every implementation told to use it.
 	env := func(cfg config, kv ...string) config { cfg.Env = append(cfg.Env, kv...); return cfg }
