@@ -35,6 +35,7 @@ type Datatype struct {
 	committed  atomic.Bool
 	freed      atomic.Bool
 	name       atomic.Pointer[string]
+	lay        atomic.Pointer[layout] // the layout of the count used last (layoutOf)
 }
 
 func predefined(k dtype.Kind, name string) *Datatype {
@@ -394,7 +395,14 @@ func layoutOf(mem []byte, count int, d *Datatype) ([]byte, *layout, error) {
 	if off, ok := d.t.Contiguous(int64(count)); ok {
 		return mem[off : off+n : off+n], nil, nil
 	}
-	return mem, &layout{t: d.t, count: int64(count), n: int(n)}, nil
+	// A layout is immutable: the one of the count used last is kept, so that
+	// a loop sending the same datatype allocates none.
+	if l := d.lay.Load(); l != nil && l.count == int64(count) {
+		return mem, l, nil
+	}
+	l := &layout{t: d.t, count: int64(count), n: int(n)}
+	d.lay.Store(l)
+	return mem, l, nil
 }
 
 // layout is the non-contiguous data of a typed buffer: count instances of

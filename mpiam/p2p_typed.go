@@ -33,6 +33,11 @@ func (c *Comm) sendLay(mem []byte, lay *layout, mt msgType, dest, tag int, mode 
 	if err := c.checkSend(dest, tag); err != nil {
 		return err
 	}
+	if lay != nil && !c.checking() && c.sendsEager(dest, lay.n, mode) {
+		// Eager, as Send's: packed into scratch space that the request
+		// copies, without an operation state.
+		return c.sendPacked(mem, lay, dest, tag, mode)
+	}
 	r, _ := c.newSend(mem, dest, tag, mode, false)
 	r.lay = lay
 	r.setType(mt)
@@ -49,6 +54,17 @@ func (c *Comm) isendLay(mem []byte, lay *layout, mt msgType, dest, tag int, mode
 	if err := c.checkSend(dest, tag); err != nil {
 		return nil, err
 	}
+	p := c.p
+	if lay != nil && !c.checking() && p.tools == nil && c.sendsEager(dest, lay.n, mode) {
+		// Eager: complete in this call, with a handle that shares the
+		// rank's sentDone, as Isend's (isend).
+		if err := c.sendPacked(mem, lay, dest, tag, mode); err != nil {
+			return nil, err
+		}
+		h := p.states.handle()
+		h.s, h.sentPeer, h.sentTag, h.sentBytes = p.sentDone, int32(dest), int32(tag), lay.n
+		return h, nil
+	}
 	r, h := c.newSend(mem, dest, tag, mode, true)
 	r.lay = lay
 	r.setType(mt)
@@ -56,6 +72,18 @@ func (c *Comm) isendLay(mem []byte, lay *layout, mt msgType, dest, tag int, mode
 		return nil, err
 	}
 	return h, nil
+}
+
+// sendPacked sends the non-contiguous data lay of mem eagerly to dest:
+// packed into scratch space, which the request copies.
+func (c *Comm) sendPacked(mem []byte, lay *layout, dest, tag int, mode Mode) error {
+	p := c.p
+	s := getScratch(lay.n)
+	lay.pack(s.b, mem, 0)
+	pb, hasPB := p.outgoingPB()
+	err := p.sendEager(c, s.b, dest, tag, mode, pb, hasPB)
+	putScratch(s)
+	return err
 }
 
 // irecvLay posts a receive of non-contiguous data.
