@@ -27,7 +27,9 @@
 // line as above. A Lock that finds the lock taken yields its processor to
 // other goroutines (runtime.Gosched) between tries, and after spinYields
 // tries sleeps between them, so that a holder that stays long (a poll
-// asleep on the network) is not raced by a burning waiter. There is no
+// asleep on the network) is not raced by a burning waiter; from then on
+// TryLock fails for everyone else, so that a loop that takes the lock
+// again and again with TryLock (a poller) cannot starve it. There is no
 // queue of waiters and no hand-off: the locks of this module are held for
 // short critical sections by few goroutines.
 package locks
@@ -69,8 +71,9 @@ func (s *Seq) Collided() bool { return s != nil && s.collided }
 // package comment), or a plain flag once SetSeq has put it in a sequential
 // mode. The zero value is an unlocked Mutex.
 type Mutex struct {
-	held uint32 // 1 while locked: atomic, or a plain flag in sequential mode
-	seq  *Seq
+	held     uint32 // 1 while locked: atomic, or a plain flag in sequential mode
+	starving uint32 // Locks that have tried spinYields times: TryLock leaves m to them
+	seq      *Seq
 }
 
 // SetSeq puts m in sequential mode s (nil: back to a lock for concurrent
@@ -110,11 +113,20 @@ func (m *Mutex) lockSlow() {
 	}
 	for i := 1; ; i++ {
 		if atomic.LoadUint32(&m.held) == 0 && atomic.CompareAndSwapUint32(&m.held, 0, 1) {
+			if i > spinYields {
+				atomic.AddUint32(&m.starving, ^uint32(0))
+			}
 			return
 		}
-		if i < spinYields {
+		switch {
+		case i < spinYields:
 			runtime.Gosched()
-		} else {
+		case i == spinYields:
+			// From now on TryLock fails, so that a goroutine that takes m
+			// again and again with it (a polling loop) lets this one in.
+			atomic.AddUint32(&m.starving, 1)
+			fallthrough
+		default:
 			time.Sleep(sleepEvery)
 		}
 	}
@@ -125,7 +137,7 @@ func (m *Mutex) lockSlow() {
 // handler polling from inside a poll), not a collision.
 func (m *Mutex) TryLock() bool {
 	if m.seq == nil {
-		return atomic.LoadUint32(&m.held) == 0 && atomic.CompareAndSwapUint32(&m.held, 0, 1)
+		return atomic.LoadUint32(&m.held)|atomic.LoadUint32(&m.starving) == 0 && atomic.CompareAndSwapUint32(&m.held, 0, 1)
 	}
 	if m.held != 0 {
 		return false

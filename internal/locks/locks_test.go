@@ -101,3 +101,44 @@ func TestContendedLockSleepsAndWakes(t *testing.T) {
 	require.True(t, m.TryLock())
 	m.Unlock()
 }
+
+// TestTryLockLoopDoesNotStarveLock runs a poller that takes the lock again
+// with TryLock as soon as it lets go and holds it almost all the time;
+// a Lock beside it must still get in, and the poller go on after.
+func TestTryLockLoopDoesNotStarveLock(t *testing.T) {
+	var m Mutex
+	var stop atomic.Bool
+	var polls atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for !stop.Load() {
+			if m.TryLock() {
+				polls.Add(1)
+				for end := time.Now().Add(20 * time.Microsecond); time.Now().Before(end); {
+				}
+				m.Unlock()
+			}
+		}
+	}()
+	for polls.Load() < 10 {
+		time.Sleep(time.Millisecond)
+	}
+	got := make(chan struct{})
+	go func() {
+		m.Lock()
+		m.Unlock()
+		close(got)
+	}()
+	select {
+	case <-got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Lock starved by a TryLock loop")
+	}
+	n := polls.Load()
+	for polls.Load() == n {
+		time.Sleep(time.Millisecond) // the poller takes the lock again
+	}
+	stop.Store(true)
+	<-done
+}
