@@ -194,19 +194,20 @@ func (p *proc) sendEagerData(world int, buf []byte, pb handlers.Piggyback, a0, a
 }
 
 // startRecv posts r (kind recv, fields set).
-func (p *proc) startRecv(r *reqState) error {
-	if r.peer == ProcNull {
-		r.complete(Status{Source: ProcNull, Tag: AnyTag})
-		return nil
-	}
-	p.syncDeaths()
-	p.mu.Lock()
-	return p.startRecvLocked(r)
-}
+func (p *proc) startRecv(r *reqState) error { return p.postRecv(r, false) }
 
-// startRecvLocked is startRecv once p.mu is held (and deaths synced); it
-// unlocks p.mu.
-func (p *proc) startRecvLocked(r *reqState) error {
+// postRecv posts r (kind recv, fields set); locked: p.mu is held and deaths
+// synced (r.peer is not ProcNull then). It unlocks p.mu. One function, so
+// that a receive's path is one call deep.
+func (p *proc) postRecv(r *reqState, locked bool) error {
+	if !locked {
+		if r.peer == ProcNull {
+			r.complete(Status{Source: ProcNull, Tag: AnyTag})
+			return nil
+		}
+		p.syncDeaths()
+		p.mu.Lock()
+	}
 	c := r.comm
 	spec := match.Spec{Context: c.ctx, Source: int32(r.peer), Tag: int32(r.tag)}
 	if err := p.refuseRecvLocked(c, r.peer, r.tag); err != nil {
@@ -329,7 +330,7 @@ func (c *Comm) irecv(buf []byte, src, tag int) (*Request, error) {
 	p.mu.Lock()
 	r, h := p.recvStates.getLocked(&p.states)
 	r.p, r.kind, r.comm, r.peer, r.tag, r.buf = p, kindRecv, c, src, tag, buf
-	if err := p.startRecvLocked(r); err != nil {
+	if err := p.postRecv(r, true); err != nil {
 		return nil, err
 	}
 	return h, nil
