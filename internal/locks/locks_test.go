@@ -125,8 +125,10 @@ func TestTryLockLoopDoesNotStarveLock(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	got := make(chan struct{})
+	var inside bool
 	go func() {
 		m.Lock()
+		inside = true // written under the lock, read after got closes
 		m.Unlock()
 		close(got)
 	}()
@@ -135,6 +137,7 @@ func TestTryLockLoopDoesNotStarveLock(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Lock starved by a TryLock loop")
 	}
+	require.True(t, inside)
 	n := polls.Load()
 	for polls.Load() == n {
 		time.Sleep(time.Millisecond) // the poller takes the lock again
