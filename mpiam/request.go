@@ -262,10 +262,18 @@ type reqCold struct {
 	pbOut uint64 // value to piggyback instead of the tool's current one (hasPBOut)
 
 	// A rendezvous receive of non-contiguous data stages it in bounce: the
-	// store path asks the sender for one chunk at a time, at being the
-	// packed bytes asked for so far and ask the last chunk's size.
+	// store path asks the sender for one chunk at a time into one half of
+	// it (half), at being the packed bytes asked for so far and ask the
+	// size of the chunk asked last; busy marks a half whose chunk is not
+	// unpacked yet, ctsWait a clear-to-send that waits for it; unpacking is
+	// set while a chunk is unpacked outside p.mu, which then leaves bounce
+	// to the unpacker.
 	bounce     []byte
 	at, ask    int
+	half       int
+	busy       [2]bool
+	ctsWait    bool
+	unpacking  bool
 	end        int    // the packed bytes the receive takes
 	peerSendID uint64 // the sender's request id, for further clear-to-sends
 }

@@ -23,8 +23,10 @@ import (
 //   - rendezvous, non-contiguous receiver: it reads a contiguous sender's
 //     buffer a chunk at a time into a staging buffer and unpacks it (pull),
 //     or, without a single-copy read, registers the staging buffer and asks
-//     the sender for one chunk per clear-to-send, unpacking each as its
-//     store lands.
+//     the sender for one chunk per clear-to-send, half the buffer at a time:
+//     when a chunk lands it asks for the next into the other half and then
+//     unpacks the one that landed, so that the sender packs and stores the
+//     next chunk while this rank unpacks.
 //
 // No message is ever staged whole: at most typedChunk bytes per transfer.
 
@@ -108,11 +110,16 @@ func (p *proc) typedStoreLocked(r *reqState, from, n int, args *ctsArgs) error {
 	return nil
 }
 
-// nextTypedCTSLocked fills args with the clear-to-send of r's next chunk
-// and records it as asked for. p.mu is held.
+// nextTypedCTSLocked fills args with the clear-to-send of r's next chunk,
+// into the half of the staging buffer after the one asked for last, and
+// records it as asked for. p.mu is held.
 func (p *proc) nextTypedCTSLocked(r *reqState, args *ctsArgs) {
-	k := min(len(r.bounce), r.end-r.at)
-	*args = ctsArgs{SendID: r.peerSendID, Addr: r.seg.Addr, Off: uint64(r.at), N: uint64(k), RecvID: r.id}
+	h := len(r.bounce) / 2
+	if r.ask > 0 {
+		r.half ^= 1
+	}
+	k := min(h, r.end-r.at)
+	*args = ctsArgs{SendID: r.peerSendID, Addr: r.seg.Addr + uint64(r.half*h), Off: uint64(r.at), N: uint64(k), RecvID: r.id}
 	if r.at+k < r.end {
 		args.Flags = ctsMore
 	}
@@ -121,24 +128,84 @@ func (p *proc) nextTypedCTSLocked(r *reqState, args *ctsArgs) {
 	p.ep.Expect(time.Duration(k/4)*time.Nanosecond + 50*time.Microsecond)
 }
 
-// typedChunkLanded unpacks the chunk of receive r that a store just put in
-// its staging buffer and, when more is to come, queues the clear-to-send of
-// the next chunk to world rank src and reports true.
+// typedChunkLanded takes the chunk of receive r that a store just put in
+// its staging buffer: when more is to come, it queues the clear-to-send of
+// the next chunk (into the other half, once that half's chunk is unpacked)
+// to world rank src, then the unpacking of this one, which finishes r after
+// the last chunk. It reports false when r has failed meanwhile (partDone
+// then has nothing to do).
 func (p *proc) typedChunkLanded(r *reqState, src int) bool {
 	p.mu.Lock()
-	from, k := r.at-r.ask, r.ask
-	r.ask = 0
-	p.mu.Unlock()
-	r.lay.unpack(r.buf, r.bounce[:k], from)
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	if r.at >= r.end || r.parts <= 0 {
+	if r.parts <= 0 {
 		return false
 	}
+	h, half := len(r.bounce)/2, r.half
+	from, b := r.at-r.ask, r.bounce[half*h:][:r.ask]
+	last := r.at >= r.end
+	r.busy[half] = true
+	if last {
+		r.ask = 0
+	} else if r.busy[half^1] {
+		r.ctsWait = true // another goroutine still unpacks the other half
+	} else {
+		p.queueTypedCTSLocked(r, src)
+	}
+	id := r.id
+	p.queueLocked(deferred{kind: workFunc, fn: func() { p.unpackChunk(r, id, src, half, b, from, last) }})
+	return true
+}
+
+// queueTypedCTSLocked queues the clear-to-send of r's next chunk to world
+// rank src. p.mu is held.
+func (p *proc) queueTypedCTSLocked(r *reqState, src int) {
 	d := deferred{kind: workCTS, req: r, dst: src}
 	p.nextTypedCTSLocked(r, &d.cts)
 	p.queueLocked(d)
-	return true
+}
+
+// unpackChunk unpacks chunk b, packed bytes from on, of receive r (whose
+// transfer id is id) from half of its staging buffer, asks world rank src
+// for a chunk that waited for that half, and finishes r after its last
+// chunk. A receive that failed meanwhile, or whose state went on to
+// another operation, is left alone.
+func (p *proc) unpackChunk(r *reqState, id uint64, src, half int, b []byte, from int, last bool) {
+	p.mu.Lock()
+	if r.parts <= 0 || r.id != id || p.reqs[id] != r {
+		p.mu.Unlock()
+		return
+	}
+	r.unpacking = true
+	p.mu.Unlock()
+	r.lay.unpack(r.buf, b, from)
+	p.mu.Lock()
+	if r.id != id {
+		// Failed and handed back meanwhile (failRankLocked completes
+		// without waiting for an unpacker): the state is another
+		// operation's now.
+		p.mu.Unlock()
+		return
+	}
+	r.unpacking = false
+	r.busy[half] = false
+	failed := r.parts <= 0
+	bounce := r.bounce
+	if failed {
+		r.bounce = nil // partDone left it to this unpacker
+	} else if r.ctsWait {
+		r.ctsWait = false
+		p.queueTypedCTSLocked(r, src)
+	}
+	p.mu.Unlock()
+	if failed {
+		if bounce != nil {
+			putChunk(bounce)
+		}
+		return
+	}
+	if last {
+		p.partDone(r, nil, 0, false)
+	}
 }
 
 // getInto reads pull job j of receive r from world rank src: straight into
