@@ -205,7 +205,7 @@ type reqState struct {
 // reqPad rounds a reqState up to 384 bytes on 64-bit platforms, so that the
 // states of a slab (reqCache.newState) each start a cache line;
 // TestReqStateLayout checks it.
-const reqPad = 40
+const reqPad = 24
 
 // reqHot is the part of a reqState that every operation uses.
 type reqHot struct {
