@@ -265,15 +265,17 @@ type reqCold struct {
 	// store path asks the sender for one chunk at a time into one half of
 	// it (half), at being the packed bytes asked for so far and ask the
 	// size of the chunk asked last; busy marks a half whose chunk is not
-	// unpacked yet, ctsWait a clear-to-send that waits for it; unpacking is
-	// set while a chunk is unpacked outside p.mu, which then leaves bounce
-	// to the unpacker.
+	// unpacked yet, ctsWait a clear-to-send that waits for the half it
+	// goes to, landed that the last chunk is in; unpackers counts the
+	// chunks being unpacked outside p.mu, while which partDone leaves
+	// bounce to them.
 	bounce     []byte
 	at, ask    int
 	half       int
 	busy       [2]bool
 	ctsWait    bool
-	unpacking  bool
+	landed     bool
+	unpackers  int8
 	end        int    // the packed bytes the receive takes
 	peerSendID uint64 // the sender's request id, for further clear-to-sends
 }

@@ -352,8 +352,8 @@ func (p *proc) partDone(r *reqState, err error, pb uint64, hasPB bool) {
 	}
 	seg, bounce := r.seg, r.bounce
 	r.seg, r.bounce = am.Segment{}, nil
-	if r.unpacking {
-		r.bounce, bounce = bounce, nil // the unpacker gives it back (unpackChunk)
+	if r.unpackers > 0 {
+		r.bounce, bounce = bounce, nil // the last unpacker gives it back (unpackChunk)
 	}
 	p.mu.Unlock()
 	if seg.Len > 0 {

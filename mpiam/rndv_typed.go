@@ -131,9 +131,9 @@ func (p *proc) nextTypedCTSLocked(r *reqState, args *ctsArgs) {
 // typedChunkLanded takes the chunk of receive r that a store just put in
 // its staging buffer: when more is to come, it queues the clear-to-send of
 // the next chunk (into the other half, once that half's chunk is unpacked)
-// to world rank src, then the unpacking of this one, which finishes r after
-// the last chunk. It reports false when r has failed meanwhile (partDone
-// then has nothing to do).
+// to world rank src, then the unpacking of this one; the unpacker that
+// finishes the last chunk finishes r. It reports false when r has failed
+// meanwhile (partDone then has nothing to do).
 func (p *proc) typedChunkLanded(r *reqState, src int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -142,17 +142,17 @@ func (p *proc) typedChunkLanded(r *reqState, src int) bool {
 	}
 	h, half := len(r.bounce)/2, r.half
 	from, b := r.at-r.ask, r.bounce[half*h:][:r.ask]
-	last := r.at >= r.end
 	r.busy[half] = true
-	if last {
-		r.ask = 0
-	} else if r.busy[half^1] {
+	switch {
+	case r.at >= r.end:
+		r.landed, r.ask = true, 0
+	case r.busy[half^1]:
 		r.ctsWait = true // another goroutine still unpacks the other half
-	} else {
+	default:
 		p.queueTypedCTSLocked(r, src)
 	}
 	id := r.id
-	p.queueLocked(deferred{kind: workFunc, fn: func() { p.unpackChunk(r, id, src, half, b, from, last) }})
+	p.queueLocked(deferred{kind: workFunc, fn: func() { p.unpackChunk(r, id, src, half, b, from) }})
 	return true
 }
 
@@ -165,17 +165,18 @@ func (p *proc) queueTypedCTSLocked(r *reqState, src int) {
 }
 
 // unpackChunk unpacks chunk b, packed bytes from on, of receive r (whose
-// transfer id is id) from half of its staging buffer, asks world rank src
-// for a chunk that waited for that half, and finishes r after its last
-// chunk. A receive that failed meanwhile, or whose state went on to
-// another operation, is left alone.
-func (p *proc) unpackChunk(r *reqState, id uint64, src, half int, b []byte, from int, last bool) {
+// transfer id is id) from half of its staging buffer; it then asks world
+// rank src for a chunk that waited for that half, and finishes r once the
+// last chunk has landed and every chunk is unpacked (chunks may be unpacked
+// by two goroutines at once). A receive that failed meanwhile, or whose
+// state went on to another operation, is left alone.
+func (p *proc) unpackChunk(r *reqState, id uint64, src, half int, b []byte, from int) {
 	p.mu.Lock()
 	if r.parts <= 0 || r.id != id || p.reqs[id] != r {
 		p.mu.Unlock()
 		return
 	}
-	r.unpacking = true
+	r.unpackers++
 	p.mu.Unlock()
 	r.lay.unpack(r.buf, b, from)
 	p.mu.Lock()
@@ -186,24 +187,26 @@ func (p *proc) unpackChunk(r *reqState, id uint64, src, half int, b []byte, from
 		p.mu.Unlock()
 		return
 	}
-	r.unpacking = false
+	r.unpackers--
 	r.busy[half] = false
-	failed := r.parts <= 0
-	bounce := r.bounce
-	if failed {
-		r.bounce = nil // partDone left it to this unpacker
-	} else if r.ctsWait {
+	var bounce []byte
+	done := false
+	switch {
+	case r.parts <= 0:
+		if r.unpackers == 0 {
+			bounce, r.bounce = r.bounce, nil // partDone left it to the unpackers
+		}
+	case r.ctsWait && !r.busy[r.half^1]:
 		r.ctsWait = false
 		p.queueTypedCTSLocked(r, src)
+	case r.landed && !r.busy[0] && !r.busy[1]:
+		done = true
 	}
 	p.mu.Unlock()
-	if failed {
-		if bounce != nil {
-			putChunk(bounce)
-		}
-		return
+	if bounce != nil {
+		putChunk(bounce)
 	}
-	if last {
+	if done {
 		p.partDone(r, nil, 0, false)
 	}
 }
