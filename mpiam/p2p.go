@@ -257,8 +257,13 @@ func (c *Comm) newSend(buf []byte, dest, tag int, mode Mode, handle bool) (*reqS
 // newRecv is newSend for a receive.
 func (c *Comm) newRecv(buf []byte, src, tag int, handle bool) (*reqState, *Request) {
 	r, h := c.p.states.get(handle)
-	r.p, r.kind, r.comm, r.peer, r.tag, r.buf = c.p, kindRecv, c, src, tag, buf
+	c.setRecv(r, buf, src, tag)
 	return r, h
+}
+
+// setRecv fills state r for a receive of buf from src with tag on c.
+func (c *Comm) setRecv(r *reqState, buf []byte, src, tag int) {
+	r.p, r.kind, r.comm, r.peer, r.tag, r.buf = c.p, kindRecv, c, src, tag, buf
 }
 
 // sendsEager reports whether a send of n contiguous bytes to dest in mode
@@ -281,15 +286,21 @@ func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
 		if err := p.sendEager(c, buf, dest, tag, mode, pb, hasPB); err != nil {
 			return nil, err
 		}
-		h := p.states.handle()
-		h.s, h.sentPeer, h.sentTag, h.sentBytes = p.sentDone, int32(dest), int32(tag), len(buf)
-		return h, nil
+		return p.states.handle().sentBy(p.sentDone, dest, tag, len(buf)), nil
 	}
 	r, h := c.newSend(buf, dest, tag, mode, true)
 	if err := c.p.startSend(r); err != nil {
 		return nil, err
 	}
 	return h, nil
+}
+
+// sentBy makes h the handle of a nonblocking eager send of n bytes to dest
+// that completed in its call: it shares its rank's sentDone (done) and keeps
+// its status itself (Request.sentStatus). It returns h.
+func (h *Request) sentBy(done *reqState, dest, tag, n int) *Request {
+	h.s, h.sentPeer, h.sentTag, h.sentBytes = done, int32(dest), int32(tag), n
+	return h
 }
 
 func (c *Comm) send(buf []byte, dest, tag int, mode Mode) error {
@@ -329,7 +340,7 @@ func (c *Comm) irecv(buf []byte, src, tag int) (*Request, error) {
 	p.syncDeaths()
 	p.mu.Lock()
 	r, h := p.recvStates.getLocked(&p.states)
-	r.p, r.kind, r.comm, r.peer, r.tag, r.buf = p, kindRecv, c, src, tag, buf
+	c.setRecv(r, buf, src, tag)
 	if err := p.postRecv(r, true); err != nil {
 		return nil, err
 	}

@@ -61,9 +61,7 @@ func (c *Comm) isendLay(mem []byte, lay *layout, mt msgType, dest, tag int, mode
 		if err := c.sendPacked(mem, lay, dest, tag, mode); err != nil {
 			return nil, err
 		}
-		h := p.states.handle()
-		h.s, h.sentPeer, h.sentTag, h.sentBytes = p.sentDone, int32(dest), int32(tag), lay.n
-		return h, nil
+		return p.states.handle().sentBy(p.sentDone, dest, tag, lay.n), nil
 	}
 	r, h := c.newSend(mem, dest, tag, mode, true)
 	r.lay = lay

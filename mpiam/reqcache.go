@@ -30,11 +30,41 @@ type reqCache struct {
 	pool sync.Pool // states of blocking calls
 
 	mu      locks.Mutex // a plain flag at a single-threaded level
-	free    []*reqState // idle states of nonblocking calls
-	handles []Request   // the current slab of handles, used up to nextH
-	nextH   int
+	free    stateStack  // idle states of nonblocking calls
+	handles handleSlabs
 	slab    []reqState // the current slab's unused states (under slabMu)
 	slabMu  sync.Mutex // newState runs outside mu
+}
+
+// stateStack is a stack of idle operation states.
+type stateStack []*reqState
+
+// pop takes the top state, nil if the stack is empty.
+func (st *stateStack) pop() *reqState {
+	n := len(*st)
+	if n == 0 {
+		return nil
+	}
+	s := (*st)[n-1]
+	(*st)[n-1] = nil
+	*st = (*st)[:n-1]
+	return s
+}
+
+// handleSlabs hands out request handles from slabs of handleSlab.
+type handleSlabs struct {
+	slab []Request // the current slab, used up to next
+	next int
+}
+
+// take returns the next handle, starting a new slab when this one is spent.
+func (hs *handleSlabs) take() *Request {
+	if hs.next == len(hs.slab) {
+		hs.slab, hs.next = make([]Request, handleSlab), 0
+	}
+	h := &hs.slab[hs.next]
+	hs.next++
+	return h
 }
 
 // stateSlab is how many operation states are allocated at once: 96 × 384
@@ -96,29 +126,13 @@ func (c *reqCache) handle() *Request {
 	return h
 }
 
-// handleLocked takes the next handle of the slab, starting a new slab when
-// it is spent; c.mu held (or a single-threaded level).
-func (c *reqCache) handleLocked() *Request {
-	if c.nextH == len(c.handles) {
-		c.handles, c.nextH = make([]Request, handleSlab), 0
-	}
-	h := &c.handles[c.nextH]
-	c.nextH++
-	return h
-}
+// handleLocked takes the next handle; c.mu held (or a single-threaded
+// level).
+func (c *reqCache) handleLocked() *Request { return c.handles.take() }
 
 // popLocked takes an idle state off the stack, nil if it is empty; c.mu
 // held (or a single-threaded level).
-func (c *reqCache) popLocked() *reqState {
-	n := len(c.free)
-	if n == 0 {
-		return nil
-	}
-	s := c.free[n-1]
-	c.free[n-1] = nil
-	c.free = c.free[:n-1]
-	return s
-}
+func (c *reqCache) popLocked() *reqState { return c.free.pop() }
 
 // put zeroes the state of a blocking call, dropping what it references, and
 // keeps it for reuse. The caller guarantees that nothing references s any
@@ -194,33 +208,24 @@ const recvBatch = 16
 // reqCache.mu, which is a leaf), and go back to it when their requests
 // are freed, as every state does.
 type recvStack struct {
-	free    []*reqState
-	handles []Request
-	nextH   int
+	free    stateStack
+	handles handleSlabs
 }
 
 // getLocked returns a state and a handle for a receive; p.mu is held.
 func (rs *recvStack) getLocked(c *reqCache) (*reqState, *Request) {
-	n := len(rs.free)
-	if n == 0 {
+	if len(rs.free) == 0 {
 		rs.free = c.getMany(rs.free, recvBatch)
-		n = len(rs.free)
 	}
-	s := rs.free[n-1]
-	rs.free[n-1] = nil
-	rs.free = rs.free[:n-1]
-	if rs.nextH == len(rs.handles) {
-		rs.handles, rs.nextH = make([]Request, handleSlab), 0
-	}
-	h := &rs.handles[rs.nextH]
-	rs.nextH++
+	s := rs.free.pop()
+	h := rs.handles.take()
 	h.s = s
 	return s, h
 }
 
 // getMany appends n idle states to dst, new ones where the cache has too
 // few.
-func (c *reqCache) getMany(dst []*reqState, n int) []*reqState {
+func (c *reqCache) getMany(dst stateStack, n int) stateStack {
 	c.mu.Lock()
 	for len(dst) < n {
 		s := c.popLocked()
