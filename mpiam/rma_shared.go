@@ -269,8 +269,13 @@ func (sh *sharedWin) mapAll(c *Comm, total int) error {
 	if c.rank == 0 {
 		var path string
 		path, sh.mem, err = shmem.Create("amgo-win-", total)
-		if err == nil && len(path) >= len(name) {
-			err = fmt.Errorf("shared window file name %q too long", path)
+		if err == nil {
+			// Gone once this returns, whichever way: every rank has mapped
+			// it or given up, or the collectives below failed (a rank died).
+			defer shmem.Remove(path)
+			if len(path) >= len(name) {
+				err = fmt.Errorf("shared window file name %q too long", path)
+			}
 		}
 		copy(name[:], path)
 	}
@@ -280,6 +285,7 @@ func (sh *sharedWin) mapAll(c *Comm, total int) error {
 		berr = x.bcast(name[:], 0)
 	}
 	if berr != nil {
+		sh.unmap()
 		return berr
 	}
 	path := string(name[:clen(name[:])])
@@ -296,10 +302,8 @@ func (sh *sharedWin) mapAll(c *Comm, total int) error {
 		aerr = allreduce(x, ok, all, Min[int32]())
 	}
 	if aerr != nil {
+		sh.unmap()
 		return aerr
-	}
-	if c.rank == 0 && path != "" {
-		_ = shmem.Remove(path) // every rank has mapped it, or given up
 	}
 	if all[0] == 0 {
 		sh.unmap()
