@@ -280,6 +280,7 @@ func (p *proc) failRankLocked(w int, done []func()) []func() {
 		}
 		delete(p.reqs, id)
 		r.parts = 0 // parts finishing later leave it alone
+		failStageLocked(r)
 		if r.seg.Len > 0 {
 			_ = p.ep.UnregisterSegment(r.seg)
 			r.seg = am.Segment{}

@@ -174,6 +174,7 @@ type proc struct {
 	barrierCounts  map[uint32]*barrierCounts // by communicator context (coll_am.go)
 	arStates       map[uint32]*arState       // small allreduces' slots by communicator context (coll_amreduce.go; p.mu)
 	rndvSplit      int                       // EnvRndvSplit: smallest rendezvous split between store and get (0: never)
+	stages         stages                    // shared stages of strided receives (stage.go)
 
 	msgPool sync.Pool
 	// freeMsgs holds recycled message records for the next eager arrivals
@@ -245,6 +246,13 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		return nil, err
 	}
 	p.rndvSplit = split
+	switch v := os.Getenv(EnvTypedStage); v {
+	case "", "1":
+	case "0":
+		p.stages.off = true
+	default:
+		return nil, fmt.Errorf("%w: %s=%q (want 0 or 1)", ErrArg, EnvTypedStage, v)
+	}
 	// Towards a peer without a single-copy read, eager up to
 	// DefaultEagerLimit or its network's largest medium, whichever is less
 	// (eager checks MaxMediumTo per peer).

@@ -205,7 +205,7 @@ type reqState struct {
 // reqPad rounds a reqState up to 384 bytes on 64-bit platforms, so that the
 // states of a slab (reqCache.newState) each start a cache line;
 // TestReqStateLayout checks it.
-const reqPad = 24
+const reqPad = 16
 
 // reqHot is the part of a reqState that every operation uses.
 type reqHot struct {
@@ -270,6 +270,7 @@ type reqCold struct {
 	// chunks being unpacked outside p.mu, while which partDone leaves
 	// bounce to them.
 	bounce     []byte
+	stage      *stageIn // bounce is this shared stage (stage.go)
 	at, ask    int
 	half       int
 	busy       [2]bool

@@ -8,7 +8,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/amgo-hpc/amgo/am"
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/handlers"
 	"github.com/amgo-hpc/amgo/mpiam/internal/match"
@@ -350,11 +349,9 @@ func (p *proc) partDone(r *reqState, err error, pb uint64, hasPB bool) {
 	if r.id != 0 && p.reqs[r.id] == r {
 		delete(p.reqs, r.id)
 	}
-	seg, bounce := r.seg, r.bounce
-	r.seg, r.bounce = am.Segment{}, nil
-	if r.unpackers > 0 {
-		r.bounce, bounce = bounce, nil // the last unpacker gives it back (unpackChunk)
-	}
+	// An unpacker still running keeps the staging buffer: the last one gives
+	// it back (unpackChunk).
+	seg, bounce := p.unstageLocked(r, r.unpackers > 0)
 	p.mu.Unlock()
 	if seg.Len > 0 {
 		_ = p.ep.UnregisterSegment(seg)
@@ -445,7 +442,7 @@ func (p *proc) storeInstead(d *deferred) error {
 	p.mu.Lock()
 	if r.lay != nil {
 		cts := deferred{dst: d.dst, cts: ctsArgs{SendID: j.sendID}}
-		err := p.typedStoreLocked(r, j.off, j.n, &cts.cts)
+		err := p.typedStoreLocked(r, d.dst, j.off, j.n, &cts.cts)
 		p.mu.Unlock()
 		if err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/amgo-hpc/amgo/handlers"
+	"github.com/amgo-hpc/amgo/internal/shmem"
 )
 
 // Typed data that is not contiguous (a derived datatype) moves through the
@@ -77,7 +78,7 @@ func (p *proc) planTypedLocked(r *reqState, m *inMsg, n int) rndvPlan {
 		return plan
 	}
 	plan.cts = true
-	if err := p.typedStoreLocked(r, 0, n, &plan.args); err != nil {
+	if err := p.typedStoreLocked(r, m.src, 0, n, &plan.args); err != nil {
 		// Ask for nothing, so that the sender completes, and fail the receive.
 		r.status.Err, r.status.Bytes = err, 0
 		plan.args = ctsArgs{SendID: m.sendID, RecvID: plan.args.RecvID}
@@ -85,10 +86,11 @@ func (p *proc) planTypedLocked(r *reqState, m *inMsg, n int) rndvPlan {
 	return plan
 }
 
-// typedStoreLocked sets receive r up to take packed bytes [from, n) by
-// stores into its staging buffer, one chunk per clear-to-send, and fills
-// args (SendID set) with the first. p.mu is held.
-func (p *proc) typedStoreLocked(r *reqState, from, n int, args *ctsArgs) error {
+// typedStoreLocked sets receive r up to take packed bytes [from, n) from
+// world rank src by stores into its staging buffer (a shared stage when src
+// can map one, stage.go), one chunk per clear-to-send, and fills args
+// (SendID set) with the first. p.mu is held.
+func (p *proc) typedStoreLocked(r *reqState, src, from, n int, args *ctsArgs) error {
 	if r.id == 0 || p.reqs[r.id] != r {
 		p.nextID++
 		r.id = p.nextID
@@ -96,7 +98,11 @@ func (p *proc) typedStoreLocked(r *reqState, from, n int, args *ctsArgs) error {
 	}
 	args.RecvID = r.id
 	if r.bounce == nil {
-		r.bounce = getChunk()
+		if st := p.stageForLocked(src); st != nil {
+			r.bounce, r.seg, r.stage = st.mem, st.seg, st
+		} else {
+			r.bounce = getChunk()
+		}
 	}
 	if r.seg.Len == 0 {
 		seg, err := p.ep.RegisterSegment(r.bounce)
@@ -123,6 +129,9 @@ func (p *proc) nextTypedCTSLocked(r *reqState, args *ctsArgs) {
 	if r.at+k < r.end {
 		args.Flags = ctsMore
 	}
+	if r.stage != nil {
+		args.Flags |= r.stage.ctsFlags(r.half * h)
+	}
 	r.ask = k
 	r.at += k
 	p.ep.Expect(time.Duration(k/4)*time.Nanosecond + 50*time.Microsecond)
@@ -136,10 +145,11 @@ func (p *proc) nextTypedCTSLocked(r *reqState, args *ctsArgs) {
 // meanwhile (partDone then has nothing to do).
 func (p *proc) typedChunkLanded(r *reqState, src int) bool {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if r.parts <= 0 {
+		p.mu.Unlock()
 		return false
 	}
+	unlink := landedLocked(r)
 	h, half := len(r.bounce)/2, r.half
 	from, b := r.at-r.ask, r.bounce[half*h:][:r.ask]
 	r.busy[half] = true
@@ -153,6 +163,10 @@ func (p *proc) typedChunkLanded(r *reqState, src int) bool {
 	}
 	id := r.id
 	p.queueLocked(deferred{kind: workFunc, fn: func() { p.unpackChunk(r, id, src, half, b, from) }})
+	p.mu.Unlock()
+	if unlink != "" {
+		_ = shmem.Remove(unlink)
+	}
 	return true
 }
 
@@ -194,7 +208,7 @@ func (p *proc) unpackChunk(r *reqState, id uint64, src, half int, b []byte, from
 	switch {
 	case r.parts <= 0:
 		if r.unpackers == 0 {
-			bounce, r.bounce = r.bounce, nil // partDone left it to the unpackers
+			_, bounce = p.unstageLocked(r, false) // partDone left it to the unpackers
 		}
 	case r.ctsWait && !r.busy[r.half^1]:
 		r.ctsWait = false
@@ -236,6 +250,12 @@ func (p *proc) getInto(r *reqState, src int, j pullJob) error {
 // runs the receiver's data handler.
 func (p *proc) storeTyped(d *deferred) error {
 	r, a := d.req, d.cts
+	if b := p.stageOutFor(d.dst, &a); b != nil {
+		// The receiver's shared stage: pack straight into it, then tell.
+		r.lay.pack(b, r.buf, int(a.Off))
+		p.stages.packed.Add(int64(len(b)))
+		return p.ep.RequestShort(d.dst, hData, a.RecvID)
+	}
 	s := getScratch(int(min(a.N, typedChunk)))
 	defer putScratch(s)
 	for off := uint64(0); off < a.N; {

@@ -71,7 +71,7 @@ func runRank(ep *am.Endpoint, cfg Config, fn func(world *Comm) error) error {
 // finalize completes what MPI_Finalize must: buffered sends still in flight,
 // rendezvous transfers under way (a send freed while active included: MPI-4.1
 // §11.2.2, the finalize "will complete the send") and deferred protocol work,
-// then marks the process finalized.
+// then releases the shared stages and marks the process finalized.
 func (p *proc) finalize() error {
 	err := p.waitFor(func() bool {
 		p.mu.Lock()
@@ -79,6 +79,7 @@ func (p *proc) finalize() error {
 		p.mu.Unlock()
 		return rndv == 0 && p.bsend.pending() == 0 && !p.hasWork.Load()
 	})
+	p.closeStages()
 	p.finalized.Store(true)
 	return err
 }

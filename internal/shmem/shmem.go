@@ -6,7 +6,9 @@
 package shmem
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -40,7 +42,37 @@ func Create(prefix string, size int) (string, []byte, error) {
 	return f.Name(), mem, nil
 }
 
-// Open maps the file name that Create made, which must hold size bytes.
+// CreateAt makes the file path of size bytes (size > 0), readable and
+// writable by this user only, and maps it, for a name the other processes
+// can work out themselves. A file left at path by a process that died
+// (names embed a process id, which the system reuses) is replaced.
+// Errors: the file system's and mmap's.
+func CreateAt(path string, size int) ([]byte, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("shmem: size %d", size)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		_ = os.Remove(path)
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("shmem: %w", err)
+	}
+	defer f.Close()
+	if err := f.Truncate(int64(size)); err != nil {
+		_ = os.Remove(path)
+		return nil, fmt.Errorf("shmem: %s: %w", path, err)
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		_ = os.Remove(path)
+		return nil, fmt.Errorf("shmem: mmap %s: %w", path, err)
+	}
+	return mem, nil
+}
+
+// Open maps the file name that Create or CreateAt made, which must hold size bytes.
 // Errors: the file system's, mmap's, and a size that differs.
 func Open(name string, size int) ([]byte, error) {
 	f, err := os.OpenFile(name, os.O_RDWR, 0)

@@ -36,6 +36,37 @@ const (
 // clear-to-send is the receiver's final word.
 const CTSMore = 1
 
+// CTSStage, in a clear-to-send's flags: the receiver's staging buffer is a
+// file that the two ranks, on one node, can both map (a shared stage), and
+// the sender may pack the part straight into it and then send the data
+// notice instead of storing. The rest of the flags say where: bits 4-15 the
+// part's offset in the file in 4 KiB units, bits 16-31 the file's
+// generation, bits 32-63 the receiver's process id (StageFlags, CTS.Stage).
+// Addr names the same memory as a registered segment, for a sender that
+// cannot map the file.
+const CTSStage = 2
+
+// StageUnit is the unit of a shared stage's offset in a clear-to-send, in
+// bytes.
+const StageUnit = 4096
+
+// StageFlags is the CTSStage flag with its fields: the part at byte off
+// (a multiple of StageUnit, below 4096 units) of generation gen of process
+// pid's stage.
+func StageFlags(off int, gen, pid uint32) uint64 {
+	return CTSStage | uint64(off/StageUnit)<<4 | uint64(gen&0xffff)<<16 | uint64(pid)<<32
+}
+
+// Stage reads a clear-to-send's shared stage: the part's offset in bytes,
+// the file's generation and the receiver's process id; ok is false without
+// CTSStage.
+func (m CTS) Stage() (off int, gen, pid uint32, ok bool) {
+	if m.Flags&CTSStage == 0 {
+		return 0, 0, 0, false
+	}
+	return int(m.Flags>>4&0xfff) * StageUnit, uint32(m.Flags >> 16 & 0xffff), uint32(m.Flags >> 32), true
+}
+
 // Argument counts of the messages.
 const (
 	EnvelopeArgs = 3 // eager: envelope only
@@ -139,7 +170,8 @@ func ParseRTS(a []uint64) (RTS, error) {
 
 // CTS is a clear-to-send: which send (the sender's request id), where to
 // store which part of it (address, offset in the message, bytes), the
-// receiver's request id for the store's handler, and flags (CTSMore).
+// receiver's request id for the store's handler, and flags (CTSMore,
+// CTSStage and its fields).
 type CTS struct {
 	SendID, Addr, Off, N, RecvID, Flags uint64
 }
@@ -158,7 +190,7 @@ func ParseCTS(a []uint64) (CTS, error) {
 	}
 	m := CTS{SendID: a[0], Addr: a[1], Off: a[2], N: a[3], RecvID: a[4], Flags: a[5]}
 	switch {
-	case m.Flags&^CTSMore != 0:
+	case m.Flags&CTSStage == 0 && m.Flags&^CTSMore != 0, m.Flags&0xc != 0:
 		return CTS{}, fmt.Errorf("%w: clear-to-send with unknown flags %#x", ErrMalformed, m.Flags)
 	case m.Off > math.MaxInt || m.N > math.MaxInt-m.Off:
 		return CTS{}, fmt.Errorf("%w: clear-to-send for [%d,+%d)", ErrMalformed, m.Off, m.N)

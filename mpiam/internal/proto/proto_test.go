@@ -35,6 +35,16 @@ func TestRoundTrips(t *testing.T) {
 	c, err := ParseCTS(cts.Append(nil))
 	require.NoError(t, err)
 	require.Equal(t, cts, c)
+	_, _, _, ok := c.Stage()
+	require.False(t, ok)
+
+	staged := CTS{SendID: 1, Addr: 2, N: 8192, RecvID: 5, Flags: CTSMore | StageFlags(128<<10, 0x1234, 4000000)}
+	c, err = ParseCTS(staged.Append(nil))
+	require.NoError(t, err)
+	require.Equal(t, staged, c)
+	off, gen, pid, ok := c.Stage()
+	require.True(t, ok)
+	require.Equal(t, []any{128 << 10, uint32(0x1234), uint32(4000000)}, []any{off, gen, pid})
 
 	bar := Barrier{Context: 4, Round: 3}
 	b, err := ParseBarrier(bar.Append(nil))
@@ -61,7 +71,9 @@ func TestMalformedMessagesAreRefused(t *testing.T) {
 		"rts arguments":    func() error { _, err := ParseRTS(env); return err },
 		"rts size":         func() error { _, err := ParseRTS(append(env, math.MaxUint64, 0, 0)); return err },
 		"cts arguments":    func() error { _, err := ParseCTS([]uint64{1, 2, 3}); return err },
-		"cts flags":        func() error { _, err := ParseCTS([]uint64{1, 2, 3, 4, 5, 2}); return err },
+		"cts flags":        func() error { _, err := ParseCTS([]uint64{1, 2, 3, 4, 5, 4}); return err },
+		"cts stage bits":   func() error { _, err := ParseCTS([]uint64{1, 2, 3, 4, 5, CTSStage | 8}); return err },
+		"cts stage fields": func() error { _, err := ParseCTS([]uint64{1, 2, 3, 4, 5, 1 << 40}); return err },
 		"cts overflow":     func() error { _, err := ParseCTS([]uint64{1, 2, math.MaxInt, 2, 5, 0}); return err },
 		"id arguments":     func() error { _, err := ParseID(nil); return err },
 		"barrier odd":      func() error { _, err := ParseBarrier([]uint64{3, 0}); return err },

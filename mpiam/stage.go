@@ -1,0 +1,252 @@
+package mpiam
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/amgo-hpc/amgo/am"
+	"github.com/amgo-hpc/amgo/internal/shmem"
+	"github.com/amgo-hpc/amgo/mpiam/internal/proto"
+)
+
+// Shared stages. A rendezvous receive of non-contiguous data that asks for
+// stores (rndv_typed.go) stages the packed data in a buffer and unpacks it
+// from there. When the sender runs on the same node and reaches this rank
+// through shared memory, the buffer is a file both ranks map (a shared
+// stage, as GASNet's PSHM maps a node's segments into each process): the
+// sender packs each piece straight into it and sends the data notice, one
+// pass over the data on each side, where a store would pack into scratch
+// and then copy that into the buffer.
+//
+// A receiving rank keeps one stage per sending rank, made on its first
+// strided receive from that sender and reused while the job lasts; a second
+// receive from the same sender while the first runs, or one past
+// maxStages senders, stages in private memory as before. The file is named
+// from the receiver's process id and a generation (the clear-to-send
+// carries both, proto.StageFlags), made in the job directory
+// ($AMGO_JOB_DIR, which the launcher removes) or else /dev/shm, and
+// unlinked once the first piece has landed through it: by then the sender
+// has mapped it. The stage is also registered as a segment, so that a
+// sender that cannot map it stores into it instead.
+
+// stageBytes is a shared stage's size: one staging buffer (typedChunk).
+const stageBytes = typedChunk
+
+// maxStages bounds the shared stages a rank makes, one per sending rank.
+const maxStages = 16
+
+// EnvTypedStage, set to "0", turns shared stages off: strided receives
+// stage in private memory and the sender stores into it.
+const EnvTypedStage = "AMGO_TYPED_STAGE"
+
+// stageGen numbers the stage files of this process: goroutine ranks share
+// one process id.
+var stageGen atomic.Uint32
+
+// stageIn is a shared stage this rank receives into from one sender. Its
+// fields are guarded by proc.mu.
+type stageIn struct {
+	path   string
+	mem    []byte
+	seg    am.Segment
+	gen    uint32
+	busy   bool // a receive stages in it
+	linked bool // its name is still in the file system
+	dead   bool // its sender failed, or it could not be made: never used again
+}
+
+// stageOut is a peer's shared stage this rank sends into.
+type stageOut struct {
+	pid, gen uint32
+	mem      []byte // nil: could not be mapped (store instead)
+}
+
+// stages is a rank's shared stages, both ways.
+type stages struct {
+	off bool             // EnvTypedStage=0
+	in  map[int]*stageIn // by sending world rank, under proc.mu
+	mu  sync.Mutex       // guards out
+	out map[int]*stageOut
+	// packed counts the bytes this rank packed straight into peers' stages.
+	packed atomic.Int64
+}
+
+// stageOpen maps a peer's stage file (a variable for the tests of a sender
+// that cannot).
+var stageOpen = shmem.Open
+
+// stageDir is where stage files are made.
+func stageDir() string {
+	if d := os.Getenv("AMGO_JOB_DIR"); d != "" {
+		return d
+	}
+	return shmem.Dir
+}
+
+// stagePath is the file of generation gen of process pid's stages.
+func stagePath(pid, gen uint32) string {
+	return fmt.Sprintf("%s/amgo-stage-%d-%d", stageDir(), pid, gen)
+}
+
+// stageForLocked returns the shared stage this rank receives into from world
+// rank src, taken (busy), or nil when the receive should stage privately:
+// stages are off, src is on another node or not reached through shared
+// memory, or src's stage is in use, failed, or would be one too many.
+// p.mu is held.
+func (p *proc) stageForLocked(src int) *stageIn {
+	s := &p.stages
+	if s.off || p.ep.Node(src) != p.ep.Node(p.ep.Rank()) || !p.ep.CanGet(src, stageBytes) {
+		return nil
+	}
+	st := s.in[src]
+	if st == nil {
+		if len(s.in) >= maxStages {
+			return nil
+		}
+		if s.in == nil {
+			s.in = map[int]*stageIn{}
+		}
+		st = p.makeStage()
+		s.in[src] = st
+	}
+	if st.busy || st.dead {
+		return nil
+	}
+	st.busy = true
+	return st
+}
+
+// makeStage makes a stage file, maps and registers it; a stage that could
+// not be made comes back dead, so that it is not tried again.
+func (p *proc) makeStage() *stageIn {
+	gen := stageGen.Add(1)
+	st := &stageIn{gen: gen, path: stagePath(uint32(os.Getpid()), gen)}
+	mem, err := shmem.CreateAt(st.path, stageBytes)
+	if err != nil {
+		st.dead = true
+		return st
+	}
+	seg, err := p.ep.RegisterSegment(mem)
+	if err != nil {
+		_ = shmem.Remove(st.path)
+		_ = shmem.Unmap(mem)
+		st.dead = true
+		return st
+	}
+	st.mem, st.seg, st.linked = mem, seg, true
+	return st
+}
+
+// ctsFlags are the clear-to-send flags that name the piece at byte off of
+// stage st.
+func (st *stageIn) ctsFlags(off int) uint64 {
+	return proto.StageFlags(off, st.gen, uint32(os.Getpid()))
+}
+
+// unstageLocked detaches receive r's staging buffer and segment and returns
+// what the caller releases once p.mu is dropped (putChunk,
+// UnregisterSegment); a shared stage is not released that way but goes back
+// to its sender's slot. keep: an unpacker still reads the buffer, so r keeps
+// it (the last unpacker releases it; a private buffer's segment goes now).
+// p.mu is held.
+func (p *proc) unstageLocked(r *reqState, keep bool) (am.Segment, []byte) {
+	seg, bounce := r.seg, r.bounce
+	r.seg = am.Segment{}
+	st := r.stage
+	if st != nil {
+		seg = am.Segment{} // the stage's own, registered while it lasts
+	}
+	if keep {
+		return seg, nil
+	}
+	r.bounce = nil
+	if st != nil {
+		r.stage = nil
+		st.busy = false
+		return seg, nil
+	}
+	return seg, bounce
+}
+
+// stageOutFor maps the part [off, off+n) of the shared stage that a
+// clear-to-send from world rank dst names, or returns nil when the part
+// cannot be reached that way (the file cannot be mapped, or the part lies
+// outside it): the caller then stores.
+func (p *proc) stageOutFor(dst int, a *ctsArgs) []byte {
+	off, gen, pid, ok := a.Stage()
+	if !ok || p.stages.off || a.N > stageBytes || off > stageBytes-int(a.N) {
+		return nil
+	}
+	s := &p.stages
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	so := s.out[dst]
+	if so == nil || so.pid != pid || so.gen != gen {
+		if so != nil && so.mem != nil {
+			_ = shmem.Unmap(so.mem)
+		}
+		so = &stageOut{pid: pid, gen: gen}
+		if mem, err := stageOpen(stagePath(pid, gen), stageBytes); err == nil {
+			so.mem = mem
+		}
+		if s.out == nil {
+			s.out = map[int]*stageOut{}
+		}
+		s.out[dst] = so
+	}
+	if so.mem == nil {
+		return nil
+	}
+	return so.mem[off : off+int(a.N)]
+}
+
+// landedLocked notes that a piece has landed in receive r's shared stage,
+// and returns the stage's name to unlink when this is the first: the sender
+// has mapped it by now (or stores instead). p.mu is held.
+func landedLocked(r *reqState) string {
+	if st := r.stage; st != nil && st.linked {
+		st.linked = false
+		return st.path
+	}
+	return ""
+}
+
+// failStageLocked retires receive r's shared stage when its sender failed:
+// the stage is never reused (the sender may have been writing into it).
+// p.mu is held.
+func failStageLocked(r *reqState) {
+	if st := r.stage; st != nil {
+		r.stage, r.seg, r.bounce = nil, am.Segment{}, nil
+		st.dead = true
+	}
+}
+
+// closeStages unlinks and unmaps this rank's shared stages, both ways, at
+// Finalize: every transfer through them is over.
+func (p *proc) closeStages() {
+	s := &p.stages
+	p.mu.Lock()
+	in := s.in
+	s.in = nil
+	p.mu.Unlock()
+	for _, st := range in {
+		if st.linked {
+			_ = shmem.Remove(st.path)
+		}
+		if st.mem != nil {
+			_ = p.ep.UnregisterSegment(st.seg)
+			_ = shmem.Unmap(st.mem)
+		}
+	}
+	s.mu.Lock()
+	out := s.out
+	s.out = nil
+	s.mu.Unlock()
+	for _, so := range out {
+		if so.mem != nil {
+			_ = shmem.Unmap(so.mem)
+		}
+	}
+}

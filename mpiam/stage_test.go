@@ -1,0 +1,160 @@
+package mpiam
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// stageFiles lists the shared stages' files in dir.
+func stageFiles(t testing.TB, dir string) []string {
+	m, err := filepath.Glob(filepath.Join(dir, "amgo-stage-*"))
+	require.NoError(t, err)
+	return m
+}
+
+// exchangeColumns sends iters messages of a strided column of n float64s
+// (1.2 MB packed for n = 150000, ten pieces) each way between ranks 0 and
+// 1, then two at once from 0 to 1 (the second stages privately while the
+// first holds the stage), checking every element; after the first message
+// each rank has received, no stage file of dir is left.
+func exchangeColumns(r *rk, w *Comm, dir string, n, iters int) {
+	col, err := TypeVector(n, 1, 2, Float64)
+	r.NoError(err)
+	r.NoError(col.Commit())
+	fill := func(buf []float64, k int) {
+		for i := range n {
+			buf[2*i] = float64(i + k)
+		}
+	}
+	check := func(buf []float64, k int, what string) {
+		for i := range n {
+			if buf[2*i] != float64(i+k) || buf[2*i+1] != 0 {
+				r.Failf("wrong data", "%s: element %d is %v (gap %v), want %d", what, i, buf[2*i], buf[2*i+1], i+k)
+			}
+		}
+	}
+	me, other := w.Rank(), 1-w.Rank()
+	for it := range iters {
+		for from := range 2 {
+			buf := make([]float64, 2*n)
+			k := 10*it + from
+			if me == from {
+				fill(buf, k)
+				r.NoError(SendTyped(w, buf, 1, col, other, k))
+				continue
+			}
+			st, err := RecvTyped(w, buf, 1, col, other, k)
+			r.NoError(err)
+			r.Equal(8*n, st.Bytes)
+			check(buf, k, fmt.Sprintf("message %d", k))
+			r.Empty(stageFiles(r.t, dir), "a stage's name outlives its first piece")
+		}
+	}
+	bufs := [2][]float64{make([]float64, 2*n), make([]float64, 2*n)}
+	var reqs [2]*Request
+	for j := range 2 {
+		if me == 0 {
+			fill(bufs[j], 100+j)
+			reqs[j], err = IsendTyped(w, bufs[j], 1, col, 1, 100+j)
+		} else {
+			reqs[j], err = IrecvTyped(w, bufs[j], 1, col, 0, 100+j)
+		}
+		r.NoError(err)
+	}
+	r.NoError(Waitall(reqs[:], nil))
+	if me == 1 {
+		check(bufs[0], 100, "first of two at once")
+		check(bufs[1], 101, "second of two at once")
+	}
+}
+
+// A strided rendezvous between ranks that share memory packs straight into
+// the receiver's shared stage, on every network that reaches a peer through
+// shared memory; the stage is reused, its file unlinked once the sender has
+// mapped it, and nothing is left after the job.
+func TestTypedSharedStage(t *testing.T) {
+	for _, nw := range []string{"loop", "shm"} {
+		t.Run(nw, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Setenv("AMGO_JOB_DIR", dir)
+			runJob(t, nw, 2, Config{}, func(r *rk, w *Comm) {
+				exchangeColumns(r, w, dir, 150000, 3)
+				p := w.p
+				r.Positive(p.stages.packed.Load(), "nothing packed into a shared stage")
+				p.mu.Lock()
+				st := p.stages.in[w.world(1-w.Rank())]
+				p.mu.Unlock()
+				r.NotNil(st)
+				r.False(st.busy || st.dead || st.linked)
+				r.NoError(w.Barrier()) // the peer's stage untouched from here
+			})
+			require.Empty(t, stageFiles(t, dir))
+		})
+	}
+}
+
+// A sender that cannot map the receiver's stage stores into it instead, and
+// AMGO_TYPED_STAGE=0 stages privately: the data arrives the same either way.
+func TestTypedSharedStageFallback(t *testing.T) {
+	t.Run("unmappable", func(t *testing.T) {
+		dir := t.TempDir()
+		t.Setenv("AMGO_JOB_DIR", dir)
+		open := stageOpen
+		stageOpen = func(string, int) ([]byte, error) { return nil, errors.New("refused by the test") }
+		t.Cleanup(func() { stageOpen = open })
+		runJob(t, "shm", 2, Config{}, func(r *rk, w *Comm) {
+			exchangeColumns(r, w, dir, 150000, 2)
+			r.Zero(w.p.stages.packed.Load())
+		})
+		require.Empty(t, stageFiles(t, dir))
+	})
+	t.Run("off", func(t *testing.T) {
+		dir := t.TempDir()
+		t.Setenv("AMGO_JOB_DIR", dir)
+		t.Setenv(EnvTypedStage, "0")
+		runJob(t, "shm", 2, Config{}, func(r *rk, w *Comm) {
+			exchangeColumns(r, w, dir, 150000, 2)
+			r.Zero(w.p.stages.packed.Load())
+			w.p.mu.Lock()
+			defer w.p.mu.Unlock()
+			r.Empty(w.p.stages.in)
+		})
+	})
+	t.Run("bad setting", func(t *testing.T) {
+		t.Setenv(EnvTypedStage, "yes")
+		err := runJobErr(t, "loop", 2, Config{}, func(*rk, *Comm) {})
+		require.ErrorIs(t, err, ErrArg)
+	})
+}
+
+// A stage file of a process that died (same name: process ids are reused)
+// is replaced.
+func TestStageFileReplaced(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("AMGO_JOB_DIR", dir)
+	gen := stageGen.Load() + 1
+	path := stagePath(uint32(os.Getpid()), gen)
+	require.NoError(t, os.WriteFile(path, []byte("left by a dead rank"), 0o600))
+	runJob(t, "loop", 2, Config{}, func(r *rk, w *Comm) {
+		if w.Rank() != 0 {
+			return
+		}
+		w.p.mu.Lock()
+		st := w.p.makeStage()
+		w.p.mu.Unlock()
+		r.False(st.dead)
+		r.Len(st.mem, stageBytes)
+		w.p.mu.Lock()
+		if w.p.stages.in == nil {
+			w.p.stages.in = map[int]*stageIn{}
+		}
+		w.p.stages.in[-1] = st // closed at Finalize
+		w.p.mu.Unlock()
+	})
+	require.Empty(t, stageFiles(t, dir))
+}
