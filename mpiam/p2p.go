@@ -105,10 +105,13 @@ func (p *proc) startSend(r *reqState) error {
 		r.useCold()
 		if r.lay == nil {
 			addr = p.offerAddr(world, r.buf)
-		} else if n := r.size(); n <= typedChunk && p.ep.CanGet(world, n) {
+		} else if n := r.size(); n <= typedChunk && p.ep.CanGet(world, n) && !p.stagesTo(world) {
 			// Non-contiguous data of one chunk to a peer that reads with
 			// one copy: packed now into a staging buffer, which is offered
-			// as a contiguous sender's buffer is (rndv_typed.go).
+			// as a contiguous sender's buffer is (rndv_typed.go). A peer
+			// on this node with shared stages is offered nothing instead:
+			// a strided receiver has this rank pack into its stage, piece
+			// by piece, while it unpacks (stage.go).
 			r.bounce = getChunk()
 			r.lay.pack(r.bounce[:n], r.buf, 0)
 			addr = p.offerAddr(world, r.bounce[:n])

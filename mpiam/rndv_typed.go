@@ -111,7 +111,10 @@ func (p *proc) typedStoreLocked(r *reqState, src, from, n int, args *ctsArgs) er
 		}
 		r.seg = seg
 	}
+	// A persistent receive starts here again: nothing of its last round's
+	// pieces carries over.
 	r.at, r.end, r.peerSendID = from, n, args.SendID
+	r.half, r.ask, r.busy, r.ctsWait, r.landed = 0, 0, [2]bool{}, false, false
 	p.nextTypedCTSLocked(r, args)
 	return nil
 }
@@ -124,7 +127,7 @@ func (p *proc) nextTypedCTSLocked(r *reqState, args *ctsArgs) {
 	if r.ask > 0 {
 		r.half ^= 1
 	}
-	k := min(h, r.end-r.at)
+	k := min(typedPiece(r.end, h), r.end-r.at)
 	*args = ctsArgs{SendID: r.peerSendID, Addr: r.seg.Addr + uint64(r.half*h), Off: uint64(r.at), N: uint64(k), RecvID: r.id}
 	if r.at+k < r.end {
 		args.Flags = ctsMore
@@ -135,6 +138,17 @@ func (p *proc) nextTypedCTSLocked(r *reqState, args *ctsArgs) {
 	r.ask = k
 	r.at += k
 	p.ep.Expect(time.Duration(k/4)*time.Nanosecond + 50*time.Microsecond)
+}
+
+// typedPieceMin is the smallest piece a staged receive asks for, in bytes.
+const typedPieceMin = 8 << 10
+
+// typedPiece is the piece a staged receive of n packed bytes asks for at a
+// time, into halves of h bytes: half the message (a multiple of 4 KiB, at
+// least typedPieceMin), so that even a message of one half's size is
+// packed and unpacked in two overlapping pieces, and at most a half.
+func typedPiece(n, h int) int {
+	return min(h, max(typedPieceMin, (n/2+4095)&^4095))
 }
 
 // typedChunkLanded takes the chunk of receive r that a store just put in

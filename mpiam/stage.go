@@ -90,6 +90,13 @@ func stagePath(pid, gen uint32) string {
 	return fmt.Sprintf("%s/amgo-stage-%d-%d", stageDir(), pid, gen)
 }
 
+// stagesTo reports whether world rank peer, as a receiver of strided data,
+// may stage it in a shared stage this rank packs into: stages are on, and
+// peer is on this node and reached through shared memory.
+func (p *proc) stagesTo(peer int) bool {
+	return !p.stages.off && p.ep.Node(peer) == p.ep.Node(p.ep.Rank()) && p.ep.CanGet(peer, stageBytes)
+}
+
 // stageForLocked returns the shared stage this rank receives into from world
 // rank src, taken (busy), or nil when the receive should stage privately:
 // stages are off, src is on another node or not reached through shared
@@ -97,7 +104,7 @@ func stagePath(pid, gen uint32) string {
 // p.mu is held.
 func (p *proc) stageForLocked(src int) *stageIn {
 	s := &p.stages
-	if s.off || p.ep.Node(src) != p.ep.Node(p.ep.Rank()) || !p.ep.CanGet(src, stageBytes) {
+	if !p.stagesTo(src) {
 		return nil
 	}
 	st := s.in[src]
