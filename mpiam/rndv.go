@@ -487,7 +487,14 @@ func (p *proc) runWork(d deferred) {
 		if d.cts.N > 0 && r.lay != nil {
 			err = p.storeTyped(&d)
 		} else if d.cts.N > 0 {
-			err = p.ep.Store(d.dst, hData, d.cts.Addr, r.buf[d.cts.Off:d.cts.Off+d.cts.N], d.cts.RecvID)
+			src := r.buf[d.cts.Off : d.cts.Off+d.cts.N]
+			if b := p.stageOutFor(d.dst, &d.cts); b != nil {
+				// Into the receiver's shared stage (stage.go), then tell.
+				p.stages.packed.Add(int64(copy(b, src)))
+				err = p.ep.RequestShort(d.dst, hData, d.cts.RecvID)
+			} else {
+				err = p.ep.Store(d.dst, hData, d.cts.Addr, src, d.cts.RecvID)
+			}
 		} else {
 			err = p.ep.RequestShort(d.dst, hFin, d.cts.RecvID)
 		}

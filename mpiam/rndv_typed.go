@@ -66,13 +66,15 @@ func putChunk(b []byte) {
 // planTypedLocked plans the rendezvous of n > 0 packed bytes of m into
 // receive r, whose data is not contiguous: a chunked pull when the sender
 // offered a buffer this rank can read, else chunked stores into a staging
-// buffer. p.mu is held.
+// buffer; from a sender of this node with shared stages, always the
+// latter, into a shared stage (the sender copies a piece while this rank
+// unpacks the last, where a pull would do both here). p.mu is held.
 func (p *proc) planTypedLocked(r *reqState, m *inMsg, n int) rndvPlan {
 	var plan rndvPlan
 	plan.args.SendID = m.sendID
 	r.useCold()
 	r.parts, r.xferErr, r.xferPB, r.xferHasPB = 1, nil, 0, false
-	if m.addr != 0 && p.ep.CanGet(m.src, n) {
+	if m.addr != 0 && p.ep.CanGet(m.src, n) && !p.stagesTo(m.src) {
 		plan.pull = true
 		plan.job = pullJob{addr: m.addr, off: 0, n: n, sendID: m.sendID}
 		return plan
