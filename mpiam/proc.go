@@ -83,6 +83,7 @@ const (
 	hRMAGetV                                 // medium request: runs of a GetTyped, gathered by the target and stored back
 	hRMAGetAccV                              // medium request: runs of a GetAccumulateTyped and their operands, applied by the target and the old values stored back
 	hCollWake                                // short request: a rank published in a collectives' shared area; wakes a rank that may sleep (coll_shm.go)
+	hDataPiece                               // store handler, or short request: a piece a staged strided receive asked for has landed (rndv_typed.go)
 )
 
 // Message flags, in the envelope's third argument (proto.FlagSync, FlagReady).
@@ -279,6 +280,7 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		{Index: hCollWake, Name: "mpi.coll.wake", NArgs: 0, Fn: p.onCollWake},
 		{Index: hThrottle, Name: "mpi.throttle", NArgs: 2, Fn: p.onThrottle},
 		{Index: hStorePart, Name: "mpi.data.part", NArgs: 0, Fn: p.onStorePart},
+		{Index: hDataPiece, Name: "mpi.data.piece", NArgs: proto.PieceArgs, Fn: p.onDataPiece},
 		{Index: hEagerSig, Name: "mpi.eager.sig", NArgs: 4, Fn: p.onEagerSig},
 		{Index: hRTSSig, Name: "mpi.rts.sig", NArgs: 7, Fn: p.onRTSSig},
 		{Index: hAllreduce, Name: "mpi.allreduce", NArgs: proto.AllreduceAMArgs, Fn: p.onAllreduceAM},

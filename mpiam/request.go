@@ -205,7 +205,7 @@ type reqState struct {
 // reqPad rounds a reqState up to 384 bytes on 64-bit platforms, so that the
 // states of a slab (reqCache.newState) each start a cache line;
 // TestReqStateLayout checks it.
-const reqPad = 16
+const reqPad = 8
 
 // reqHot is the part of a reqState that every operation uses.
 type reqHot struct {
@@ -261,21 +261,20 @@ type reqCold struct {
 
 	pbOut uint64 // value to piggyback instead of the tool's current one (hasPBOut)
 
-	// A rendezvous receive of non-contiguous data stages it in bounce: the
-	// store path asks the sender for one chunk at a time into one half of
-	// it (half), at being the packed bytes asked for so far and ask the
-	// size of the chunk asked last; busy marks a half whose chunk is not
-	// unpacked yet, ctsWait a clear-to-send that waits for the half it
-	// goes to, landed that the last chunk is in; unpackers counts the
-	// chunks being unpacked outside p.mu, while which partDone leaves
-	// bounce to them.
+	// A rendezvous receive of non-contiguous data stages it in bounce
+	// (rndv_typed.go): it asks the sender for the packed bytes up to end,
+	// at being those asked for so far, a piece at a time into the halves
+	// of bounce, at most one per half; half i holds the piece of plen[i]
+	// bytes from packed byte pfrom[i] and is free, asked for or full
+	// (landed, being unpacked) by hstate[i]; unpackers counts the pieces
+	// being unpacked outside p.mu, while which partDone leaves bounce to
+	// them.
 	bounce     []byte
 	stage      *stageIn // bounce is this shared stage (stage.go)
-	at, ask    int
-	half       int
-	busy       [2]bool
-	ctsWait    bool
-	landed     bool
+	at         int
+	pfrom      [2]int
+	plen       [2]int32
+	hstate     [2]uint8
 	unpackers  int8
 	end        int    // the packed bytes the receive takes
 	peerSendID uint64 // the sender's request id, for further clear-to-sends

@@ -318,9 +318,6 @@ func (p *proc) onData(tok *handlers.Token, a []uint64, _ []byte) {
 		p.dropped(fmt.Errorf("rendezvous data from rank %d for unknown receive %d", tok.Source(), id))
 		return
 	}
-	if r.lay != nil && r.bounce != nil && r.ask > 0 && p.typedChunkLanded(r, tok.Source()) {
-		return // the next chunk is asked for
-	}
 	p.partDone(r, nil, 0, false)
 }
 
@@ -480,7 +477,9 @@ func (p *proc) runWork(d deferred) {
 	case workCTS:
 		if err := p.sendCTS(&d); err != nil {
 			p.partDone(r, p.wrapNet(err), 0, false)
+			return
 		}
+		p.askAfterCTS(r, d.dst, &d.cts)
 	case workStore:
 		// Store the send's data straight into the receive buffer.
 		var err error
@@ -491,7 +490,9 @@ func (p *proc) runWork(d deferred) {
 			if b := p.stageOutFor(d.dst, &d.cts); b != nil {
 				// Into the receiver's shared stage (stage.go), then tell.
 				p.stages.packed.Add(int64(copy(b, src)))
-				err = p.ep.RequestShort(d.dst, hData, d.cts.RecvID)
+				err = p.dataNotice(d.dst, &d.cts)
+			} else if d.cts.Flags&proto.CTSPiece != 0 {
+				err = p.ep.Store(d.dst, hDataPiece, d.cts.Addr, src, d.cts.RecvID, d.cts.Off)
 			} else {
 				err = p.ep.Store(d.dst, hData, d.cts.Addr, src, d.cts.RecvID)
 			}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/amgo-hpc/amgo/handlers"
 	"github.com/amgo-hpc/amgo/internal/shmem"
+	"github.com/amgo-hpc/amgo/mpiam/internal/proto"
 )
 
 // Typed data that is not contiguous (a derived datatype) moves through the
@@ -90,8 +91,9 @@ func (p *proc) planTypedLocked(r *reqState, m *inMsg, n int) rndvPlan {
 
 // typedStoreLocked sets receive r up to take packed bytes [from, n) from
 // world rank src by stores into its staging buffer (a shared stage when src
-// can map one, stage.go), one chunk per clear-to-send, and fills args
-// (SendID set) with the first. p.mu is held.
+// can map one, stage.go), a piece per clear-to-send, and fills args
+// (SendID set) with the first; sending it asks for the second
+// (askAfterCTS). p.mu is held.
 func (p *proc) typedStoreLocked(r *reqState, src, from, n int, args *ctsArgs) error {
 	if r.id == 0 || p.reqs[r.id] != r {
 		p.nextID++
@@ -116,30 +118,83 @@ func (p *proc) typedStoreLocked(r *reqState, src, from, n int, args *ctsArgs) er
 	// A persistent receive starts here again: nothing of its last round's
 	// pieces carries over.
 	r.at, r.end, r.peerSendID = from, n, args.SendID
-	r.half, r.ask, r.busy, r.ctsWait, r.landed = 0, 0, [2]bool{}, false, false
-	p.nextTypedCTSLocked(r, args)
+	r.hstate = [2]uint8{}
+	p.askPieceLocked(r, args)
 	return nil
 }
 
-// nextTypedCTSLocked fills args with the clear-to-send of r's next chunk,
-// into the half of the staging buffer after the one asked for last, and
-// records it as asked for. p.mu is held.
-func (p *proc) nextTypedCTSLocked(r *reqState, args *ctsArgs) {
-	h := len(r.bounce) / 2
-	if r.ask > 0 {
-		r.half ^= 1
+// The states of a half of a staged receive's buffer.
+const (
+	halfFree  = iota
+	halfAsked // its piece is asked for (the clear-to-send is queued or sent)
+	halfFull  // its piece has landed and is being unpacked
+)
+
+// askPieceLocked asks for receive r's next piece into a free half of its
+// staging buffer, filling args with the clear-to-send, and reports whether
+// it did: packed bytes remain to ask for, a half is free and, for the last
+// piece, no other piece is asked for and not landed yet (the last
+// clear-to-send, without the more flag, ends the sender's bookkeeping, so
+// it must reach the sender after the others; two goroutines may send the
+// others in either order). p.mu is held.
+func (p *proc) askPieceLocked(r *reqState, args *ctsArgs) bool {
+	if r.at >= r.end {
+		return false
 	}
+	free, asked := -1, false
+	for i, st := range r.hstate {
+		switch {
+		case st == halfFree && free < 0:
+			free = i
+		case st == halfAsked:
+			asked = true
+		}
+	}
+	h := len(r.bounce) / 2
 	k := min(typedPiece(r.end, h), r.end-r.at)
-	*args = ctsArgs{SendID: r.peerSendID, Addr: r.seg.Addr + uint64(r.half*h), Off: uint64(r.at), N: uint64(k), RecvID: r.id}
-	if r.at+k < r.end {
-		args.Flags = ctsMore
+	last := r.at+k >= r.end
+	if free < 0 || last && asked {
+		return false
+	}
+	*args = ctsArgs{SendID: r.peerSendID, Addr: r.seg.Addr + uint64(free*h), Off: uint64(r.at), N: uint64(k),
+		RecvID: r.id, Flags: proto.CTSPiece}
+	if !last {
+		args.Flags |= ctsMore
 	}
 	if r.stage != nil {
-		args.Flags |= r.stage.ctsFlags(r.half * h)
+		args.Flags |= r.stage.ctsFlags(free * h)
 	}
-	r.ask = k
+	r.pfrom[free], r.plen[free], r.hstate[free] = r.at, int32(k), halfAsked
 	r.at += k
 	p.ep.Expect(time.Duration(k/4)*time.Nanosecond + 50*time.Microsecond)
+	return true
+}
+
+// queueAsksLocked queues the clear-to-sends to world rank src of the pieces
+// receive r can ask for now (askPieceLocked). p.mu is held.
+func (p *proc) queueAsksLocked(r *reqState, src int) {
+	for {
+		d := deferred{kind: workCTS, req: r, dst: src}
+		if !p.askPieceLocked(r, &d.cts) {
+			return
+		}
+		p.queueLocked(d)
+	}
+}
+
+// askAfterCTS runs once clear-to-send a of receive r went to world rank src:
+// when it asked for a piece, the receive may ask for another at once (its
+// first clear-to-send asks for one piece; the second half's follows it),
+// so that the sender packs the next piece while this rank unpacks.
+func (p *proc) askAfterCTS(r *reqState, src int, a *ctsArgs) {
+	if a.Flags&proto.CTSPiece == 0 || a.Flags&ctsMore == 0 {
+		return
+	}
+	p.mu.Lock()
+	if r.parts > 0 && r.id == a.RecvID && p.reqs[r.id] == r && r.lay != nil && r.bounce != nil {
+		p.queueAsksLocked(r, src)
+	}
+	p.mu.Unlock()
 }
 
 // typedPieceMin is the smallest piece a staged receive asks for, in bytes.
@@ -153,53 +208,59 @@ func typedPiece(n, h int) int {
 	return min(h, max(typedPieceMin, (n/2+4095)&^4095))
 }
 
-// typedChunkLanded takes the chunk of receive r that a store just put in
-// its staging buffer: when more is to come, it queues the clear-to-send of
-// the next chunk (into the other half, once that half's chunk is unpacked)
-// to world rank src, then the unpacking of this one; the unpacker that
-// finishes the last chunk finishes r. It reports false when r has failed
-// meanwhile (partDone then has nothing to do).
-func (p *proc) typedChunkLanded(r *reqState, src int) bool {
+// onDataPiece runs at a staged receive when a piece it asked for has landed
+// in its staging buffer (the piece notice: a store's handler, or a short
+// request after the sender packed into a shared stage).
+func (p *proc) onDataPiece(tok *handlers.Token, a []uint64, _ []byte) {
+	m, err := proto.ParsePiece(a)
+	if err != nil {
+		p.dropped(fmt.Errorf("piece notice from rank %d: %w", tok.Source(), err))
+		return
+	}
+	src := tok.Source()
 	p.mu.Lock()
-	if r.parts <= 0 {
+	r, ok := p.reqs[m.RecvID]
+	if !ok || r.kind != kindRecv || r.lay == nil || r.bounce == nil {
 		p.mu.Unlock()
-		return false
+		p.dropped(fmt.Errorf("piece notice from rank %d for unknown receive %d", src, m.RecvID))
+		return
+	}
+	if r.parts <= 0 {
+		p.mu.Unlock() // failed meanwhile
+		return
+	}
+	half := -1
+	for i := range r.hstate {
+		if r.hstate[i] == halfAsked && uint64(r.pfrom[i]) == m.Off {
+			half = i
+		}
+	}
+	if half < 0 {
+		p.mu.Unlock()
+		p.dropped(fmt.Errorf("piece notice from rank %d for receive %d at %d, which it did not ask for", src, m.RecvID, m.Off))
+		return
 	}
 	unlink := landedLocked(r)
-	h, half := len(r.bounce)/2, r.half
-	from, b := r.at-r.ask, r.bounce[half*h:][:r.ask]
-	r.busy[half] = true
-	switch {
-	case r.at >= r.end:
-		r.landed, r.ask = true, 0
-	case r.busy[half^1]:
-		r.ctsWait = true // another goroutine still unpacks the other half
-	default:
-		p.queueTypedCTSLocked(r, src)
-	}
+	r.hstate[half] = halfFull
+	from, b := r.pfrom[half], r.bounce[half*(len(r.bounce)/2):][:r.plen[half]]
 	id := r.id
+	// The last piece waits until the others have landed: it may be asked
+	// for now, before this one is unpacked, so that the sender packs it
+	// meanwhile.
+	p.queueAsksLocked(r, src)
 	p.queueLocked(deferred{kind: workFunc, fn: func() { p.unpackChunk(r, id, src, half, b, from) }})
 	p.mu.Unlock()
 	if unlink != "" {
 		_ = shmem.Remove(unlink)
 	}
-	return true
 }
 
-// queueTypedCTSLocked queues the clear-to-send of r's next chunk to world
-// rank src. p.mu is held.
-func (p *proc) queueTypedCTSLocked(r *reqState, src int) {
-	d := deferred{kind: workCTS, req: r, dst: src}
-	p.nextTypedCTSLocked(r, &d.cts)
-	p.queueLocked(d)
-}
-
-// unpackChunk unpacks chunk b, packed bytes from on, of receive r (whose
+// unpackChunk unpacks piece b, packed bytes from on, of receive r (whose
 // transfer id is id) from half of its staging buffer; it then asks world
-// rank src for a chunk that waited for that half, and finishes r once the
-// last chunk has landed and every chunk is unpacked (chunks may be unpacked
-// by two goroutines at once). A receive that failed meanwhile, or whose
-// state went on to another operation, is left alone.
+// rank src for the next piece into that half, and finishes r once every
+// piece has landed and been unpacked (pieces may be unpacked by two
+// goroutines at once). A receive that failed meanwhile, or whose state went
+// on to another operation, is left alone.
 func (p *proc) unpackChunk(r *reqState, id uint64, src, half int, b []byte, from int) {
 	p.mu.Lock()
 	if r.parts <= 0 || r.id != id || p.reqs[id] != r {
@@ -218,7 +279,7 @@ func (p *proc) unpackChunk(r *reqState, id uint64, src, half int, b []byte, from
 		return
 	}
 	r.unpackers--
-	r.busy[half] = false
+	r.hstate[half] = halfFree
 	var bounce []byte
 	done := false
 	switch {
@@ -226,11 +287,10 @@ func (p *proc) unpackChunk(r *reqState, id uint64, src, half int, b []byte, from
 		if r.unpackers == 0 {
 			_, bounce = p.unstageLocked(r, false) // partDone left it to the unpackers
 		}
-	case r.ctsWait && !r.busy[r.half^1]:
-		r.ctsWait = false
-		p.queueTypedCTSLocked(r, src)
-	case r.landed && !r.busy[0] && !r.busy[1]:
+	case r.at >= r.end && r.hstate == [2]uint8{}:
 		done = true
+	default:
+		p.queueAsksLocked(r, src)
 	}
 	p.mu.Unlock()
 	if bounce != nil {
@@ -270,7 +330,7 @@ func (p *proc) storeTyped(d *deferred) error {
 		// The receiver's shared stage: pack straight into it, then tell.
 		r.lay.pack(b, r.buf, int(a.Off))
 		p.stages.packed.Add(int64(len(b)))
-		return p.ep.RequestShort(d.dst, hData, a.RecvID)
+		return p.dataNotice(d.dst, &a)
 	}
 	s := getScratch(int(min(a.N, typedChunk)))
 	defer putScratch(s)
@@ -278,10 +338,13 @@ func (p *proc) storeTyped(d *deferred) error {
 		k := min(uint64(len(s.b)), a.N-off)
 		r.lay.pack(s.b[:k], r.buf, int(a.Off+off))
 		var err error
-		if off+k == a.N {
-			err = p.ep.Store(d.dst, hData, a.Addr+off, s.b[:k], a.RecvID)
-		} else {
+		switch {
+		case off+k < a.N:
 			err = p.ep.Store(d.dst, hStorePart, a.Addr+off, s.b[:k])
+		case a.Flags&proto.CTSPiece != 0:
+			err = p.ep.Store(d.dst, hDataPiece, a.Addr+off, s.b[:k], a.RecvID, a.Off)
+		default:
+			err = p.ep.Store(d.dst, hData, a.Addr+off, s.b[:k], a.RecvID)
 		}
 		if err != nil {
 			return err

@@ -209,6 +209,16 @@ func (p *proc) stageOutFor(dst int, a *ctsArgs) []byte {
 	return so.mem[off : off+int(a.N)]
 }
 
+// dataNotice tells world rank dst that the part clear-to-send a asked for
+// is in place (copied into its shared stage): a piece notice when a asked
+// for a piece, else the data notice.
+func (p *proc) dataNotice(dst int, a *ctsArgs) error {
+	if a.Flags&proto.CTSPiece != 0 {
+		return p.ep.RequestShort(dst, hDataPiece, a.RecvID, a.Off)
+	}
+	return p.ep.RequestShort(dst, hData, a.RecvID)
+}
+
 // landedLocked notes that a piece has landed in receive r's shared stage,
 // and returns the stage's name to unlink when this is the first: the sender
 // has mapped it by now (or stores instead). p.mu is held.

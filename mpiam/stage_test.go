@@ -200,3 +200,18 @@ func TestTypedPersistentStaged(t *testing.T) {
 		})
 	}
 }
+
+// A stray piece notice (for no receive) is dropped and counted; strided
+// traffic goes on.
+func TestPieceNoticeMalformed(t *testing.T) {
+	runJob(t, "loop", 2, Config{}, func(r *rk, w *Comm) {
+		p := w.p
+		peer := 1 - w.Rank()
+		r.NoError(p.ep.RequestShort(peer, hDataPiece, 999999, 0))
+		r.NoError(w.Barrier())
+		r.NoError(p.waitFor(func() bool { return p.drops.Load() >= 1 }))
+		exchangeColumns(r, w, t.TempDir(), 40000, 1)
+		r.NoError(w.Barrier())
+		r.EqualValues(1, p.drops.Load())
+	})
+}

@@ -46,6 +46,13 @@ const CTSMore = 1
 // cannot map the file.
 const CTSStage = 2
 
+// CTSPiece, in a clear-to-send's flags: the receiver stages the data and
+// asks for it a piece at a time, up to two pieces at once; the sender
+// answers each with a piece notice (Piece: the receiver's request id and
+// the piece's offset in the message), which names the piece whatever order
+// the clear-to-sends arrived in.
+const CTSPiece = 4
+
 // StageUnit is the unit of a shared stage's offset in a clear-to-send, in
 // bytes.
 const StageUnit = 4096
@@ -73,6 +80,7 @@ const (
 	RTSArgs      = 6
 	CTSArgs      = 6
 	IDArgs       = 1 // data, fin and pulled notices: one request id
+	PieceArgs    = 2 // piece notice: request id, offset
 	BarrierArgs  = 2
 	ThrottleArgs = 2
 	// AllreduceAMArgs: a small allreduce's message over active messages.
@@ -171,7 +179,7 @@ func ParseRTS(a []uint64) (RTS, error) {
 // CTS is a clear-to-send: which send (the sender's request id), where to
 // store which part of it (address, offset in the message, bytes), the
 // receiver's request id for the store's handler, and flags (CTSMore,
-// CTSStage and its fields).
+// CTSPiece, CTSStage and its fields).
 type CTS struct {
 	SendID, Addr, Off, N, RecvID, Flags uint64
 }
@@ -190,12 +198,29 @@ func ParseCTS(a []uint64) (CTS, error) {
 	}
 	m := CTS{SendID: a[0], Addr: a[1], Off: a[2], N: a[3], RecvID: a[4], Flags: a[5]}
 	switch {
-	case m.Flags&CTSStage == 0 && m.Flags&^CTSMore != 0, m.Flags&0xc != 0:
+	case m.Flags&CTSStage == 0 && m.Flags&^(CTSMore|CTSPiece) != 0, m.Flags&0x8 != 0:
 		return CTS{}, fmt.Errorf("%w: clear-to-send with unknown flags %#x", ErrMalformed, m.Flags)
 	case m.Off > math.MaxInt || m.N > math.MaxInt-m.Off:
 		return CTS{}, fmt.Errorf("%w: clear-to-send for [%d,+%d)", ErrMalformed, m.Off, m.N)
 	}
 	return m, nil
+}
+
+// Piece is a piece notice: the receiver's request id and the offset in the
+// message, in packed bytes, of the piece that has landed.
+type Piece struct {
+	RecvID, Off uint64
+}
+
+// Append appends the notice's two arguments to b.
+func (m *Piece) Append(b []uint64) []uint64 { return append(b, m.RecvID, m.Off) }
+
+// ParsePiece reads a piece notice.
+func ParsePiece(a []uint64) (Piece, error) {
+	if len(a) != PieceArgs {
+		return Piece{}, fmt.Errorf("%w: piece notice of %d arguments, want %d", ErrMalformed, len(a), PieceArgs)
+	}
+	return Piece{RecvID: a[0], Off: a[1]}, nil
 }
 
 // ParseID reads the request id of a data, fin or pulled notice.

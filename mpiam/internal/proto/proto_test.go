@@ -38,13 +38,18 @@ func TestRoundTrips(t *testing.T) {
 	_, _, _, ok := c.Stage()
 	require.False(t, ok)
 
-	staged := CTS{SendID: 1, Addr: 2, N: 8192, RecvID: 5, Flags: CTSMore | StageFlags(128<<10, 0x1234, 4000000)}
+	staged := CTS{SendID: 1, Addr: 2, N: 8192, RecvID: 5, Flags: CTSMore | CTSPiece | StageFlags(128<<10, 0x1234, 4000000)}
 	c, err = ParseCTS(staged.Append(nil))
 	require.NoError(t, err)
 	require.Equal(t, staged, c)
 	off, gen, pid, ok := c.Stage()
 	require.True(t, ok)
 	require.Equal(t, []any{128 << 10, uint32(0x1234), uint32(4000000)}, []any{off, gen, pid})
+
+	piece := Piece{RecvID: 9, Off: 1 << 20}
+	pc, err := ParsePiece(piece.Append(nil))
+	require.NoError(t, err)
+	require.Equal(t, piece, pc)
 
 	bar := Barrier{Context: 4, Round: 3}
 	b, err := ParseBarrier(bar.Append(nil))
@@ -71,7 +76,8 @@ func TestMalformedMessagesAreRefused(t *testing.T) {
 		"rts arguments":    func() error { _, err := ParseRTS(env); return err },
 		"rts size":         func() error { _, err := ParseRTS(append(env, math.MaxUint64, 0, 0)); return err },
 		"cts arguments":    func() error { _, err := ParseCTS([]uint64{1, 2, 3}); return err },
-		"cts flags":        func() error { _, err := ParseCTS([]uint64{1, 2, 3, 4, 5, 4}); return err },
+		"cts flags":        func() error { _, err := ParseCTS([]uint64{1, 2, 3, 4, 5, 8}); return err },
+		"piece arguments":  func() error { _, err := ParsePiece([]uint64{1}); return err },
 		"cts stage bits":   func() error { _, err := ParseCTS([]uint64{1, 2, 3, 4, 5, CTSStage | 8}); return err },
 		"cts stage fields": func() error { _, err := ParseCTS([]uint64{1, 2, 3, 4, 5, 1 << 40}); return err },
 		"cts overflow":     func() error { _, err := ParseCTS([]uint64{1, 2, math.MaxInt, 2, 5, 0}); return err },
@@ -94,6 +100,7 @@ func FuzzParse(f *testing.F) {
 	f.Add(uint8(2), uint8(6), uint64(1), uint64(2), uint64(3), uint64(4), uint64(5), uint64(1))
 	f.Add(uint8(3), uint8(2), uint64(4), uint64(3), uint64(0), uint64(0), uint64(0), uint64(0))
 	f.Add(uint8(4), uint8(2), uint64(1), uint64(9), uint64(0), uint64(0), uint64(0), uint64(0))
+	f.Add(uint8(5), uint8(2), uint64(3), uint64(1<<17), uint64(0), uint64(0), uint64(0), uint64(0))
 	// Each parser returns what Append writes back for what it accepted.
 	parsers := []func([]uint64) ([]uint64, error){
 		func(a []uint64) ([]uint64, error) { m, err := ParseEnvelope(a); return m.Append(nil), err },
@@ -101,6 +108,7 @@ func FuzzParse(f *testing.F) {
 		func(a []uint64) ([]uint64, error) { m, err := ParseCTS(a); return m.Append(nil), err },
 		func(a []uint64) ([]uint64, error) { m, err := ParseBarrier(a); return m.Append(nil), err },
 		func(a []uint64) ([]uint64, error) { m, err := ParseThrottle(a); return m.Append(nil), err },
+		func(a []uint64) ([]uint64, error) { m, err := ParsePiece(a); return m.Append(nil), err },
 	}
 	f.Fuzz(func(t *testing.T, kind, n uint8, a0, a1, a2, a3, a4, a5 uint64) {
 		args := []uint64{a0, a1, a2, a3, a4, a5}[:min(int(n), 6)]
