@@ -382,6 +382,11 @@ func layoutOf(mem []byte, count int, d *Datatype) ([]byte, *layout, error) {
 	if err := d.usable(); err != nil {
 		return nil, nil, err
 	}
+	// The layout of the count used last, checked against its span: a loop
+	// sending the same datatype skips the general checks.
+	if l := d.lay.Load(); l != nil && l.count == int64(count) && l.hi <= int64(len(mem)) {
+		return mem, l, nil
+	}
 	if count < 0 {
 		return nil, nil, fmt.Errorf("%w: %d", ErrCount, count)
 	}
@@ -397,10 +402,8 @@ func layoutOf(mem []byte, count int, d *Datatype) ([]byte, *layout, error) {
 	}
 	// A layout is immutable: the one of the count used last is kept, so that
 	// a loop sending the same datatype allocates none.
-	if l := d.lay.Load(); l != nil && l.count == int64(count) {
-		return mem, l, nil
-	}
-	l := &layout{t: d.t, count: int64(count), n: int(n)}
+	_, hi := d.t.Span(int64(count))
+	l := &layout{t: d.t, count: int64(count), n: int(n), hi: hi}
 	d.lay.Store(l)
 	return mem, l, nil
 }
@@ -410,7 +413,8 @@ func layoutOf(mem []byte, count int, d *Datatype) ([]byte, *layout, error) {
 type layout struct {
 	t     *dtype.Type
 	count int64
-	n     int // packed bytes
+	n     int   // packed bytes
+	hi    int64 // the end of the bytes the data touches (its lowest is at least 0, checked)
 }
 
 func (l *layout) pack(dst, mem []byte, from int) int {

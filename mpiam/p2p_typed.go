@@ -72,10 +72,26 @@ func (c *Comm) isendLay(mem []byte, lay *layout, mt msgType, dest, tag int, mode
 	return h, nil
 }
 
+// packBufBytes is the size of a rank's buffer for packing eager messages.
+const packBufBytes = 16 << 10
+
 // sendPacked sends the non-contiguous data lay of mem eagerly to dest:
-// packed into scratch space, which the request copies.
+// packed into scratch space (the rank's packBuf, or a pooled buffer while
+// another goroutine uses that), which the request copies.
 func (c *Comm) sendPacked(mem []byte, lay *layout, dest, tag int, mode Mode) error {
 	p := c.p
+	if lay.n <= packBufBytes && p.packMu.TryLock() {
+		// The rank's own buffer, when no other goroutine packs into it.
+		if p.packBuf == nil {
+			p.packBuf = make([]byte, packBufBytes)
+		}
+		b := p.packBuf[:lay.n]
+		lay.pack(b, mem, 0)
+		pb, hasPB := p.outgoingPB()
+		err := p.sendEager(c, b, dest, tag, mode, pb, hasPB)
+		p.packMu.Unlock()
+		return err
+	}
 	s := getScratch(lay.n)
 	lay.pack(s.b, mem, 0)
 	pb, hasPB := p.outgoingPB()

@@ -150,6 +150,7 @@ func (p *proc) setThread(l ThreadLevel) {
 		p.states.mu.SetSeq(p.seq)
 		p.nbc.mu.SetSeq(p.seq)
 		p.nbc.readyMu.SetSeq(p.seq)
+		p.packMu.SetSeq(p.seq)
 	}
 }
 

@@ -502,7 +502,7 @@ func BenchmarkPack(b *testing.B) {
 		blocklen  int64
 		blocks    int64
 		elemBytes int64
-	}{{"column", 1, 1 << 17, 8}, {"column4k", 1, 512, 8}, {"blocks64", 8, 1 << 14, 8}} {
+	}{{"column", 1, 1 << 17, 8}, {"column4k", 1, 512, 8}, {"column64", 1, 8, 8}, {"blocks64", 8, 1 << 14, 8}} {
 		v, err := Vector(c.blocks, c.blocklen, 2*c.blocklen, Basic(Float64))
 		require.NoError(b, err)
 		_, hi := v.Span(1)

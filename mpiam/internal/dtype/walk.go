@@ -104,6 +104,17 @@ func (t *Type) move(buf, mem []byte, count, from int64, in bool) int {
 		return copyRun(buf, mem, 0, t.tlb+from, to-from, in)
 	}
 	ext := t.ub - t.lb
+	if len(t.parts) == 1 && from == 0 && to == count*t.size {
+		// Whole instances of one strided part of dense blocks (a vector
+		// of basic elements, the common layout): block runs straight away.
+		if p := &t.parts[0]; p.t.dense {
+			var pos int64
+			for i := range count {
+				pos = moveBlocks(buf, mem, pos, i*ext+p.disp+p.t.tlb, p.stride, p.n*p.t.size, p.count, in)
+			}
+			return int(pos)
+		}
+	}
 	var pos int64
 	for i := from / t.size; i < count && i*t.size < to; i++ {
 		pos = moveOne(t, buf, mem, pos, i*ext, max(from-i*t.size, 0), min(to-i*t.size, t.size), in)
@@ -127,10 +138,13 @@ func moveOne(t *Type, buf, mem []byte, pos, base, from, to int64, in bool) int64
 	if t.run {
 		return pos + int64(copyRun(buf, mem, pos, base+t.tlb+from, to-from, in))
 	}
-	i := sort.Search(len(t.parts), func(i int) bool {
-		p := &t.parts[i]
-		return p.pre+p.bytes() > from
-	})
+	i := 0
+	if from > 0 && len(t.parts) > 1 {
+		i = sort.Search(len(t.parts), func(i int) bool {
+			p := &t.parts[i]
+			return p.pre+p.bytes() > from
+		})
+	}
 	for ; i < len(t.parts); i++ {
 		p := &t.parts[i]
 		if p.pre >= to {
@@ -138,7 +152,7 @@ func moveOne(t *Type, buf, mem []byte, pos, base, from, to int64, in bool) int64
 		}
 		c := p.t
 		bb := p.n * c.size
-		if bb == 0 {
+		if bb == 0 || p.pre+p.count*bb <= from {
 			continue
 		}
 		lo, hi := max(from-p.pre, 0), min(to-p.pre, p.count*bb)
