@@ -204,12 +204,33 @@ func moveBlocks(buf, mem []byte, pos, off, stride, bb, n int64, in bool) int64 {
 		_ = mem[max(off, last)+7]
 		b := unsafe.Pointer(&buf[pos])
 		m := unsafe.Pointer(&mem[off])
+		// Four blocks a round: independent loads and stores, which a core
+		// with two store ports issues two at a time.
+		i := int64(0)
 		if in {
-			for i := range n {
+			for ; i+4 <= n; i += 4 {
+				s, d := unsafe.Add(b, 8*i), unsafe.Add(m, i*stride)
+				w0, w1 := *(*[8]byte)(s), *(*[8]byte)(unsafe.Add(s, 8))
+				w2, w3 := *(*[8]byte)(unsafe.Add(s, 16)), *(*[8]byte)(unsafe.Add(s, 24))
+				*(*[8]byte)(d) = w0
+				*(*[8]byte)(unsafe.Add(d, stride)) = w1
+				*(*[8]byte)(unsafe.Add(d, 2*stride)) = w2
+				*(*[8]byte)(unsafe.Add(d, 3*stride)) = w3
+			}
+			for ; i < n; i++ {
 				*(*[8]byte)(unsafe.Add(m, i*stride)) = *(*[8]byte)(unsafe.Add(b, 8*i))
 			}
 		} else {
-			for i := range n {
+			for ; i+4 <= n; i += 4 {
+				s, d := unsafe.Add(m, i*stride), unsafe.Add(b, 8*i)
+				w0, w1 := *(*[8]byte)(s), *(*[8]byte)(unsafe.Add(s, stride))
+				w2, w3 := *(*[8]byte)(unsafe.Add(s, 2*stride)), *(*[8]byte)(unsafe.Add(s, 3*stride))
+				*(*[8]byte)(d) = w0
+				*(*[8]byte)(unsafe.Add(d, 8)) = w1
+				*(*[8]byte)(unsafe.Add(d, 16)) = w2
+				*(*[8]byte)(unsafe.Add(d, 24)) = w3
+			}
+			for ; i < n; i++ {
 				*(*[8]byte)(unsafe.Add(b, 8*i)) = *(*[8]byte)(unsafe.Add(m, i*stride))
 			}
 		}
