@@ -21,6 +21,7 @@ for t in latency bw bibw; do
 	run -n 2 --transport tcp "$dir/osu" $t -m 1:65536 -i 2000
 done
 run -n 2 "$dir/osu" mbw_mr -m 1:4096
+run -n 2 "$dir/osu" latency -d vector -m 1:1048576 -i 2000
 for t in barrier "bcast -m 1:1024" "allreduce -m 1:1024" "ibarrier" "iallreduce -m 1:1024"; do
 	run -n 2 "$dir/osu" $t
 done

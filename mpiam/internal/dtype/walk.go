@@ -187,8 +187,17 @@ func moveOne(t *Type, buf, mem []byte, pos, base, from, to int64, in bool) int64
 	return pos
 }
 
+// unrollMax is the longest run of 8-byte blocks moveBlocks moves four at a
+// time.
+const unrollMax = 512
+
 // moveBlocks moves n blocks of bb bytes, stride bytes apart in mem from
-// off, between mem and consecutive bytes of buf from pos.
+// off, between mem and consecutive bytes of buf from pos. It is never
+// inlined: inlined into moveOne (as profile-guided optimization did), its
+// loops kept their index on the stack for want of registers and moved
+// blocks at half the speed.
+//
+//go:noinline
 func moveBlocks(buf, mem []byte, pos, off, stride, bb, n int64, in bool) int64 {
 	switch {
 	case bb == 8:
@@ -204,11 +213,14 @@ func moveBlocks(buf, mem []byte, pos, off, stride, bb, n int64, in bool) int64 {
 		_ = mem[max(off, last)+7]
 		b := unsafe.Pointer(&buf[pos])
 		m := unsafe.Pointer(&mem[off])
-		// Four blocks a round: independent loads and stores, which a core
-		// with two store ports issues two at a time.
-		i := int64(0)
+		// Four blocks a round when the run is short (at most unrollMax
+		// blocks, as an eager message's): independent loads and stores,
+		// which a core with two store ports issues two at a time. Longer
+		// runs, whose lines come from memory or another core, measured
+		// slower that way, and move a block at a time.
+		i, short := int64(0), n <= unrollMax
 		if in {
-			for ; i+4 <= n; i += 4 {
+			for ; short && i+4 <= n; i += 4 {
 				s, d := unsafe.Add(b, 8*i), unsafe.Add(m, i*stride)
 				w0, w1 := *(*[8]byte)(s), *(*[8]byte)(unsafe.Add(s, 8))
 				w2, w3 := *(*[8]byte)(unsafe.Add(s, 16)), *(*[8]byte)(unsafe.Add(s, 24))
@@ -221,7 +233,7 @@ func moveBlocks(buf, mem []byte, pos, off, stride, bb, n int64, in bool) int64 {
 				*(*[8]byte)(unsafe.Add(m, i*stride)) = *(*[8]byte)(unsafe.Add(b, 8*i))
 			}
 		} else {
-			for ; i+4 <= n; i += 4 {
+			for ; short && i+4 <= n; i += 4 {
 				s, d := unsafe.Add(m, i*stride), unsafe.Add(b, 8*i)
 				w0, w1 := *(*[8]byte)(s), *(*[8]byte)(unsafe.Add(s, stride))
 				w2, w3 := *(*[8]byte)(unsafe.Add(s, 2*stride)), *(*[8]byte)(unsafe.Add(s, 3*stride))
