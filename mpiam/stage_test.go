@@ -215,3 +215,59 @@ func TestPieceNoticeMalformed(t *testing.T) {
 		r.EqualValues(1, p.drops.Load())
 	})
 }
+
+// Goroutines of a ThreadMultiple rank exchange strided messages with the
+// other rank at once, with a progress goroutine beside them: one receive at
+// a time holds the shared stage, the others stage privately, clear-to-sends
+// of one receive may be sent by two goroutines in either order, and every
+// element arrives.
+func TestTypedSharedStageConcurrent(t *testing.T) {
+	t.Setenv("AMGO_PROGRESS", "20us")
+	const n, goroutines, iters = 60000, 3, 4 // 480 KB packed: pieces of 128 KiB
+	for _, nw := range []string{"shm", "loop", "loop+noget"} {
+		t.Run(nw, func(t *testing.T) { stageConcurrent(t, nw, n, goroutines, iters) })
+	}
+}
+
+// stageConcurrent is TestTypedSharedStageConcurrent on network nw.
+func stageConcurrent(t *testing.T, nw string, n, goroutines, iters int) {
+	runJob(t, nw, 2, Config{Thread: ThreadMultiple}, func(r *rk, w *Comm) {
+		col, err := TypeVector(n, 1, 2, Float64)
+		r.NoError(err)
+		r.NoError(col.Commit())
+		other := 1 - w.Rank()
+		errs := make(chan error, goroutines)
+		for g := range goroutines {
+			go func() {
+				errs <- func() error {
+					for it := range iters {
+						out, in := make([]float64, 2*n), make([]float64, 2*n)
+						k := 100*g + it
+						for i := range n {
+							out[2*i] = float64(w.Rank()*1_000_000 + k*1000 + i)
+						}
+						rq, err := IrecvTyped(w, in, 1, col, other, k)
+						if err != nil {
+							return err
+						}
+						if err := SendTyped(w, out, 1, col, other, k); err != nil {
+							return err
+						}
+						if _, err := rq.Wait(); err != nil {
+							return err
+						}
+						for i := range n {
+							if want := float64(other*1_000_000 + k*1000 + i); in[2*i] != want || in[2*i+1] != 0 {
+								return fmt.Errorf("goroutine %d, message %d: element %d is %v, want %v", g, it, i, in[2*i], want)
+							}
+						}
+					}
+					return nil
+				}()
+			}()
+		}
+		for range goroutines {
+			r.NoError(<-errs)
+		}
+	})
+}
