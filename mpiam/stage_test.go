@@ -166,37 +166,7 @@ func TestTypedPersistentStaged(t *testing.T) {
 	const n = 150000 // 1.2 MB packed: ten pieces
 	for _, nw := range []string{"shm", "loop+noget"} {
 		t.Run(nw, func(t *testing.T) {
-			runJob(t, nw, 2, Config{}, func(r *rk, w *Comm) {
-				col, err := TypeVector(n, 1, 2, Float64)
-				r.NoError(err)
-				r.NoError(col.Commit())
-				buf := make([]float64, 2*n)
-				var req *Request
-				if w.Rank() == 0 {
-					req, err = SendInitTyped(w, buf, 1, col, 1, 7, Standard)
-				} else {
-					req, err = RecvInitTyped(w, buf, 1, col, 0, 7)
-				}
-				r.NoError(err)
-				for round := range 4 {
-					if w.Rank() == 0 {
-						for i := range n {
-							buf[2*i] = float64(round*1_000_000 + i)
-						}
-					}
-					r.NoError(req.Start())
-					_, err := req.Wait()
-					r.NoError(err)
-					if w.Rank() == 1 {
-						for i := range n {
-							if buf[2*i] != float64(round*1_000_000+i) {
-								r.Failf("stale data", "round %d: element %d is %v", round, i, buf[2*i])
-							}
-						}
-					}
-				}
-				r.NoError(req.Free())
-			})
+			runJob(t, nw, 2, Config{}, func(r *rk, w *Comm) { persistentColumn(r, w, n, 4, 7) })
 		})
 	}
 }
