@@ -322,9 +322,11 @@ func waitSleepsWhereTrafficComesFrom(t *testing.T, between string) {
 		// Sleep once more, briefly, to see which network it picks now. The
 		// network that delivered is passed over while its waiter goroutine
 		// has not yet left that network's Wait (it may still be on its way
-		// out after waking this rank), so a few brief sleeps are allowed:
-		// with no more traffic the choice must settle on it.
-		for range 50 {
+		// out after waking this rank), so brief sleeps are allowed for up
+		// to two seconds (a loaded machine, as under go test ./..., may
+		// not run that goroutine for tens of milliseconds): with no more
+		// traffic the choice must settle on it.
+		for settle := time.Now(); time.Since(settle) < 2*time.Second; {
 			require.NoError(t, ts[c.waiter].Wait(time.Millisecond))
 			if ts[c.waiter].Primary() == c.primary {
 				break
