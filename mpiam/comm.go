@@ -76,6 +76,18 @@ func (c *Comm) Size() int {
 	return c.size
 }
 
+// Network names the network that carries this rank's messages to rank r
+// of c: "shm", "tcp", "udp", "xdp", "loop" or "sim" (docs/transports.md),
+// the same for every message to r; "" for the nil communicator or a rank
+// out of range. An amgo extension for diagnostics (MPI has no such call;
+// SplitType with CommTypeShared tells which ranks share this node).
+func (c *Comm) Network(r int) string {
+	if c == nil || c.p == nil || uint(r) >= uint(c.size) {
+		return ""
+	}
+	return c.p.ep.Network(c.world(r))
+}
+
 // Context is c's context id, for tools and diagnostics; 0 for the nil
 // communicator.
 func (c *Comm) Context() uint32 {

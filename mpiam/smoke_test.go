@@ -32,3 +32,24 @@ func TestSmokePingPong(t *testing.T) {
 	})
 	require.NoError(t, err)
 }
+
+// Comm.Network names the network that reaches a peer, through a
+// sub-communicator's numbering too; "" for a rank out of range or the nil
+// communicator.
+func TestCommNetwork(t *testing.T) {
+	for _, nw := range []string{"loop", "shm", "tcp"} {
+		t.Run(nw, func(t *testing.T) {
+			runJob(t, nw, 2, Config{}, func(r *rk, w *Comm) {
+				r.Equal(nw, w.Network(1-w.Rank()))
+				r.Empty(w.Network(2))
+				r.Empty(w.Network(-1))
+				rev, err := w.Split(0, -w.Rank()) // the other order
+				r.NoError(err)
+				r.Equal(nw, rev.Network(1-rev.Rank()))
+				r.NoError(rev.Free())
+			})
+		})
+	}
+	var c *Comm
+	require.Empty(t, c.Network(0))
+}

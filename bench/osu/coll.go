@@ -43,7 +43,7 @@ func runColl(name string, args []string) error {
 		n, me := world.Size(), world.Rank()
 		titles := map[string]string{"allreduce": "Allreduce", "bcast": "Broadcast", "alltoall": "All-to-All Personalized Exchange", "barrier": "Barrier"}
 		if me == 0 {
-			title := "amgo MPI " + titles[name] + " Latency Test over " + network()
+			title := "amgo MPI " + titles[name] + " Latency Test over " + network(world)
 			osu.Header(os.Stdout, title, "Avg Latency(us)") // barrier: one row, size 0
 		}
 		sizes := o.Sizes()

@@ -32,9 +32,12 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/amgo-hpc/amgo/mpiam"
 )
 
 // bench is one subcommand: it parses its arguments and runs.
@@ -110,13 +113,20 @@ func startProfile(path string) (stop func(), err error) {
 	}, nil
 }
 
-// network names the transport the job runs over, for titles.
-func network() string {
-	if t := os.Getenv("AMGO_TRANSPORT"); t != "" {
-		return t
+// network names the networks that carry this rank's messages to the others
+// ("shm", "shm+tcp" for a job over two nodes), for titles.
+func network(world *mpiam.Comm) string {
+	var nets []string
+	for r := range world.Size() {
+		if r == world.Rank() {
+			continue
+		}
+		if n := world.Network(r); n != "" && !slices.Contains(nets, n) {
+			nets = append(nets, n)
+		}
 	}
-	if os.Getenv("PMI_FD") != "" || os.Getenv("PMI_PORT") != "" {
-		return "shm"
+	if len(nets) == 0 {
+		return "loop"
 	}
-	return "loop"
+	return strings.Join(nets, "+")
 }

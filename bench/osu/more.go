@@ -49,7 +49,7 @@ func runLatencyMT(args []string) error {
 		}
 		me := world.Rank()
 		if me == 0 {
-			fmt.Printf("# amgo MPI Multi-threaded Latency Test over %s\n", network())
+			fmt.Printf("# amgo MPI Multi-threaded Latency Test over %s\n", network(world))
 			fmt.Printf("# Number of Sender threads: %d\n# Number of Receiver threads: %d\n", threads, threads)
 			osu.Columns(os.Stdout, "Latency (us)")
 		}
@@ -163,7 +163,7 @@ func runMatch(args []string) error {
 		sources := n - 1
 		target := n - 1
 		if me == 0 {
-			fmt.Printf("# amgo MPI Unexpected-list Match Test over %s\n", network())
+			fmt.Printf("# amgo MPI Unexpected-list Match Test over %s\n", network(world))
 			fmt.Printf("# [ sources: %d ] [ message size: %d ] rows: messages in the unexpected list\n", sources, size)
 			osu.KeyColumns(os.Stdout, "# Queued", "Latency (us)")
 		}

@@ -42,7 +42,7 @@ func runNBC(name string, args []string) error {
 		titles := map[string]string{"iallreduce": "Non-blocking Allreduce", "ialltoall": "Non-blocking All-to-All Personalized Exchange",
 			"ibcast": "Non-blocking Broadcast", "ibarrier": "Non-blocking Barrier"}
 		if me == 0 {
-			osu.Header(os.Stdout, "amgo MPI "+titles[name]+" Latency Test over "+network(),
+			osu.Header(os.Stdout, "amgo MPI "+titles[name]+" Latency Test over "+network(world),
 				"Overall(us)", "Compute(us)", "Pure Comm.(us)", "Overlap(%)")
 		}
 		maxSize := max(o.MaxSize, 4)

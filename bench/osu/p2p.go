@@ -81,7 +81,7 @@ func runLatency(args []string) error {
 		}
 		me := world.Rank()
 		if me == 0 {
-			title := "amgo MPI Latency Test over " + network()
+			title := "amgo MPI Latency Test over " + network(world)
 			if layout != "" {
 				title += " (" + layout + " datatype)"
 			}
@@ -282,7 +282,7 @@ func runPairBandwidth(name, title string, args []string, dirs float64, newMeasur
 		}
 		me := world.Rank()
 		if me == 0 {
-			osu.Header(os.Stdout, title+network(), "Bandwidth (MB/s)")
+			osu.Header(os.Stdout, title+network(world), "Bandwidth (MB/s)")
 		}
 		sbuf, rbuf := fill(o.MaxSize, 's'), newRecvBuffers(o.MaxSize, o.Window)
 		measure := newMeasure()
@@ -326,7 +326,7 @@ func runMBWMR(args []string) error {
 			peer = me - pairs
 		}
 		if me == 0 {
-			fmt.Printf("# amgo MPI Multiple Bandwidth / Message Rate Test over %s\n", network())
+			fmt.Printf("# amgo MPI Multiple Bandwidth / Message Rate Test over %s\n", network(world))
 			fmt.Printf("# [ pairs: %d ] [ window size: %d ]\n", pairs, o.Window)
 			osu.Columns(os.Stdout, "MB/s", "Messages/s")
 		}

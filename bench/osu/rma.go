@@ -93,7 +93,7 @@ func runRMA(name string, args []string) error {
 			if !lat {
 				unit = "Bandwidth (MB/s)"
 			}
-			osu.Header(os.Stdout, fmt.Sprintf("amgo MPI_%s Test over %s (window %s, synchronization %s)", name, network(), create, sync), unit)
+			osu.Header(os.Stdout, fmt.Sprintf("amgo MPI_%s Test over %s (window %s, synchronization %s)", name, network(world), create, sync), unit)
 		}
 		for _, size := range o.Sizes() {
 			v, err := r.size(size)
