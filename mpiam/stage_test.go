@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -239,5 +240,47 @@ func stageConcurrent(t *testing.T, nw string, n, goroutines, iters int) {
 		for range goroutines {
 			r.NoError(<-errs)
 		}
+	})
+}
+
+// A sender that dies in the middle of a strided rendezvous into a shared
+// stage fails the receive with ErrProcFailed naming it, within the
+// detection promise; strided traffic from another rank goes on.
+func TestTypedSharedStageSenderDies(t *testing.T) {
+	t.Setenv("AMGO_JOB_DIR", t.TempDir())
+	const n = 150000 // 1.2 MB packed: ten pieces
+	col := func(w *Comm) *Datatype {
+		d, err := TypeVector(n, 1, 2, Float64)
+		require.NoError(t, err)
+		require.NoError(t, d.Commit())
+		return d
+	}
+	runDeadJob(t, 3, 0, func(w *Comm) error {
+		// The request-to-send goes; the rank dies before it sends the data.
+		_, err := IsendTyped(w, make([]float64, 2*n), 1, col(w), 1, 5)
+		return err
+	}, func(w *Comm, died func() time.Time) error {
+		d := col(w)
+		buf := make([]float64, 2*n)
+		switch w.Rank() {
+		case 1:
+			_, err := RecvTyped(w, buf, 1, d, 0, 5)
+			requireProcFailed(t, err, 0)
+			since(t, died, "strided receive from the dead rank")
+			st, err := RecvTyped(w, buf, 1, d, 2, 6)
+			require.NoError(t, err)
+			require.Equal(t, 8*n, st.Bytes)
+			for i := range n {
+				if buf[2*i] != float64(i) {
+					return fmt.Errorf("element %d is %v after the death", i, buf[2*i])
+				}
+			}
+		case 2:
+			for i := range n {
+				buf[2*i] = float64(i)
+			}
+			return SendTyped(w, buf, 1, d, 1, 6)
+		}
+		return nil
 	})
 }
