@@ -491,10 +491,8 @@ func (p *proc) runWork(d deferred) {
 				// Into the receiver's shared stage (stage.go), then tell.
 				p.stages.packed.Add(int64(copy(b, src)))
 				err = p.dataNotice(d.dst, &d.cts)
-			} else if d.cts.Flags&proto.CTSPiece != 0 {
-				err = p.ep.Store(d.dst, hDataPiece, d.cts.Addr, src, d.cts.RecvID, d.cts.Off)
 			} else {
-				err = p.ep.Store(d.dst, hData, d.cts.Addr, src, d.cts.RecvID)
+				err = p.storeLast(d.dst, d.cts.Addr, src, &d.cts)
 			}
 		} else {
 			err = p.ep.RequestShort(d.dst, hFin, d.cts.RecvID)

@@ -17,18 +17,18 @@ import (
 //   - eager: the sender packs into scratch space that the medium request
 //     copies; the receiver unpacks from the payload;
 //   - rendezvous, non-contiguous sender: up to typedChunk bytes to a peer
-//     that reads with one copy, it packs the data into a staging buffer at
-//     once and offers that buffer, which the receiver reads as it reads a
-//     contiguous sender's; otherwise it offers no address, so the receiver
-//     asks for stores, and the sender packs typedChunk bytes at a time and
-//     stores each chunk (the last with the data handler);
-//   - rendezvous, non-contiguous receiver: it reads a contiguous sender's
-//     buffer a chunk at a time into a staging buffer and unpacks it (pull),
-//     or, without a single-copy read, registers the staging buffer and asks
-//     the sender for one chunk per clear-to-send, half the buffer at a time:
-//     when a chunk lands it asks for the next into the other half and then
-//     unpacks the one that landed, so that the sender packs and stores the
-//     next chunk while this rank unpacks.
+//     that reads with one copy and is not on this node with shared stages,
+//     it packs the data into a staging buffer at once and offers that
+//     buffer, which the receiver reads as it reads a contiguous sender's;
+//     otherwise it offers no address, so the receiver asks for stores, and
+//     the sender packs each piece asked for and stores it (the last store
+//     of a piece with the piece or data notice);
+//   - rendezvous, non-contiguous receiver: it reads an offered buffer a
+//     chunk at a time into a staging buffer and unpacks it (pull), or,
+//     without a single-copy read or from a sender of this node with shared
+//     stages (stage.go), asks the sender for pieces into the two halves of
+//     its staging buffer, up to one per half at a time, and unpacks each as
+//     it lands while the sender packs the other.
 //
 // No message is ever staged whole: at most typedChunk bytes per transfer.
 
@@ -338,13 +338,10 @@ func (p *proc) storeTyped(d *deferred) error {
 		k := min(uint64(len(s.b)), a.N-off)
 		r.lay.pack(s.b[:k], r.buf, int(a.Off+off))
 		var err error
-		switch {
-		case off+k < a.N:
+		if off+k < a.N {
 			err = p.ep.Store(d.dst, hStorePart, a.Addr+off, s.b[:k])
-		case a.Flags&proto.CTSPiece != 0:
-			err = p.ep.Store(d.dst, hDataPiece, a.Addr+off, s.b[:k], a.RecvID, a.Off)
-		default:
-			err = p.ep.Store(d.dst, hData, a.Addr+off, s.b[:k], a.RecvID)
+		} else {
+			err = p.storeLast(d.dst, a.Addr+off, s.b[:k], &a)
 		}
 		if err != nil {
 			return err

@@ -219,6 +219,16 @@ func (p *proc) dataNotice(dst int, a *ctsArgs) error {
 	return p.ep.RequestShort(dst, hData, a.RecvID)
 }
 
+// storeLast stores data, the last bytes of the part clear-to-send a asked
+// for, at addr in world rank dst with the handler a calls for: the piece
+// notice when a asked for a piece, else the data notice.
+func (p *proc) storeLast(dst int, addr uint64, data []byte, a *ctsArgs) error {
+	if a.Flags&proto.CTSPiece != 0 {
+		return p.ep.Store(dst, hDataPiece, addr, data, a.RecvID, a.Off)
+	}
+	return p.ep.Store(dst, hData, addr, data, a.RecvID)
+}
+
 // landedLocked notes that a piece has landed in receive r's shared stage,
 // and returns the stage's name to unlink when this is the first: the sender
 // has mapped it by now (or stores instead). p.mu is held.

@@ -29,15 +29,9 @@ func Create(prefix string, size int) (string, []byte, error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("shmem: %w", err)
 	}
-	defer f.Close()
-	if err := f.Truncate(int64(size)); err != nil {
-		_ = os.Remove(f.Name())
-		return "", nil, fmt.Errorf("shmem: %s: %w", f.Name(), err)
-	}
-	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	mem, err := sizeAndMap(f, size)
 	if err != nil {
-		_ = os.Remove(f.Name())
-		return "", nil, fmt.Errorf("shmem: mmap %s: %w", f.Name(), err)
+		return "", nil, err
 	}
 	return f.Name(), mem, nil
 }
@@ -59,15 +53,21 @@ func CreateAt(path string, size int) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shmem: %w", err)
 	}
+	return sizeAndMap(f, size)
+}
+
+// sizeAndMap sizes the new file f to size bytes and maps it; it closes f,
+// and removes its name on failure.
+func sizeAndMap(f *os.File, size int) ([]byte, error) {
 	defer f.Close()
 	if err := f.Truncate(int64(size)); err != nil {
-		_ = os.Remove(path)
-		return nil, fmt.Errorf("shmem: %s: %w", path, err)
+		_ = os.Remove(f.Name())
+		return nil, fmt.Errorf("shmem: %s: %w", f.Name(), err)
 	}
 	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		_ = os.Remove(path)
-		return nil, fmt.Errorf("shmem: mmap %s: %w", path, err)
+		_ = os.Remove(f.Name())
+		return nil, fmt.Errorf("shmem: mmap %s: %w", f.Name(), err)
 	}
 	return mem, nil
 }
