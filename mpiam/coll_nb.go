@@ -97,6 +97,11 @@ func (n *nbc) barrierSchedule() *sched.Schedule {
 // the communicator's shared area, which a one-node communicator uses once
 // its first blocking collective has made it, it does not). Errors: ErrComm.
 func (c *Comm) Ibarrier() (*Request, error) {
+	if a := c.directArea(0); a != nil {
+		if h, ok := c.startAreaNB(a, CallIbarrier, shmNBOp{kind: nbBarrier}, nil); ok {
+			return h, nil
+		}
+	}
 	if c.readyArea() != nil && c.size >= 2 {
 		// Through the area, on a schedule kept for the next call.
 		key := keyOf[byte](CallIbarrier, nil, nil, nil, 0).onArea(c)
@@ -185,6 +190,13 @@ func buildBcast[T any](x coll, b *sched.Builder, buf []T, root int, shm bool) er
 func Ibcast[T any](c *Comm, buf []T, root int) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
+	}
+	if rb := raw(buf); len(rb) > 0 {
+		if a := c.directArea(len(rb)); a != nil && root >= 0 && root < c.size {
+			if h, ok := c.startAreaNB(a, CallIbcast, shmNBOp{kind: nbBcast, root: root, recv: rb}, nil); ok {
+				return h, nil
+			}
+		}
 	}
 	key, chk := keyOf[T](CallIbcast, buf, nil, nil, root).onArea(c), sigCheckOf[T](c, CallIbcast, len(buf))
 	if !c.hooked() {
@@ -288,6 +300,18 @@ func buildAllreduce[T any](x coll, b *sched.Builder, send, recv []T, op Op[T], s
 func Iallreduce[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
+	}
+	if (send == nil || len(send) == len(recv)) && op.Fn != nil {
+		if a := c.directArea(len(raw(recv))); a != nil {
+			s := send
+			if s == nil {
+				s = recv // published before recv is written
+			}
+			o := shmNBOp{kind: nbAllreduce, send: raw(s), recv: raw(recv)}
+			if h, ok := c.startAreaNB(a, CallIallreduce, o, func(a *shmColl) *sched.Reduction { return directRed(a, &op) }); ok {
+				return h, nil
+			}
+		}
 	}
 	key, chk := keyOf(CallIallreduce, send, recv, &op, 0).onArea(c), sigCheckOf[T](c, CallIallreduce, len(recv))
 	if !c.hooked() {
@@ -564,6 +588,15 @@ func alltoallSched[T any](send []T, scounts, sdispls []int, recv []T, rcounts, r
 func Ialltoall[T any](c *Comm, send, recv []T) (*Request, error) {
 	if err := plain[T](); err != nil {
 		return nil, err
+	}
+	if a := c.directArea(len(raw(recv))); a != nil && len(recv)%c.size == 0 && (send == nil || len(send) == len(recv)) {
+		rb, sb := raw(recv), raw(send)
+		if send == nil {
+			sb = rb // published before anything is written to recv
+		}
+		if h, ok := c.startAreaNB(a, CallIalltoall, shmNBOp{kind: nbAlltoall, send: sb, recv: rb, blk: len(rb) / c.size}, nil); ok {
+			return h, nil
+		}
 	}
 	key, chk := keyOf(CallIalltoall, send, recv, nil, 0).onArea(c), sigCheckOf[T](c, CallIalltoall, perRank(c, len(recv)))
 	if !c.hooked() {

@@ -33,6 +33,7 @@ type nbc struct {
 	key         schedKey    // the arguments a one-shot schedule was built for (zero: not cached)
 	queued      atomic.Bool // on the engine's ready list
 	finished    bool        // the run has ended (engine.mu)
+	fenced      bool        // waits for direct collectives started before it (shmColl.fence; engine.mu)
 	until       bool        // the schedule waits on conditions (barrier counts)
 	persistent  bool
 	pb          collPB // piggyback bookkeeping when a tool attaches values
@@ -200,7 +201,12 @@ func (n *nbc) begin() {
 		e.until = append(e.until, n)
 		e.nUntil.Add(1)
 	}
-	n.advanceLocked()
+	if a := c.readyArea(); a != nil && a.nb.direct > 0 {
+		n.fenced = true
+		a.fence(n)
+	} else {
+		n.advanceLocked()
+	}
 	e.mu.Unlock()
 	p.progressColls() // what completed meanwhile, with the lock free
 }
@@ -208,7 +214,7 @@ func (n *nbc) begin() {
 // advanceLocked advances n's run and, when it has ended, publishes the
 // completions that were waiting for it in c's order. e.mu held.
 func (n *nbc) advanceLocked() {
-	if n.finished {
+	if n.finished || n.fenced {
 		return
 	}
 	done, _ := n.run.Progress(n)

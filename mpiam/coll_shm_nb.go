@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/amgo-hpc/amgo/internal/release"
 	"github.com/amgo-hpc/amgo/mpiam/internal/sched"
 )
 
@@ -70,6 +71,18 @@ type shmNB struct {
 	slept   bool       // this section set the rank's sleep word
 	queued  bool       // on the engine's list of sections to drive
 	unmap   bool       // the communicator was freed meanwhile: unmap when q empties
+	direct  int        // collectives in q started without a schedule (startAreaNB)
+	spare   []*shmNBOp // finished ops of direct collectives and fences, for reuse
+	red     areaRed    // the reduction a direct Iallreduce used last
+}
+
+// areaRed is the reduction of the last operation a direct Iallreduce used
+// (startAreaNB), kept so that a loop of them wraps its operation once.
+type areaRed struct {
+	fn      unsafe.Pointer // the operation's function value
+	commute bool
+	elem    uintptr
+	red     *sched.Reduction
 }
 
 // nbExpect is how long the endpoint's waits keep polling, from a poll
@@ -124,12 +137,14 @@ const (
 	nbAllreduce
 	nbAlltoall
 	nbBarrier // publishes no data: every rank's stamp is the barrier
+	nbFence   // no collective: finishes once those queued before it have, then advances n (fence)
 )
 
 // shmNBOp is one nonblocking collective through the section: what it
 // publishes and reads, its number (taken when its schedule starts, in call
-// order), and the event step that waits for it. A schedule kept for reuse
-// keeps its op and numbers it anew.
+// order), and the event step that waits for it, or the request it
+// completes when it was started directly (startAreaNB). A schedule kept
+// for reuse keeps its op and numbers it anew.
 type shmNBOp struct {
 	a          *shmColl
 	kind       uint8
@@ -138,10 +153,12 @@ type shmNBOp struct {
 	red        *sched.Reduction
 	blk        int // nbAlltoall: bytes per rank
 	k          uint64
-	x          coll // the operation's, for its tool values (set when posted)
-	n          *nbc // the operation, advanced when this finishes
-	done       bool // finished: the event step has completed
-	abandoned  bool // the operation failed (a rank died): leave its buffers alone
+	x          coll      // the operation's, for its tool values (set when posted)
+	n          *nbc      // the operation, advanced when this finishes
+	r          *reqState // a direct collective's request, completed when this finishes (n nil)
+	c          *Comm     // the communicator, for its failed ranks
+	done       bool      // finished: the event step has completed
+	abandoned  bool      // the operation failed (a rank died): leave its buffers alone
 }
 
 // abandon marks o's operation as failed: should the section still finish
@@ -160,21 +177,51 @@ func (o *shmNBOp) start() error {
 // post queues o on its section as the event step of operation n, which
 // is advanced when o finishes. Engine lock held.
 func (o *shmNBOp) post(n *nbc) {
-	o.x, o.n = n.x, n
-	x := n.x
-	a := o.a
+	o.x, o.n, o.c = n.x, n, n.x.c
+	o.a.enqueue(o)
+}
+
+// enqueue appends o to a's queue and puts a on its rank's list of sections
+// to drive. Engine lock held.
+func (a *shmColl) enqueue(o *shmNBOp) {
 	nb := &a.nb
 	nb.q = append(nb.q, o)
 	if !nb.queued {
 		nb.queued = true
-		e := &x.c.p.nbc
+		e := &o.c.p.nbc
 		e.areas = append(e.areas, a)
 		e.nAreas.Add(1)
 	}
 }
 
+// spareOp is an op of a's for a direct collective or a fence, from those
+// finished before. Engine lock held.
+func (a *shmColl) spareOp() *shmNBOp {
+	nb := &a.nb
+	if k := len(nb.spare); k > 0 {
+		o := nb.spare[k-1]
+		nb.spare[k-1] = nil
+		nb.spare = nb.spare[:k-1]
+		return o
+	}
+	return new(shmNBOp)
+}
+
+// fence queues on a a fence that advances n once the collectives queued
+// before it have finished: a collective on the schedule engine that starts
+// while direct ones are under way on its communicator completes after them
+// (nonblocking collectives complete in the order they were started).
+// Engine lock held.
+func (a *shmColl) fence(n *nbc) {
+	o := a.spareOp()
+	*o = shmNBOp{a: a, kind: nbFence, k: a.nb.seq, n: n, c: n.x.c}
+	a.enqueue(o)
+}
+
 // writes reports whether o writes this rank's slot.
-func (o *shmNBOp) writes() bool { return o.kind != nbBcast || o.a.me == o.root }
+func (o *shmNBOp) writes() bool {
+	return o.kind != nbFence && (o.kind != nbBcast || o.a.me == o.root)
+}
 
 // slot is rank r's slot of o's collective.
 func (o *shmNBOp) slot(r int) shmSlot { return o.a.nb.slots[r][o.k%shmSlots] }
@@ -184,7 +231,10 @@ func (o *shmNBOp) stamped(r int) bool { return o.slot(r).stamp.Load() >= o.k }
 
 // readable reports whether what o reads is published.
 func (o *shmNBOp) readable() bool {
-	if o.kind == nbBcast {
+	switch o.kind {
+	case nbFence:
+		return true
+	case nbBcast:
 		return o.a.me == o.root || o.stamped(o.root)
 	}
 	for r := range o.a.n {
@@ -283,6 +333,9 @@ func (a *shmColl) progressNB(p *proc) (empty, yield bool) {
 	nb := &a.nb
 	moved := a.driveNB(p)
 	if !moved && nb.head < len(nb.q) {
+		a.failNB(p)
+	}
+	if !moved && nb.head < len(nb.q) {
 		nb.idle++
 		yield = nb.idle%256 == 0
 		if !nb.slept && nb.idle%256 == 64 {
@@ -347,14 +400,70 @@ func (a *shmColl) driveNB(p *proc) (moved bool) {
 		nb.q[nb.head] = nil
 		nb.head++
 		fin = true
-		o.done = true
-		o.n.advanceLocked() // under the engine's lock, as the ready list's advances are
+		o.finish(nil)
 	}
 	if fin {
 		nb.idle = 0
 		a.wake(p)
 	}
 	return moved || fin
+}
+
+// finish ends o, read (err nil) or failed: it advances o's operation (an
+// event step or a fence) or completes its direct request, and keeps a
+// direct one's or a fence's op for reuse. o is off the queue. Engine lock
+// held.
+func (o *shmNBOp) finish(err error) {
+	o.done = true
+	if o.r == nil {
+		if o.kind == nbFence {
+			o.n.fenced = false
+		}
+		o.n.advanceLocked() // under the engine's lock, as the ready list's advances are
+		if o.kind == nbFence {
+			o.a.keepSpare(o)
+		}
+		return
+	}
+	r, a := o.r, o.a
+	a.nb.direct--
+	release.Store64(&r.p.directN, r.p.directN-1)
+	a.keepSpare(o)
+	r.complete(Status{Source: AnySource, Tag: AnyTag, Err: err})
+}
+
+// keepSpare keeps o, finished and off the queue, for reuse (spareOp).
+func (a *shmColl) keepSpare(o *shmNBOp) {
+	*o = shmNBOp{}
+	if len(a.nb.spare) < shmSlots {
+		a.nb.spare = append(a.nb.spare, o)
+	}
+}
+
+// failNB fails every collective queued on a when a rank of their
+// communicator has failed: a dead rank never publishes, and its waiters
+// would wait forever. Their buffers are left alone (abandon). Engine lock
+// held.
+func (a *shmColl) failNB(p *proc) {
+	nb := &a.nb
+	if nb.head == len(nb.q) || !p.fail.any.Load() {
+		return
+	}
+	err := p.collFailed(nb.q[nb.head].c)
+	if err == nil {
+		return
+	}
+	q := nb.q[nb.head:]
+	nb.q, nb.pub, nb.head = nil, 0, 0 // a fence's operation may queue its event meanwhile
+	for i, o := range q {
+		q[i] = nil
+		o.abandon()
+		if o.r != nil || o.kind == nbFence {
+			o.finish(err)
+		} else {
+			o.n.advanceLocked() // its event step's test reports the failure
+		}
+	}
 }
 
 // nbSched builds o's schedule: number it at the call, then wait for the
@@ -387,4 +496,74 @@ func shmIbarrierSched(b *sched.Builder, a *shmColl) {
 // block of everyone's.
 func shmIalltoallSched(b *sched.Builder, a *shmColl, send, recv []byte, blk int) {
 	nbSched(b, &shmNBOp{a: a, kind: nbAlltoall, send: send, recv: recv, blk: blk})
+}
+
+// directArea is the area through which a nonblocking collective of n bytes
+// per rank on c goes directly (startAreaNB), nil when it goes on the
+// schedule engine: c's area when it is ready and nothing needs the engine's
+// call (a tool, piggybacked values, type checks, a failed rank).
+func (c *Comm) directArea(n int) *shmColl {
+	if n > shmCollSlot || !c.usable() || c.checking() || c.hooked() || c.p.pbTool != nil || c.p.fail.any.Load() {
+		return nil
+	}
+	return c.readyArea()
+}
+
+// startAreaNB starts nonblocking collective o (its kind, root, buffers and
+// block set) of call on c through area a directly: numbered and published
+// in the call, finished by the section (driveNB), which completes its
+// request; no schedule runs, which leaves a few hundred instructions per
+// call out of OSU's pure communication time and makes the wait for the
+// other ranks' data something computation overlaps. red, when not nil,
+// gives the reduction with the engine's lock held (directRed). It reports
+// false, having done nothing, when a collective on the schedule engine is
+// under way on c: a later one must complete after it, which the engine's
+// order of completions gives.
+func (c *Comm) startAreaNB(a *shmColl, call Call, o shmNBOp, red func(a *shmColl) *sched.Reduction) (*Request, bool) {
+	p := c.p
+	e := &p.nbc
+	e.mu.Lock()
+	if c.nbcHead != len(c.nbcq) {
+		e.mu.Unlock()
+		return nil, false
+	}
+	// Take the numbers every rank's call takes on either path (startColl):
+	// whether a call goes directly differs between ranks.
+	c.collSeq.Add(1)
+	if call == CallIbarrier {
+		c.barriers.Add(1)
+	}
+	r, h := p.states.get(true)
+	r.p, r.kind, r.comm, r.peer, r.tag = p, kindColl, c, AnySource, AnyTag
+	op := a.spareOp()
+	*op = o
+	op.a, op.r, op.c = a, r, c
+	if red != nil {
+		op.red = red(a)
+	}
+	_ = op.start()
+	a.nb.direct++
+	peer := AnySource
+	if o.kind == nbBcast {
+		peer = o.root
+	}
+	p.direct.begin(call, c.ctx, peer, len(o.recv))
+	release.Store64(&p.directN, p.directN+1)
+	a.enqueue(op)
+	a.driveNB(p)
+	e.mu.Unlock()
+	return h, true
+}
+
+// directRed is the reduction of op for a direct Iallreduce through a: the
+// one a's last used when op is the same operation, so that a loop of them
+// wraps op once. Engine lock held.
+func directRed[T any](a *shmColl, op *Op[T]) *sched.Reduction {
+	var z T
+	fn := *(*unsafe.Pointer)(unsafe.Pointer(&op.Fn))
+	k := &a.nb.red
+	if k.red == nil || k.fn != fn || k.commute != op.Commutative || k.elem != unsafe.Sizeof(z) {
+		*k = areaRed{fn: fn, commute: op.Commutative, elem: unsafe.Sizeof(z), red: reduction(*op)}
+	}
+	return k.red
 }

@@ -3,6 +3,7 @@ package mpiam
 import (
 	"fmt"
 	"math/rand"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -244,6 +245,102 @@ func TestNonblockingCollectivesThroughSharedMemory(t *testing.T) {
 				r.NoError(err)
 				r.Equal(n*(n+1)/2, v[0])
 				r.NoError(c.Barrier())
+			})
+		})
+	}
+}
+
+// Nonblocking collectives through the area go directly (startAreaNB: no
+// schedule) when no collective on the schedule engine is under way on the
+// communicator; one on the engine started after direct ones completes after
+// them, and ranks that went different ways (one had an engine collective
+// under way, the other not) still agree on the tags of later collectives.
+func TestNonblockingCollectivesDirectAndScheduled(t *testing.T) {
+	for _, level := range []ThreadLevel{ThreadSingle, ThreadMultiple} {
+		t.Run(level.String(), func(t *testing.T) {
+			runJob(t, "shm", 2, Config{Thread: level}, func(r *rk, c *Comm) {
+				me := c.Rank()
+				r.NoError(c.Barrier()) // makes the area
+				r.Equal(shmReady, c.shmState.Load())
+
+				// Direct: nothing joins the engine's queue.
+				v := []int64{int64(me + 1)}
+				req, err := Iallreduce(c, nil, v, Sum[int64]())
+				r.NoError(err)
+				r.Equal(c.nbcHead, len(c.nbcq), "a direct Iallreduce is not on the schedule engine")
+				_, err = req.Wait()
+				r.NoError(err)
+				r.EqualValues(3, v[0])
+
+				// An engine collective after a direct one that cannot finish
+				// yet (rank 1 joins 20 ms late) completes after it: rank 0's
+				// Ibcast of a large buffer, whose sends would otherwise
+				// complete at once, waits for the Iallreduce.
+				if me == 1 {
+					time.Sleep(20 * time.Millisecond)
+				}
+				a := []int64{int64(me + 1)}
+				ra, err := Iallreduce(c, nil, a, Sum[int64]())
+				r.NoError(err)
+				big := make([]byte, 2*shmCollSlot)
+				if me == 0 {
+					for i := range big {
+						big[i] = byte(i * 7)
+					}
+				}
+				rb, err := Ibcast(c, big, 0)
+				r.NoError(err)
+				if me == 0 {
+					for deadline := time.Now().Add(5 * time.Millisecond); time.Now().Before(deadline); {
+						doneA, _, err := ra.Test()
+						r.NoError(err)
+						r.False(doneA, "the Iallreduce finished before rank 1 joined")
+						doneB, _, err := rb.Test()
+						r.NoError(err)
+						r.False(doneB, "the Ibcast completed before the Iallreduce started before it")
+					}
+					var diag strings.Builder
+					c.p.writePending(&diag)
+					r.Contains(diag.String(), "1 nonblocking collective(s) through a shared area, the last started: Iallreduce on communicator")
+					r.Contains(diag.String(), "Ibcast on communicator")
+				}
+				_, err = rb.Wait()
+				r.NoError(err)
+				_, err = ra.Wait()
+				r.NoError(err)
+				r.EqualValues(3, a[0])
+				for i := range big {
+					r.Equal(byte(i*7), big[i], "Ibcast byte %d", i)
+				}
+
+				// Rank 0's Ireduce waits for rank 1's late data, so rank 0's
+				// Iallreduce goes on the engine while rank 1's goes directly;
+				// a message collective afterwards still matches.
+				if me == 1 {
+					time.Sleep(10 * time.Millisecond)
+				}
+				s, sum := []int64{int64(me + 10)}, []int64{0}
+				rr, err := Ireduce(c, s, sum, Sum[int64](), 0)
+				r.NoError(err)
+				if me == 1 {
+					_, err = rr.Wait() // an eager send: complete at once
+					r.NoError(err)
+				}
+				x := []int64{int64(me + 1)}
+				rx, err := Iallreduce(c, nil, x, Sum[int64]())
+				r.NoError(err)
+				if me == 0 {
+					r.NotEqual(c.nbcHead, len(c.nbcq), "rank 0's Iallreduce went on the engine")
+				}
+				g := make([]int64, 2)
+				rg, err := Iallgather(c, []int64{int64(me + 100)}, g)
+				r.NoError(err)
+				r.NoError(Waitall([]*Request{rr, rx, rg}, nil))
+				if me == 0 {
+					r.EqualValues(21, sum[0])
+				}
+				r.EqualValues(3, x[0])
+				r.Equal([]int64{100, 101}, g)
 			})
 		})
 	}

@@ -222,3 +222,48 @@ func TestDeadRankUnderAmrun(t *testing.T) {
 		}
 	}
 }
+
+// A rank that dies while the others wait on nonblocking collectives through
+// the communicator's shared area fails them with ErrProcFailed: one started
+// directly (no collective on the schedule engine under way) and one on the
+// engine (queued behind an Igather waiting for the dead rank).
+func TestDeadRankDuringAreaCollectives(t *testing.T) {
+	const n, victim = 3, 2
+	runDeadJob(t, n, victim,
+		func(w *Comm) error {
+			if err := w.Barrier(); err != nil { // makes the area
+				return err
+			}
+			time.Sleep(30 * time.Millisecond)
+			return nil
+		},
+		func(w *Comm, died func() time.Time) error {
+			if err := w.Barrier(); err != nil {
+				return err
+			}
+			require.Equal(t, shmReady, w.shmState.Load())
+			var x [1]int64
+			switch w.Rank() {
+			case 0: // direct: started before the death is known
+				req, err := Iallreduce(w, []int64{1}, x[:], Sum[int64]())
+				require.NoError(t, err)
+				require.Equal(t, w.nbcHead, len(w.nbcq), "the Iallreduce went directly")
+				_, err = req.Wait()
+				requireProcFailed(t, err, victim)
+				since(t, died, "direct Iallreduce")
+			case 1: // on the engine, behind an Igather that waits for the victim
+				g := make([]int64, n)
+				rg, err := Igather(w, []int64{1}, g, 1)
+				require.NoError(t, err)
+				req, err := Iallreduce(w, []int64{1}, x[:], Sum[int64]())
+				require.NoError(t, err)
+				require.NotEqual(t, w.nbcHead, len(w.nbcq))
+				_, err = req.Wait()
+				requireProcFailed(t, err, victim)
+				since(t, died, "Iallreduce on the engine")
+				_, err = rg.Wait()
+				requireProcFailed(t, err, victim)
+			}
+			return nil
+		})
+}

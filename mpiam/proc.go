@@ -219,6 +219,12 @@ type proc struct {
 	// blocking records the blocking collective under way at a
 	// single-threaded level without diagMu (collBeginBlocking).
 	blocking collSlot
+	// direct records the nonblocking collective started directly through
+	// a shared area last (startAreaNB), and directN how many such are
+	// under way; written under the schedule engine's lock, read by
+	// writePending.
+	direct  collSlot
+	directN uint64
 }
 
 func newProc(ep *am.Endpoint) (*proc, error) {

@@ -251,12 +251,22 @@ func (p *proc) writePending(w io.Writer) {
 	p.diagMu.Lock()
 	colls = append(colls, p.colls...)
 	p.diagMu.Unlock()
-	for _, a := range colls {
+	describe := func(a activeColl) string {
 		l := fmt.Sprintf("%v on communicator %d", a.call, a.ctx)
 		if a.peer != AnySource {
 			l += fmt.Sprintf(", root %d", a.peer)
 		}
-		lines = append(lines, l+fmt.Sprintf(", %d bytes", a.bytes))
+		return l + fmt.Sprintf(", %d bytes", a.bytes)
+	}
+	for _, a := range colls {
+		lines = append(lines, describe(a))
+	}
+	if n := atomic.LoadUint64(&p.directN); n > 0 {
+		l := fmt.Sprintf("%d nonblocking collective(s) through a shared area", n)
+		if a, ok := p.direct.read(); ok {
+			l += ", the last started: " + describe(a)
+		}
+		lines = append(lines, l)
 	}
 
 	locked := false
