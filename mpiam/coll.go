@@ -28,6 +28,10 @@ var (
 	allreduceRabenseifner = envBytes("AMGO_ALLREDUCE_RABENSEIFNER", 8<<10)
 	// allreduceRing: Allreduce uses the ring algorithm from this many bytes (AMGO_ALLREDUCE_RING).
 	allreduceRing = envBytes("AMGO_ALLREDUCE_RING", 1<<20)
+	// iallreduceRing: the schedules of Iallreduce and AllreduceInit, which
+	// have no Rabenseifner, use the ring from this many bytes
+	// (AMGO_IALLREDUCE_RING).
+	iallreduceRing = envBytes("AMGO_IALLREDUCE_RING", 128<<10)
 	// alltoallBruck: Alltoall uses Bruck's algorithm up to this many bytes per block (AMGO_ALLTOALL_BRUCK).
 	alltoallBruck = envBytes("AMGO_ALLTOALL_BRUCK", 256)
 	// allgatherRD: Allgather uses recursive doubling (power-of-two sizes) up to
@@ -516,13 +520,24 @@ func allreduce[T any](x coll, send, recv []T, op Op[T]) error {
 	if len(recv) == 0 {
 		return nil
 	}
-	if &send[0] != &recv[0] {
+	inPlace := &send[0] == &recv[0]
+	nb := len(raw(recv))
+	if p > 1 && !inPlace && len(recv) >= p && !allreduceAMOK(x, nb, op) {
+		// Large vectors from a send buffer of their own: no copy into recv
+		// first (allreduceRingFrom).
+		switch {
+		case nb >= allreduceRing:
+			return allreduceRingFrom(x, send, recv, op)
+		case nb >= allreduceRabenseifner && p&(p-1) == 0:
+			return allreduceRabenseifnerFrom(x, send, recv, op)
+		}
+	}
+	if !inPlace {
 		copy(recv, send)
 	}
 	if p == 1 {
 		return nil
 	}
-	nb := len(raw(recv))
 	if allreduceAMOK(x, nb, op) {
 		return allreduceAM(x, recv, op)
 	}
@@ -632,9 +647,27 @@ func (x coll) putTemp(h *[]byte) {
 // allreduceRabenseifnerAlg: reduce-scatter by recursive halving, then
 // allgather by recursive doubling, among the p' ranks after the fold.
 func allreduceRabenseifnerAlg[T any](x coll, buf []T, op Op[T]) error {
-	nr, pof2, rem, err := foldIn(x, buf, op, 0)
-	if err != nil {
-		return err
+	return rabenseifner(x, nil, buf, op)
+}
+
+// allreduceRabenseifnerFrom is allreduceRabenseifnerAlg on a power-of-two
+// number of ranks for a send buffer apart from recv, without copying send
+// into recv first: the first halving step sends its half straight from
+// send and receives the partner's into recv, folding this rank's own half
+// of send into it (see allreduceRingFrom).
+func allreduceRabenseifnerFrom[T any](x coll, send, recv []T, op Op[T]) error {
+	return rabenseifner(x, send, recv, op)
+}
+
+// rabenseifner is Rabenseifner's allreduce of buf; send, when not nil,
+// holds this rank's data instead of buf (power-of-two sizes only).
+func rabenseifner[T any](x coll, send, buf []T, op Op[T]) error {
+	nr, pof2, rem := x.rank(), x.size(), 0
+	if send == nil {
+		var err error
+		if nr, pof2, rem, err = foldIn(x, buf, op, 0); err != nil {
+			return err
+		}
 	}
 	if nr >= 0 {
 		n := len(buf)
@@ -642,6 +675,7 @@ func allreduceRabenseifnerAlg[T any](x coll, buf []T, op Op[T]) error {
 		defer x.putTemp(h)
 		// Block i of pof2 blocks ends up reduced at new rank i.
 		lo, hi := 0, pof2 // the range of blocks this rank is responsible for
+		first := send != nil
 		for mask := pof2 >> 1; mask > 0; mask >>= 1 {
 			partner := nr ^ mask
 			mid := lo + (hi-lo)/2
@@ -655,6 +689,15 @@ func allreduceRabenseifnerAlg[T any](x coll, buf []T, op Op[T]) error {
 			_, sh := sched.BlockSpan(n, pof2, sendHi-1)
 			kl, _ := sched.BlockSpan(n, pof2, keepLo)
 			_, kh := sched.BlockSpan(n, pof2, keepHi-1)
+			if first {
+				first = false
+				if err := x.sendrecv(raw(send[sl:sh]), partner, raw(buf[kl:kh]), partner, 1); err != nil {
+					return err
+				}
+				op.Fn(send[kl:kh], buf[kl:kh]) // commutative, as below
+				lo, hi = keepLo, keepHi
+				continue
+			}
 			if err := x.sendrecv(raw(buf[sl:sh]), realRank(partner, rem), raw(tmp[kl:kh]), realRank(partner, rem), 1); err != nil {
 				return err
 			}
@@ -710,6 +753,41 @@ func allreduceRingAlg[T any](x coll, buf []T, op Op[T]) error {
 		sl, sh := sched.BlockSpan(n, p, (me+1-i+p)%p)
 		rl, rh := sched.BlockSpan(n, p, (me-i+p)%p)
 		if err := x.sendrecv(raw(buf[sl:sh]), right, raw(buf[rl:rh]), left, 2); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// allreduceRingFrom is allreduceRingAlg for a send buffer apart from recv,
+// without copying send into recv first: the first step sends its block
+// straight from send, and each reduce-scatter step receives its block into
+// recv and folds this rank's own block of send into it (recv = send ∘
+// recv: the operation is commutative). Besides the copy, what this saves
+// is a transfer of lines just written: the other rank's copy of a block
+// this rank has written last reads it out of this core's cache, at about
+// half the speed of reading lines nobody has written since (the send
+// buffer of a loop of Allreduce calls), docs/performance.md.
+func allreduceRingFrom[T any](x coll, send, recv []T, op Op[T]) error {
+	p, me := x.size(), x.rank()
+	n := len(recv)
+	left, right := (me-1+p)%p, (me+1)%p
+	for i := 0; i < p-1; i++ {
+		sl, sh := sched.BlockSpan(n, p, (me-i+p)%p)
+		rl, rh := sched.BlockSpan(n, p, (me-i-1+p)%p)
+		out := recv[sl:sh] // the block reduced in the step before
+		if i == 0 {
+			out = send[sl:sh]
+		}
+		if err := x.sendrecv(raw(out), right, raw(recv[rl:rh]), left, 1); err != nil {
+			return err
+		}
+		op.Fn(send[rl:rh], recv[rl:rh]) // commutative only: order does not matter
+	}
+	for i := 0; i < p-1; i++ {
+		sl, sh := sched.BlockSpan(n, p, (me+1-i+p)%p)
+		rl, rh := sched.BlockSpan(n, p, (me-i+p)%p)
+		if err := x.sendrecv(raw(recv[sl:sh]), right, raw(recv[rl:rh]), left, 2); err != nil {
 			return err
 		}
 	}

@@ -287,7 +287,7 @@ func buildAllreduce[T any](x coll, b *sched.Builder, send, recv []T, op Op[T], s
 		allreduceNodesSched(b, raw(send), raw(recv), red, l)
 		return nil
 	}
-	if op.Commutative && len(raw(recv)) >= allreduceRing && len(recv) >= x.size() {
+	if op.Commutative && len(raw(recv)) >= iallreduceRing && len(recv) >= x.size() {
 		sched.AllreduceRing(b, x.group(), raw(send), raw(recv), red, 0)
 	} else {
 		sched.Allreduce(b, x.group(), raw(send), raw(recv), red, 0)

@@ -219,8 +219,15 @@ func Allreduce(b *Builder, g Group, send, recv []byte, red *Reduction, tag int) 
 	}
 	for mask := 1; mask < pof2; mask <<= 1 {
 		partner := g.peer(realRank(nr ^ mask))
+		out := recv
+		if mask == 1 && rem == 0 {
+			// The same bytes as recv now: sent from send, lines nobody
+			// wrote since, which the partner reads faster than this
+			// core's fresh copy.
+			out = send
+		}
 		b.Recv(partner, tag+1, tmp)
-		b.Send(partner, tag+1, recv)
+		b.Send(partner, tag+1, out)
 		b.Fence()
 		if nr^mask < nr {
 			b.Reduce(red, tmp, recv)
@@ -241,13 +248,37 @@ func Allreduce(b *Builder, g Group, send, recv []byte, red *Reduction, tag int) 
 // (p−1)/p·nγ, for long vectors of at least p elements and commutative
 // operations.
 func AllreduceRing(b *Builder, g Group, send, recv []byte, red *Reduction, tag int) {
+	p, me, e := g.Size, g.Me, red.Elem
+	left, right := g.peer((me-1+p)%p), g.peer((me+1)%p)
+	if p > 1 && len(recv) > 0 && !sameBytes(send, recv) {
+		// Apart: no copy of send into recv. The first round sends this
+		// rank's block straight from send; each reduce-scatter round
+		// receives its block into recv, and the next round folds this
+		// rank's own block of send into it (recv = send ∘ recv,
+		// commutative) before sending it on.
+		var got []byte // the block received in the previous round
+		at := 0        // and its index
+		for i := 0; i < p-1; i++ {
+			out := span(send, e, p, me)
+			if got != nil {
+				b.Reduce(red, span(send, e, p, at), got)
+				out = got
+			}
+			at = (me - i - 1 + p) % p
+			got = span(recv, e, p, at)
+			b.Recv(left, tag, got)
+			b.Send(right, tag, out)
+			b.Fence()
+		}
+		b.Reduce(red, span(send, e, p, at), got)
+		ringAllgather(b, recv, e, p, me, left, right, tag+1)
+		return
+	}
 	b.Copy(recv, send)
 	b.Fence()
-	p, me, e := g.Size, g.Me, red.Elem
 	if p == 1 || len(recv) == 0 {
 		return
 	}
-	left, right := g.peer((me-1+p)%p), g.peer((me+1)%p)
 	tmp := b.Temp(len(span(recv, e, p, 0)))
 	var pending []byte // the block received in the previous step, to reduce
 	for i := 0; i < p-1; i++ {
@@ -260,11 +291,24 @@ func AllreduceRing(b *Builder, g Group, send, recv []byte, red *Reduction, tag i
 		b.Fence()
 	}
 	b.Reduce(red, tmp[:len(pending)], pending)
+	ringAllgather(b, recv, e, p, me, left, right, tag+1)
+}
+
+// ringAllgather is the allgather half of AllreduceRing: p-1 rounds, each
+// passing on to the right the block that came from the left the round
+// before, starting with the block reduced here (me+1).
+func ringAllgather(b *Builder, recv []byte, e, p, me, left, right, tag int) {
 	for i := 0; i < p-1; i++ {
-		b.Recv(left, tag+1, span(recv, e, p, (me-i+p)%p))
-		b.Send(right, tag+1, span(recv, e, p, (me+1-i+p)%p))
+		b.Recv(left, tag, span(recv, e, p, (me-i+p)%p))
+		b.Send(right, tag, span(recv, e, p, (me+1-i+p)%p))
 		b.Fence()
 	}
+}
+
+// sameBytes reports whether a and b start at the same byte (a buffer and
+// itself: an operation in place).
+func sameBytes(a, b []byte) bool {
+	return len(a) > 0 && len(b) > 0 && &a[0] == &b[0]
 }
 
 // Gatherv collects block i of root's recv (bytes [displs[i],
