@@ -74,8 +74,12 @@
 // The frontier is pushed ahead after publishing (a few hundred bytes at a
 // time), not before: an atomic store on amd64 waits for every earlier store,
 // and taking the next cache line away from the consumer, which it may have
-// read or prefetched, would otherwise delay the message. Zeroing costs one
-// extra pass of plain stores over the ring per lap. The producer keeps 8 bytes
+// read or prefetched, would otherwise delay the message. After a record of
+// more than 4 KiB the frontier goes at least twice that record's size ahead,
+// so that the next such record finds its lines already this core's rather
+// than waiting for each to come back from the consumer's cache as it is
+// written. Zeroing costs one extra pass of plain stores over the ring per
+// lap. The producer keeps 8 bytes
 // of slack so that the next header word never lands on unconsumed data.
 //
 // # Memory ordering

@@ -251,14 +251,26 @@ func (p *Producer) Push(hdr, payload []byte) bool {
 		release.Store64((*uint64)(unsafe.Add(p.base, off)), validBit|padBit|pad)
 	}
 	p.pos = end
-	if p.zeroed-end < p.ahead {
+	ahead := p.ahead
+	if size > bigRecord {
+		// Twice a big record ahead: the next one of its size finds its
+		// lines here (a 4 KiB ping-pong over shm 0.46 -> 0.34 us); small
+		// records keep the short margin, under which a stream of 1 KiB
+		// ones is faster.
+		ahead = max(ahead, min(2*size, p.cap/4))
+	}
+	if p.zeroed-end < ahead {
 		// Zero the area for the next records now, after publishing, so that
 		// taking these cache lines away from the consumer is off the critical
 		// path (the publishing store waits for every earlier store).
-		p.zeroTo(min(end+2*p.ahead, p.tail+p.cap))
+		p.zeroTo(min(end+2*ahead, p.tail+p.cap))
 	}
 	return true
 }
+
+// bigRecord is the record size, in bytes, above which Push keeps twice the
+// record's size zeroed ahead rather than Producer.ahead.
+const bigRecord = 4096
 
 // Fence is a full memory barrier: every store before it, the records Push
 // published included, is visible to other cores before any load after it.
