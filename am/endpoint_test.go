@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/amgo-hpc/amgo/am/transport"
+	"github.com/amgo-hpc/amgo/am/transport/shm"
 	"github.com/amgo-hpc/amgo/flowctl"
 	"github.com/amgo-hpc/amgo/handlers"
 	"github.com/amgo-hpc/amgo/internal/wire"
@@ -552,19 +553,19 @@ func TestGet(t *testing.T) {
 }
 
 // Each peer's buffer is its network's choice (transport.Caps.BufferBytes:
-// 256 KiB over tcp, 16 KiB over shm) unless Config.BufferBytes sets one for
+// 256 KiB over tcp, the ring's 64 KiB over shm) unless Config.BufferBytes sets one for
 // every peer; the largest medium to a peer and the space it may fill follow,
 // and a window of a peer's size fills and drains. Ranks alternate between two
 // nodes: 0 and 2 share shm, 1 is across tcp.
 func TestBufferByNetwork(t *testing.T) {
 	eps := openEndpoints(t, "shm+tcp", 4, Config{})
-	require.Equal(t, flowctl.DefaultBufferBytes, eps[0].BufferBytesTo(2), "shm")
+	require.Equal(t, shm.DefaultRingBytes, eps[0].BufferBytesTo(2), "shm: its ring's size")
 	require.Equal(t, 256<<10, eps[0].BufferBytesTo(1), "tcp")
 	require.Equal(t, 256<<10, eps[1].BufferBytesTo(0), "the same both ways")
 	require.Equal(t, 256<<10, eps[0].BufferBytes())
 	require.Zero(t, eps[0].BufferBytesTo(9))
 	require.Greater(t, eps[0].MaxMediumTo(1), 100<<10)
-	require.Less(t, eps[0].MaxMediumTo(2), 16<<10)
+	require.Equal(t, 32528, eps[0].MaxMediumTo(2), "shm: half the ring, less headers (docs/am.md)")
 	require.Equal(t, eps[0].MaxMediumTo(2), eps[0].MaxMedium())
 
 	var got atomic.Int64

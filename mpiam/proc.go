@@ -27,12 +27,12 @@ const EnvEagerLimit = "AMGO_EAGER_LIMIT"
 
 // DefaultGetEagerLimit is the default eager limit, in bytes, towards a peer
 // whose memory this rank can read with a single copy (shared memory's Cross
-// Memory Attach, in-process ranks): above it the rendezvous protocol's one
-// copy (the receiver's get) beats the eager protocol's two (into the per-peer
-// buffer and out of it) despite its request-to-send; below it the eager
-// protocol is faster (docs/mpi.md has the measurements). Open MPI's vader BTL
-// uses the same 4 KiB.
-const DefaultGetEagerLimit = 4 << 10
+// Memory Attach, in-process ranks), unless the peer's largest medium request
+// is smaller: up to it the eager protocol's two copies (into the ring and out
+// of it) beat the rendezvous protocol's one (the receiver's get) and its
+// request-to-send, system call and notice; above it the get is faster
+// (docs/mpi.md has the measurements).
+const DefaultGetEagerLimit = 16 << 10
 
 // DefaultEagerLimit is the default eager limit, in bytes, towards a peer
 // whose memory this rank cannot read with a single copy (another node's,

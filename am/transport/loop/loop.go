@@ -107,7 +107,8 @@ func NewJob(n int, opts map[string]string) ([]transport.Transport, error) {
 		j.ranks[r] = t
 	}
 	j.caps = transport.Caps{Name: "loop", Ordered: true, Reliable: true,
-		MaxPacket: ring.MaxRecord(c), QueueBytes: c, Put: true, Get: true, Wakeup: true}
+		MaxPacket: ring.MaxRecord(c), QueueBytes: c, Put: true, Get: true, Wakeup: true,
+		BufferBytes: c} // as shm: a peer's buffer as large as its ring
 	ts := make([]transport.Transport, n)
 	for i, t := range j.ranks {
 		ts[i] = t

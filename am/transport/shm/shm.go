@@ -254,7 +254,10 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 		os.Remove(dir) // succeeds for the last rank to get here; the others' files are gone too
 	}
 	t.caps = transport.Caps{Name: "shm", Ordered: true, Reliable: true, MaxPacket: maxPacket,
-		QueueBytes: ringBytes, Put: true, Get: true, PutMin: PutMin, Wakeup: true}
+		QueueBytes: ringBytes, Put: true, Get: true, PutMin: PutMin, Wakeup: true,
+		// A peer's buffer as large as the ring that carries its packets:
+		// eager MPI messages of 16 KiB fit (a 16 KiB buffer held one of 8 KiB).
+		BufferBytes: ringBytes}
 	t.lastCheck.Store(time.Now().UnixNano())
 	return t, nil
 }
