@@ -559,13 +559,13 @@ func TestGet(t *testing.T) {
 // nodes: 0 and 2 share shm, 1 is across tcp.
 func TestBufferByNetwork(t *testing.T) {
 	eps := openEndpoints(t, "shm+tcp", 4, Config{})
-	require.Equal(t, shm.DefaultRingBytes, eps[0].BufferBytesTo(2), "shm: its ring's size")
+	require.Equal(t, shm.DefaultRingBytesFor(2), eps[0].BufferBytesTo(2), "shm: its ring's size")
 	require.Equal(t, 256<<10, eps[0].BufferBytesTo(1), "tcp")
 	require.Equal(t, 256<<10, eps[1].BufferBytesTo(0), "the same both ways")
 	require.Equal(t, 256<<10, eps[0].BufferBytes())
 	require.Zero(t, eps[0].BufferBytesTo(9))
 	require.Greater(t, eps[0].MaxMediumTo(1), 100<<10)
-	require.Equal(t, 32528, eps[0].MaxMediumTo(2), "shm: half the ring, less headers (docs/am.md)")
+	require.Equal(t, 130832, eps[0].MaxMediumTo(2), "shm: half a 256 KiB ring, less headers (docs/am.md)")
 	require.Equal(t, eps[0].MaxMediumTo(2), eps[0].MaxMedium())
 
 	var got atomic.Int64
@@ -575,8 +575,8 @@ func TestBufferByNetwork(t *testing.T) {
 		}})
 		require.NoError(t, err)
 	}
+	require.ErrorIs(t, eps[0].RequestMedium(2, 1, make([]byte, eps[0].MaxMediumTo(2)+8)), ErrTooLarge, "over shm")
 	big := make([]byte, 100<<10)
-	require.ErrorIs(t, eps[0].RequestMedium(2, 1, big), ErrTooLarge, "over shm")
 	// Twelve fill more than 256 KiB four times: the sender waits for credit
 	// from the receiver's polls.
 	done := make(chan error, 1)

@@ -25,14 +25,29 @@ import (
 // elsewhere.
 const EnvEagerLimit = "AMGO_EAGER_LIMIT"
 
-// DefaultGetEagerLimit is the default eager limit, in bytes, towards a peer
-// whose memory this rank can read with a single copy (shared memory's Cross
-// Memory Attach, in-process ranks), unless the peer's largest medium request
-// is smaller: up to it the eager protocol's two copies (into the ring and out
-// of it) beat the rendezvous protocol's one (the receiver's get) and its
-// request-to-send, system call and notice; above it the get is faster
-// (docs/mpi.md has the measurements).
-const DefaultGetEagerLimit = 16 << 10
+// DefaultGetEagerLimit is the most the default eager limit, in bytes,
+// towards a peer whose memory this rank can read with a single copy (shared
+// memory's Cross Memory Attach, in-process ranks) can be; it is a quarter of
+// the smallest per-peer buffer of the job (the ring's size over shm and
+// loop: 16 KiB with 64 KiB rings, 64 KiB with shm's 256 KiB rings on a node
+// of up to 8 ranks) when that is less (getEagerLimit). Up to it the eager
+// protocol's two copies (into the ring and out of it) beat the rendezvous
+// protocol's one (the receiver's get) and its request-to-send, system call
+// and notice; a quarter of the buffer leaves room for four such messages in
+// flight (docs/mpi.md has the measurements).
+const DefaultGetEagerLimit = 64 << 10
+
+// getEagerLimit is the default eager limit towards peers with a single-copy
+// get on ep's job (DefaultGetEagerLimit).
+func getEagerLimit(ep *am.Endpoint) int {
+	buf := ep.BufferBytes()
+	for r := range ep.Size() {
+		if b := ep.BufferBytesTo(r); b > 0 {
+			buf = min(buf, b)
+		}
+	}
+	return min(DefaultGetEagerLimit, ep.MaxMedium(), buf/4)
+}
 
 // DefaultEagerLimit is the default eager limit, in bytes, towards a peer
 // whose memory this rank cannot read with a single copy (another node's,
@@ -265,7 +280,7 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 	// Towards a peer without a single-copy read, eager up to
 	// DefaultEagerLimit or its network's largest medium, whichever is less
 	// (eager checks MaxMediumTo per peer).
-	p.eagerLimit, p.eagerNoGet = min(DefaultGetEagerLimit, ep.MaxMedium()), 0
+	p.eagerLimit, p.eagerNoGet = getEagerLimit(ep), 0
 	for r := range ep.Size() {
 		p.eagerNoGet = max(p.eagerNoGet, min(DefaultEagerLimit, ep.MaxMediumTo(r)))
 	}

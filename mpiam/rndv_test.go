@@ -185,8 +185,8 @@ func TestRendezvousPersistent(t *testing.T) {
 }
 
 // TestEagerLimitByPeer checks the protocol choice of standard sends: eager up
-// to DefaultGetEagerLimit everywhere (or the job's MaxMedium, when a network
-// of the job has smaller packets); above it rendezvous towards a peer that
+// to getEagerLimit everywhere (a quarter of the job's smallest buffer, at
+// most DefaultGetEagerLimit); above it rendezvous towards a peer that
 // can be read with a single copy and eager up to MaxMedium elsewhere; with
 // EnvEagerLimit one limit for every network.
 func TestEagerLimitByPeer(t *testing.T) {
@@ -211,17 +211,19 @@ func TestEagerLimitByPeer(t *testing.T) {
 	}
 	eachNetwork(t, 2, func(r *rk, w *Comm) {
 		canGet := peerCanGet(w, 1-w.Rank())
-		lim := min(DefaultGetEagerLimit, w.p.ep.MaxMedium())
+		lim := getEagerLimit(w.p.ep)
 		r.False(rendezvous(r, w, lim, 1), "at the limit: eager")
 		mm := min(DefaultEagerLimit, w.p.ep.MaxMediumTo(1-w.Rank())) // the peer's network's
 		if lim < mm {
 			r.Equal(canGet, rendezvous(r, w, lim+1, 2), "above it: rendezvous where the receiver can get")
 		}
 		if canGet {
-			r.Greater(mm, 16<<10, "a peer read with a get takes eager messages of 16 KiB")
-			r.Equal(DefaultGetEagerLimit, lim)
+			r.GreaterOrEqual(lim, 16<<10, "a peer read with a get takes eager messages of at least 16 KiB")
+			r.Equal(min(DefaultGetEagerLimit, w.p.ep.BufferBytesTo(1-w.Rank())/4), lim, "a quarter of its buffer")
 		}
-		r.Equal(canGet, rendezvous(r, w, mm, 4), "the limit: eager without a get")
+		if mm > lim {
+			r.Equal(canGet, rendezvous(r, w, mm, 4), "the limit: eager without a get")
+		}
 		r.True(rendezvous(r, w, mm+1, 5), "above it: rendezvous everywhere")
 		// A collective's exchange steps stay eager up to MaxMedium: an
 		// Allreduce of 16 KiB on 2 ranks exchanges halves of 8 KiB.

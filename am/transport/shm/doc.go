@@ -95,8 +95,10 @@
 // # Options
 //
 //	ring_bytes  data bytes of each directed ring (env AMGO_SHM_RING_BYTES; default
-//	            65536; rounded up to a power of two; suffixes k and m allowed).
-//	            MaxPacket is about half of it.
+//	            DefaultRingBytesFor the node's rank count: 256 KiB up to 8
+//	            ranks, 128 KiB up to 32, 64 KiB above; rounded up to a power
+//	            of two; suffixes k and m allowed). MaxPacket is about half of
+//	            it, and a peer's buffer (Caps.BufferBytes) all of it.
 //	spin        how long Wait spins before sleeping, a Go duration (env
 //	            AMGO_SHM_SPIN; default 15us).
 //	dir         the job directory, overriding $AMGO_JOB_DIR (tests).

@@ -70,7 +70,7 @@ func TestFilesAndDirectory(t *testing.T) {
 	dir := fmt.Sprintf("/dev/shm/amgo-%s-%d", id, os.Getuid())
 	_, err := os.Stat(dir)
 	require.ErrorIs(t, err, os.ErrNotExist, "job directory left behind")
-	require.Equal(t, ring.MaxRecord(DefaultRingBytes), ts[0].Caps().MaxPacket)
+	require.Equal(t, ring.MaxRecord(DefaultRingBytesFor(len(ts))), ts[0].Caps().MaxPacket)
 	for _, tr := range ts {
 		require.NoError(t, tr.Close())
 	}
