@@ -17,11 +17,13 @@ func TestUnexpectedFloodIsBounded(t *testing.T) {
 	t.Setenv(EnvUnexpectedLimit, "4096")
 	for _, size := range []int{0, 8, 1000} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
-			// More than the per-peer buffer holds (256 KiB over tcp and udp),
-			// so that the sender must stall short of the end.
-			msgs := 2000
 			var sent atomic.Int32
 			eachNetwork(t, 2, func(r *rk, w *Comm) {
+				// More than the per-peer buffer holds (256 KiB over tcp and
+				// udp) and than a ring holds of one-line records (256 KiB
+				// over shm on a small node), so that the sender must stall
+				// short of the end.
+				msgs := max(2000, 2*w.p.ep.ImmediateQueueBytes()/64)
 				sent.Store(0)
 				if w.Rank() == 0 {
 					buf := make([]byte, size)
