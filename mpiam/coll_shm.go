@@ -63,7 +63,7 @@ const EnvCollShm = "AMGO_COLL_SHM"
 
 const (
 	shmCollMax  = 8                // ranks: beyond, the message algorithms (flat waits read every rank's line)
-	shmCollSlot = 1024             // bytes per rank per slot: the largest Bcast or Allreduce that goes through it
+	shmCollSlot = 4096             // bytes per rank per slot: the largest Bcast or Allreduce that goes through it
 	shmStride   = 64 + shmCollSlot // a slot: its stamp (8 bytes), its data, padding to whole lines
 	shmSlots    = 32               // data slots per rank, used in turn: the depth a Bcast's root runs ahead
 	shmSpin     = 2000             // checks of the condition before a wait polls the network and may sleep
