@@ -33,12 +33,15 @@
 // Exactly one goroutine pushes and exactly one goroutine peeks and advances
 // (they may be the same one); Consumer.Pending, a hint for a goroutine about to
 // sleep, may run anywhere. A producer must start on a freshly initialized
-// ring: its position lives only in the Producer value, not in the region.
+// ring; its position lives in the Producer value, and it also publishes it
+// (the head word) after every record for Pending, which thus reads the
+// control block alone, never the data area the producer may be writing.
 //
 // # Layout
 //
-// The region starts with a 256-byte control block: bytes 0..127 hold the magic
-// word and the capacity (written by Init, read-only afterwards); bytes 128..255
+// The region starts with a 256-byte control block: bytes 0..63 hold the magic
+// word and the capacity (written by Init, read-only afterwards); bytes 64..71
+// the producer's published position (head), alone on line 1; bytes 128..255
 // hold the consumer's tail, a free-running byte position, alone on its cache
 // line pair (adjacent-line prefetch pulls lines in pairs). The data area of
 // Capacity bytes, a power of two, follows at byte 256.

@@ -28,6 +28,7 @@ const magic = 0x31474e526f676d61
 const (
 	offMagic    = 0   // uint64, stored last by Init
 	offCapacity = 8   // uint64, data area bytes
+	offHead     = 64  // uint64, producer's published position (for Pending); alone on line 1
 	offTail     = 128 // uint64, consumer's freed position; alone on lines 2 and 3
 )
 
@@ -189,6 +190,7 @@ type Producer struct {
 	ahead   uint64         // how far past pos Push keeps the area zeroed
 	base    unsafe.Pointer // &data[0]
 	tailp   *atomic.Uint64
+	headp   *uint64 // the control block's published position (Pending)
 	err     error
 	fence   atomic.Uint64 // a word of this producer's own for Fence
 	_       [64]byte
@@ -209,6 +211,7 @@ func NewProducer(mem []byte) (*Producer, error) {
 		cap:     uint64(c),
 		maxData: uint64(MaxRecord(c)),
 		tailp:   word(mem, offTail),
+		headp:   tailPtr(word(mem, offHead)),
 		zeroed:  uint64(c), // Init zeroed the whole data area
 		ahead:   uint64(min(c/4, 1024)),
 	}, nil
@@ -251,6 +254,7 @@ func (p *Producer) Push(hdr, payload []byte) bool {
 		release.Store64((*uint64)(unsafe.Add(p.base, off)), validBit|padBit|pad)
 	}
 	p.pos = end
+	release.Store64(p.headp, end) // for Pending, which must not read the data area
 	ahead := p.ahead
 	if size > bigRecord {
 		// Twice a big record ahead: the next one of its size finds its
@@ -326,6 +330,7 @@ type Consumer struct {
 	cur     uint64         // size of the record returned by Peek, 0 if none
 	base    unsafe.Pointer // &data[0]
 	tailp   *atomic.Uint64
+	headp   *atomic.Uint64 // the producer's published position (Pending)
 	err     error
 	_       [64]byte
 }
@@ -344,6 +349,7 @@ func NewConsumer(mem []byte) (*Consumer, error) {
 		lim:     uint64(c),
 		maxData: uint64(MaxRecord(c)),
 		tailp:   word(mem, offTail),
+		headp:   word(mem, offHead),
 		head:    word(mem, offTail).Load(),
 		base:    unsafe.Pointer(&mem[ControlLen]),
 	}, nil
@@ -493,11 +499,14 @@ func (c *Consumer) Err() error { return c.err }
 // MaxRecord is the largest record the ring carries, in bytes.
 func (c *Consumer) MaxRecord() int { return int(c.maxData) }
 
-// Pending reports whether a record (or a pad before one) appears to wait at
-// the consumer's published tail. Unlike Peek it only reads shared words, so it
-// may run on a goroutine other than the consumer's, for example one about to
-// sleep; the answer may be stale either way and is only a hint.
+// Pending reports whether a record (or a pad before one) appears to wait: the
+// producer's published position is past the consumer's published tail.
+// Unlike Peek it reads only the control block's two words, so it may run on a
+// goroutine other than the consumer's, for example one about to sleep; the
+// answer may be stale either way and is only a hint. (It used to read the
+// header word at the tail, which the producer may already be overwriting with
+// a later record's data once the consumer has moved on: a read racing a plain
+// write.)
 func (c *Consumer) Pending() bool {
-	t := c.tailp.Load()
-	return word(c.data, t&c.mask&^7).Load() != 0
+	return c.headp.Load() != c.tailp.Load()
 }
