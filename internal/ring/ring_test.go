@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -364,3 +365,48 @@ func TestTakeStreaksAndBursts(t *testing.T) {
 type nopReceiver struct{}
 
 func (nopReceiver) Deliver(int, []byte) {}
+
+// Pending may run on a goroutine other than the consumer's while the producer
+// laps the ring with large records: it reads the control block only, so the
+// race detector (race builds) finds no read of data the producer is writing.
+// Reading the header word at a tail that the consumer had meanwhile moved
+// past raced with the producer's copy of a later record into that space (this
+// test failed under -race that way).
+func TestPendingWhileLapping(t *testing.T) {
+	p, c, _ := newRing(t, 4096)
+	payload := make([]byte, p.MaxRecord())
+	const records = 50000
+	stop := make(chan struct{})
+	var hints sync.WaitGroup
+	hints.Add(1)
+	go func() {
+		defer hints.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				_ = c.Pending()
+			}
+		}
+	}()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < records; {
+			if p.Push(nil, payload[:len(payload)-i%64]) {
+				i++
+			}
+		}
+	}()
+	for got := 0; got < records; {
+		if _, ok := c.Peek(); ok {
+			c.Advance()
+			got++
+		}
+	}
+	<-done
+	close(stop)
+	hints.Wait()
+	require.False(t, c.Pending(), "drained")
+}
