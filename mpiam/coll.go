@@ -522,14 +522,15 @@ func allreduce[T any](x coll, send, recv []T, op Op[T]) error {
 	}
 	inPlace := &send[0] == &recv[0]
 	nb := len(raw(recv))
-	if p > 1 && !inPlace && len(recv) >= p && !allreduceAMOK(x, nb, op) {
+	amOK := allreduceAMOK(x, nb, op)
+	if p > 1 && !inPlace && len(recv) >= p && !amOK {
 		// Large vectors from a send buffer of their own: no copy into recv
-		// first (allreduceRingFrom).
+		// first (allreduceRingAlg).
 		switch {
 		case nb >= allreduceRing:
-			return allreduceRingFrom(x, send, recv, op)
+			return allreduceRingAlg(x, send, recv, op)
 		case nb >= allreduceRabenseifner && p&(p-1) == 0:
-			return allreduceRabenseifnerFrom(x, send, recv, op)
+			return allreduceRabenseifnerAlg(x, send, recv, op)
 		}
 	}
 	if !inPlace {
@@ -538,14 +539,14 @@ func allreduce[T any](x coll, send, recv []T, op Op[T]) error {
 	if p == 1 {
 		return nil
 	}
-	if allreduceAMOK(x, nb, op) {
+	if amOK {
 		return allreduceAM(x, recv, op)
 	}
 	switch {
 	case nb >= allreduceRing && len(recv) >= p:
-		return allreduceRingAlg(x, recv, op)
+		return allreduceRingAlg(x, nil, recv, op)
 	case nb >= allreduceRabenseifner && len(recv) >= p:
-		return allreduceRabenseifnerAlg(x, recv, op)
+		return allreduceRabenseifnerAlg(x, nil, recv, op)
 	}
 	return allreduceRecursiveDoubling(x, recv, op)
 }
@@ -645,23 +646,13 @@ func (x coll) putTemp(h *[]byte) {
 }
 
 // allreduceRabenseifnerAlg: reduce-scatter by recursive halving, then
-// allgather by recursive doubling, among the p' ranks after the fold.
-func allreduceRabenseifnerAlg[T any](x coll, buf []T, op Op[T]) error {
-	return rabenseifner(x, nil, buf, op)
-}
-
-// allreduceRabenseifnerFrom is allreduceRabenseifnerAlg on a power-of-two
-// number of ranks for a send buffer apart from recv, without copying send
-// into recv first: the first halving step sends its half straight from
-// send and receives the partner's into recv, folding this rank's own half
-// of send into it (see allreduceRingFrom).
-func allreduceRabenseifnerFrom[T any](x coll, send, recv []T, op Op[T]) error {
-	return rabenseifner(x, send, recv, op)
-}
-
-// rabenseifner is Rabenseifner's allreduce of buf; send, when not nil,
-// holds this rank's data instead of buf (power-of-two sizes only).
-func rabenseifner[T any](x coll, send, buf []T, op Op[T]) error {
+// allgather by recursive doubling, among the p' ranks after the fold. With
+// send nil, buf holds this rank's data; otherwise (a power-of-two number of
+// ranks only) send does, apart from buf, and is not copied into buf first:
+// the first halving step sends its half straight from send and receives the
+// partner's into buf, folding this rank's own half of send into it (see
+// allreduceRingAlg).
+func allreduceRabenseifnerAlg[T any](x coll, send, buf []T, op Op[T]) error {
 	nr, pof2, rem := x.rank(), x.size(), 0
 	if send == nil {
 		var err error
@@ -732,62 +723,51 @@ func rabenseifner[T any](x coll, send, buf []T, op Op[T]) error {
 }
 
 // allreduceRingAlg: p-1 reduce-scatter steps around the ring, then p-1
-// allgather steps; bandwidth-optimal for long vectors, any p.
-func allreduceRingAlg[T any](x coll, buf []T, op Op[T]) error {
+// allgather steps; bandwidth-optimal for long vectors, any p. With send nil,
+// buf holds this rank's data; otherwise send does, apart from buf, and is not
+// copied into buf first: the first step sends its block straight from send,
+// and each reduce-scatter step receives its block into buf and folds this
+// rank's own block of send into it (buf = send ∘ buf: the operation is
+// commutative). Besides the copy, what this saves is a transfer of lines just
+// written: the other rank's copy of a block this rank has written last reads
+// it out of this core's cache, at about half the speed of reading lines
+// nobody has written since (the send buffer of a loop of Allreduce calls),
+// docs/performance.md.
+func allreduceRingAlg[T any](x coll, send, buf []T, op Op[T]) error {
 	p, me := x.size(), x.rank()
 	n := len(buf)
 	left, right := (me-1+p)%p, (me+1)%p
-	_, maxHi := sched.BlockSpan(n, p, 0)
-	tmp, h := tempBuf[T](x, maxHi)
-	defer x.putTemp(h)
+	var tmp []T
+	if send == nil {
+		_, maxHi := sched.BlockSpan(n, p, 0)
+		var h *[]byte
+		tmp, h = tempBuf[T](x, maxHi)
+		defer x.putTemp(h)
+	}
 	for i := 0; i < p-1; i++ {
 		sl, sh := sched.BlockSpan(n, p, (me-i+p)%p)
 		rl, rh := sched.BlockSpan(n, p, (me-i-1+p)%p)
-		t := tmp[:rh-rl]
-		if err := x.sendrecv(raw(buf[sl:sh]), right, raw(t), left, 1); err != nil {
+		out, own := buf[sl:sh], buf[rl:rh] // out: the block reduced in the step before
+		in := own
+		if send == nil {
+			in = tmp[:rh-rl]
+		} else if i == 0 {
+			out = send[sl:sh]
+		}
+		if err := x.sendrecv(raw(out), right, raw(in), left, 1); err != nil {
 			return err
 		}
-		op.Fn(t, buf[rl:rh]) // commutative only: order does not matter
+		// Commutative only: order does not matter.
+		if send == nil {
+			op.Fn(in, own)
+		} else {
+			op.Fn(send[rl:rh], own)
+		}
 	}
 	for i := 0; i < p-1; i++ {
 		sl, sh := sched.BlockSpan(n, p, (me+1-i+p)%p)
 		rl, rh := sched.BlockSpan(n, p, (me-i+p)%p)
 		if err := x.sendrecv(raw(buf[sl:sh]), right, raw(buf[rl:rh]), left, 2); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// allreduceRingFrom is allreduceRingAlg for a send buffer apart from recv,
-// without copying send into recv first: the first step sends its block
-// straight from send, and each reduce-scatter step receives its block into
-// recv and folds this rank's own block of send into it (recv = send ∘
-// recv: the operation is commutative). Besides the copy, what this saves
-// is a transfer of lines just written: the other rank's copy of a block
-// this rank has written last reads it out of this core's cache, at about
-// half the speed of reading lines nobody has written since (the send
-// buffer of a loop of Allreduce calls), docs/performance.md.
-func allreduceRingFrom[T any](x coll, send, recv []T, op Op[T]) error {
-	p, me := x.size(), x.rank()
-	n := len(recv)
-	left, right := (me-1+p)%p, (me+1)%p
-	for i := 0; i < p-1; i++ {
-		sl, sh := sched.BlockSpan(n, p, (me-i+p)%p)
-		rl, rh := sched.BlockSpan(n, p, (me-i-1+p)%p)
-		out := recv[sl:sh] // the block reduced in the step before
-		if i == 0 {
-			out = send[sl:sh]
-		}
-		if err := x.sendrecv(raw(out), right, raw(recv[rl:rh]), left, 1); err != nil {
-			return err
-		}
-		op.Fn(send[rl:rh], recv[rl:rh]) // commutative only: order does not matter
-	}
-	for i := 0; i < p-1; i++ {
-		sl, sh := sched.BlockSpan(n, p, (me+1-i+p)%p)
-		rl, rh := sched.BlockSpan(n, p, (me-i+p)%p)
-		if err := x.sendrecv(raw(recv[sl:sh]), right, raw(recv[rl:rh]), left, 2); err != nil {
 			return err
 		}
 	}

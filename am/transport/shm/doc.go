@@ -27,7 +27,8 @@
 //
 // Rings are made on first contact. The file is created empty (zero bytes,
 // no page allocated); the first Send from rank s to rank d formats the ring
-// region s of d's file (its control block only: ring.InitZeroed), takes a
+// region s of d's file (ring.Init, zeroing the data area: its pages fault
+// in and its lines are warm once, not one per record over the first lap), takes a
 // slot with an atomic add on d's count and stores s+1 in it. d's Poll, seeing
 // the count move, attaches to the rings named in the new slots (a slot still
 // zero is its producer between the add and the store: taken on a later
