@@ -168,7 +168,8 @@ func (p *proc) collBeginBlocking(call Call, c *Comm, peer, bytes int) uint64 {
 // makes gen odd, writes the words, makes gen even again; the reader takes
 // the words only between two equal even readings of gen. Every word is
 // written with a release store (a plain MOV on amd64, which keeps stores
-// in order) and read with an atomic load.
+// in order) and read with an atomic load; the odd count with release.Kept64,
+// which the even one cannot make dead.
 type collSlot struct {
 	gen, on, call, ctx, peer, bytes uint64
 }
@@ -178,7 +179,7 @@ func (s *collSlot) busy() bool { return atomic.LoadUint64(&s.on) != 0 }
 
 func (s *collSlot) begin(call Call, ctx uint32, peer, bytes int) {
 	g := atomic.LoadUint64(&s.gen)
-	release.Store64(&s.gen, g+1)
+	release.Kept64(&s.gen, g+1)
 	release.Store64(&s.call, uint64(call))
 	release.Store64(&s.ctx, uint64(ctx))
 	release.Store64(&s.peer, uint64(peer))
@@ -189,7 +190,7 @@ func (s *collSlot) begin(call Call, ctx uint32, peer, bytes int) {
 
 func (s *collSlot) end() {
 	g := atomic.LoadUint64(&s.gen)
-	release.Store64(&s.gen, g+1)
+	release.Kept64(&s.gen, g+1)
 	release.Store64(&s.on, 0)
 	release.Store64(&s.gen, g+2)
 }

@@ -1,7 +1,8 @@
 package ring
 
-// prefetch asks the CPU to bring the cache line holding addr into its caches
-// (PREFETCHT0) and returns without waiting for it.
+// prefetch2 asks the CPU to bring the cache lines holding a and b into its
+// caches (PREFETCHT0 each) and returns without waiting for them: one call
+// for both, since a call to assembly costs more than the prefetches.
 //
 //go:noescape
-func prefetch(addr uintptr)
+func prefetch2(a, b uintptr)

@@ -2,5 +2,5 @@
 
 package ring
 
-// prefetch is a no-op where no prefetch instruction is wired up.
-func prefetch(addr uintptr) {}
+// prefetch2 is a no-op where no prefetch instruction is wired up.
+func prefetch2(a, b uintptr) {}

@@ -441,6 +441,25 @@ type Receiver interface {
 	Deliver(src int, rec []byte)
 }
 
+// ReceiverOf caches the conversion of a caller's receiver to Receiver: Of
+// returns the Receiver for r, converting only when r differs from the last
+// one it was given. The zero value is ready to use.
+type ReceiverOf[R interface {
+	comparable
+	Receiver
+}] struct {
+	last R
+	conv Receiver
+}
+
+// Of returns r as a Receiver.
+func (o *ReceiverOf[R]) Of(r R) Receiver {
+	if o.conv == nil || r != o.last {
+		o.last, o.conv = r, r
+	}
+	return o.conv
+}
+
 // BurstMax is the most records Take hands over at once from a streaming ring:
 // enough that a waiter's loop (its condition, the poll's bookkeeping) runs
 // once per window of small messages rather than every few (osu bw over shm
@@ -460,10 +479,12 @@ const BurstMax = 32
 // 1/2/4 KiB +9/+10/+28 %; the hardware's stream prefetcher stops at page
 // boundaries).
 // It sets *streak to whether its last look found a record. When it returns 0,
-// Err tells a corrupt ring from an empty one. Take is generic in r's type so
-// that a caller's own receiver interface (transport.Receiver) is called as
-// it is, not converted to Receiver on every call (a run-time itab lookup).
-func Take[R Receiver](c *Consumer, r R, src int, streak *bool, max int) int {
+// Err tells a corrupt ring from an empty one. r is called through its own
+// method table: a caller holding another interface type with the same
+// method (transport.Receiver) converts it once and keeps the result
+// (ReceiverOf), since a conversion between interface types looks the table
+// up at run time, and a generic Take would call through a wrapper per record.
+func Take(c *Consumer, r Receiver, src int, streak *bool, max int) int {
 	n := 0
 	for n < max && n < BurstMax {
 		rec := c.peekRecord()
@@ -477,8 +498,7 @@ func Take[R Receiver](c *Consumer, r R, src int, streak *bool, max int) int {
 		}
 		if *streak {
 			next := (c.head + c.cur) & c.mask
-			prefetch(uintptr(unsafe.Pointer(&c.data[next])))
-			prefetch(uintptr(unsafe.Pointer(&c.data[(next+lineLen)&c.mask])))
+			prefetch2(uintptr(unsafe.Add(c.base, next)), uintptr(unsafe.Add(c.base, (next+lineLen)&c.mask)))
 		}
 		r.Deliver(src, rec)
 		c.advance()

@@ -410,3 +410,22 @@ func TestPendingWhileLapping(t *testing.T) {
 	hints.Wait()
 	require.False(t, c.Pending(), "drained")
 }
+
+// callerReceiver is a caller's own receiver interface with Receiver's method,
+// as transport.Receiver is.
+type callerReceiver interface{ Deliver(src int, rec []byte) }
+
+// ReceiverOf converts a caller's receiver once and again only when it
+// changes, and the Receiver it returns delivers to that receiver.
+func TestReceiverOf(t *testing.T) {
+	var o ReceiverOf[callerReceiver]
+	var a, b collect
+	ra := o.Of(&a)
+	require.Same(t, &a, ra.(*collect))
+	require.Equal(t, ra, o.Of(&a), "the same receiver: the kept conversion")
+	rb := o.Of(&b)
+	require.Same(t, &b, rb.(*collect), "another receiver: converted anew")
+	rb.Deliver(0, []byte("x"))
+	require.Len(t, b, 1)
+	require.Empty(t, a)
+}

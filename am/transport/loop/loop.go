@@ -62,7 +62,9 @@ type Transport struct {
 	next int // Poll's round-robin position
 	// streak[src]: the last look at src's ring found a record (see Poll).
 	streak []bool
-	_      [120]byte
+	// recv is Poll's receiver as a ring.Receiver, converted once.
+	recv ring.ReceiverOf[transport.Receiver]
+	_    [88]byte
 }
 
 type job struct {
@@ -196,12 +198,13 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 		return 0, transport.ErrClosed
 	}
 	n, nact := 0, int(t.nAct.Load())
+	rr := t.recv.Of(r)
 	for k := 0; k < nact && n < max; k++ {
 		in := t.act[t.next]
 		if t.next++; t.next >= nact {
 			t.next = 0
 		}
-		n += ring.Take(in.c, r, in.src, &t.streak[in.src], max-n)
+		n += ring.Take(in.c, rr, in.src, &t.streak[in.src], max-n)
 	}
 	return n, nil
 }

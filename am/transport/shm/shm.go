@@ -131,7 +131,9 @@ type Transport struct {
 	// takes one record and returns (see Poll).
 	streak []bool
 	idle   int // empty Polls since the last dead-peer check
-	_      [112]byte
+	// recv is Poll's receiver as a ring.Receiver, converted once.
+	recv ring.ReceiverOf[transport.Receiver]
+	_    [80]byte
 }
 
 // inbound is an announced ring: its source rank and consumer.
@@ -516,13 +518,14 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 		}
 	}
 	n, nact := 0, int(t.nAct.Load())
+	rr := t.recv.Of(r)
 	for k := 0; k < nact && n < max; k++ {
 		in := t.act[t.next]
 		if t.next++; t.next == nact {
 			t.next = 0
 		}
 		src, c := in.src, in.c
-		got := ring.Take(c, r, src, &t.streak[src], max-n)
+		got := ring.Take(c, rr, src, &t.streak[src], max-n)
 		if got == 0 {
 			if err := c.Err(); err != nil {
 				return n, transport.PeerErrorf(src, "shm: rank %d's ring from rank %d: %v", t.rank, src, err)
