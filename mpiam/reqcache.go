@@ -156,9 +156,14 @@ type stateBatch struct {
 	s [32]*reqState
 }
 
-// add queues s, not nil; states of another rank flush the batch first. It
-// inlines.
+// add queues s, not nil; states of another rank flush the batch first. At a
+// single-threaded level, where the cache takes no lock, s goes straight back
+// (put): queueing it would cost more than it saves.
 func (b *stateBatch) add(s *reqState) {
+	if c := &s.p.states; c.mu.Sequential() {
+		c.put(s)
+		return
+	}
 	if b.n == len(b.s) || b.p != s.p {
 		b.flushFor(s.p)
 	}
