@@ -393,7 +393,6 @@ func AllgatherRecursiveDoubling(b *Builder, g Group, send, recv []byte, k, tag i
 // target.
 func Alltoallv(b *Builder, g Group, send []byte, scounts, sdispls []int, recv []byte, rcounts, rdispls []int, tag int) {
 	p, me := g.Size, g.Me
-	b.Copy(recv[rdispls[me]:rdispls[me]+rcounts[me]], send[sdispls[me]:sdispls[me]+scounts[me]])
 	for i := 1; i < p; i++ {
 		src := (me - i + p) % p
 		b.Recv(g.peer(src), tag, recv[rdispls[src]:rdispls[src]+rcounts[src]])
@@ -402,6 +401,10 @@ func Alltoallv(b *Builder, g Group, send []byte, scounts, sdispls []int, recv []
 		dst := (me + i) % p
 		b.Send(g.peer(dst), tag, send[sdispls[dst]:sdispls[dst]+scounts[dst]])
 	}
+	// The rank's own block last: the messages are on their way (a large
+	// one's request-to-send with the peer, who can read this rank's data
+	// meanwhile) while it copies.
+	b.Copy(recv[rdispls[me]:rdispls[me]+rcounts[me]], send[sdispls[me]:sdispls[me]+scounts[me]])
 	b.Fence()
 }
 
