@@ -444,20 +444,33 @@ type Receiver interface {
 // ReceiverOf caches the conversion of a caller's receiver to Receiver: Of
 // returns the Receiver for r, converting only when r differs from the last
 // one it was given. The zero value is ready to use.
-type ReceiverOf[R interface {
-	comparable
-	Receiver
-}] struct {
+type ReceiverOf[R Receiver] struct {
 	last R
 	conv Receiver
 }
 
-// Of returns r as a Receiver.
+// Of returns r as a Receiver. r is compared with the last one bit for bit
+// (for an interface type, its method table and data words), never with ==,
+// which would panic on a receiver whose dynamic type is not comparable;
+// receivers of another size than one or two words are converted every time.
 func (o *ReceiverOf[R]) Of(r R) Receiver {
-	if o.conv == nil || r != o.last {
+	if o.conv == nil || !sameWords(&r, &o.last) {
 		o.last, o.conv = r, r
 	}
 	return o.conv
+}
+
+// sameWords reports whether *a and *b hold the same bits, for values of one
+// or two words; false for other sizes.
+func sameWords[R any](a, b *R) bool {
+	const word = unsafe.Sizeof(uintptr(0))
+	switch unsafe.Sizeof(*a) {
+	case word:
+		return *(*uintptr)(unsafe.Pointer(a)) == *(*uintptr)(unsafe.Pointer(b))
+	case 2 * word:
+		return *(*[2]uintptr)(unsafe.Pointer(a)) == *(*[2]uintptr)(unsafe.Pointer(b))
+	}
+	return false
 }
 
 // BurstMax is the most records Take hands over at once from a streaming ring:

@@ -429,3 +429,18 @@ func TestReceiverOf(t *testing.T) {
 	require.Len(t, b, 1)
 	require.Empty(t, a)
 }
+
+// sliceReceiver is a receiver whose type is not comparable.
+type sliceReceiver []int
+
+func (sliceReceiver) Deliver(int, []byte) {}
+
+// ReceiverOf never compares receivers with ==: a receiver of a type that
+// is not comparable does not panic.
+func TestReceiverOfUncomparable(t *testing.T) {
+	var o ReceiverOf[callerReceiver]
+	require.NotPanics(t, func() {
+		o.Of(sliceReceiver{1}).Deliver(0, nil)
+		o.Of(sliceReceiver{2}).Deliver(0, nil)
+	})
+}
