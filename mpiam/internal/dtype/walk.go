@@ -187,10 +187,6 @@ func moveOne(t *Type, buf, mem []byte, pos, base, from, to int64, in bool) int64
 	return pos
 }
 
-// unrollMax is the longest run of 8-byte blocks moveBlocks moves four at a
-// time.
-const unrollMax = 512
-
 // moveBlocks moves n blocks of bb bytes, stride bytes apart in mem from
 // off, between mem and consecutive bytes of buf from pos. It is never
 // inlined: inlined into moveOne (as profile-guided optimization did), its
@@ -213,37 +209,40 @@ func moveBlocks(buf, mem []byte, pos, off, stride, bb, n int64, in bool) int64 {
 		_ = mem[max(off, last)+7]
 		b := unsafe.Pointer(&buf[pos])
 		m := unsafe.Pointer(&mem[off])
-		// Four blocks a round when the run is short (at most unrollMax
-		// blocks, as an eager message's): independent loads and stores,
-		// which a core with two store ports issues two at a time. Longer
-		// runs, whose lines come from memory or another core, measured
-		// slower that way, and move a block at a time.
-		i, short := int64(0), n <= unrollMax
+		// Four blocks a round, both offsets advanced rather than the
+		// block index multiplied by the stride, each block one load and
+		// one store (an [8]byte moved in one statement is a MOV pair; held
+		// in a variable it would go through the stack, and an unaligned
+		// *uint64 is refused by checkptr): about 4 instructions a block
+		// against 7. Offsets, not pointers, advance, so that no pointer
+		// past the data is ever formed.
+		s2, s3, s4 := 2*stride, 3*stride, 4*stride
+		var bo, mo int64
 		if in {
-			for ; short && i+4 <= n; i += 4 {
-				s, d := unsafe.Add(b, 8*i), unsafe.Add(m, i*stride)
-				w0, w1 := *(*[8]byte)(s), *(*[8]byte)(unsafe.Add(s, 8))
-				w2, w3 := *(*[8]byte)(unsafe.Add(s, 16)), *(*[8]byte)(unsafe.Add(s, 24))
-				*(*[8]byte)(d) = w0
-				*(*[8]byte)(unsafe.Add(d, stride)) = w1
-				*(*[8]byte)(unsafe.Add(d, 2*stride)) = w2
-				*(*[8]byte)(unsafe.Add(d, 3*stride)) = w3
+			for k := n >> 2; k > 0; k-- {
+				s, d := unsafe.Add(b, bo), unsafe.Add(m, mo)
+				*(*[8]byte)(d) = *(*[8]byte)(s)
+				*(*[8]byte)(unsafe.Add(d, stride)) = *(*[8]byte)(unsafe.Add(s, 8))
+				*(*[8]byte)(unsafe.Add(d, s2)) = *(*[8]byte)(unsafe.Add(s, 16))
+				*(*[8]byte)(unsafe.Add(d, s3)) = *(*[8]byte)(unsafe.Add(s, 24))
+				bo, mo = bo+32, mo+s4
 			}
-			for ; i < n; i++ {
-				*(*[8]byte)(unsafe.Add(m, i*stride)) = *(*[8]byte)(unsafe.Add(b, 8*i))
+			for k := n & 3; k > 0; k-- {
+				*(*[8]byte)(unsafe.Add(m, mo)) = *(*[8]byte)(unsafe.Add(b, bo))
+				bo, mo = bo+8, mo+stride
 			}
 		} else {
-			for ; short && i+4 <= n; i += 4 {
-				s, d := unsafe.Add(m, i*stride), unsafe.Add(b, 8*i)
-				w0, w1 := *(*[8]byte)(s), *(*[8]byte)(unsafe.Add(s, stride))
-				w2, w3 := *(*[8]byte)(unsafe.Add(s, 2*stride)), *(*[8]byte)(unsafe.Add(s, 3*stride))
-				*(*[8]byte)(d) = w0
-				*(*[8]byte)(unsafe.Add(d, 8)) = w1
-				*(*[8]byte)(unsafe.Add(d, 16)) = w2
-				*(*[8]byte)(unsafe.Add(d, 24)) = w3
+			for k := n >> 2; k > 0; k-- {
+				s, d := unsafe.Add(m, mo), unsafe.Add(b, bo)
+				*(*[8]byte)(d) = *(*[8]byte)(s)
+				*(*[8]byte)(unsafe.Add(d, 8)) = *(*[8]byte)(unsafe.Add(s, stride))
+				*(*[8]byte)(unsafe.Add(d, 16)) = *(*[8]byte)(unsafe.Add(s, s2))
+				*(*[8]byte)(unsafe.Add(d, 24)) = *(*[8]byte)(unsafe.Add(s, s3))
+				bo, mo = bo+32, mo+s4
 			}
-			for ; i < n; i++ {
-				*(*[8]byte)(unsafe.Add(b, 8*i)) = *(*[8]byte)(unsafe.Add(m, i*stride))
+			for k := n & 3; k > 0; k-- {
+				*(*[8]byte)(unsafe.Add(b, bo)) = *(*[8]byte)(unsafe.Add(m, mo))
+				bo, mo = bo+8, mo+stride
 			}
 		}
 		pos += 8 * n
