@@ -226,8 +226,75 @@ func (p *Producer) MaxRecord() int { return int(p.maxData) }
 // when the ring is corrupt (see Err). It does not allocate.
 func (p *Producer) Push(hdr, payload []byte) bool {
 	n := uint64(len(hdr)) + uint64(len(payload))
-	if n > p.maxData || p.err != nil {
+	start, ok := p.reserve(n)
+	if !ok {
 		return false
+	}
+	// In bounds: start+recordSize(n) <= cap.
+	d := unsafe.Add(p.base, start+8)
+	copy(unsafe.Slice((*byte)(d), len(hdr)), hdr)
+	copy(unsafe.Slice((*byte)(unsafe.Add(d, len(hdr))), len(payload)), payload)
+	p.publish(start, n)
+	return true
+}
+
+// Filler writes a record's payload in place (PushFill).
+type Filler interface {
+	// Fill writes all of p, which it must not keep.
+	Fill(p []byte)
+}
+
+// PushFill is Push with a payload of n bytes that f.Fill writes straight
+// into the record, after hdr is copied: a caller that would otherwise build
+// the payload in a buffer of its own first (packing non-contiguous data)
+// saves that copy. f.Fill runs before the record is published, so the
+// consumer never sees a partly filled record; if it panics, nothing is
+// published and the ring stays sound. Results as Push's.
+func (p *Producer) PushFill(hdr []byte, n int, f Filler) bool {
+	if n < 0 || f == nil {
+		return false
+	}
+	total := uint64(len(hdr)) + uint64(n)
+	start, ok := p.reserve(total)
+	if !ok {
+		return false
+	}
+	d := unsafe.Add(p.base, start+8)
+	copy(unsafe.Slice((*byte)(d), len(hdr)), hdr)
+	filled := false
+	defer func() {
+		if !filled {
+			// f.Fill panicked, having written who knows what where the next
+			// (shorter) record's successor header may go: the area is
+			// zeroed again before the next push.
+			p.zeroed = p.pos
+		}
+	}()
+	f.Fill(unsafe.Slice((*byte)(unsafe.Add(d, len(hdr))), n))
+	filled = true
+	p.publish(start, total)
+	return true
+}
+
+// reserve finds room for a record of n bytes at p.pos and returns where its
+// header word goes (0 when a pad to the ring's end comes first); false when
+// the ring has no room now, n is over MaxRecord, or the ring is corrupt.
+// The record's lines and the next header word are zero on return. Its
+// common case inlines; reserveSlow does the rest.
+func (p *Producer) reserve(n uint64) (start uint64, ok bool) {
+	size := recordSize(n)
+	off := p.pos & p.mask
+	if n <= p.maxData && off+size <= p.cap && p.pos+size+8-p.tail <= p.cap && p.pos+size+8 <= p.zeroed {
+		return off, true // p.err is nil: a corrupt producer's tail check fails (refreshTail)
+	}
+	return p.reserveSlow(n)
+}
+
+// reserveSlow is reserve past its common case: a record too large, a pad,
+// a stale tail, an area not yet zeroed, a corrupt ring.
+func (p *Producer) reserveSlow(n uint64) (start uint64, ok bool) {
+	if n > p.maxData || p.err != nil {
+		return 0, false
 	}
 	size := recordSize(n)
 	off := p.pos & p.mask
@@ -237,24 +304,41 @@ func (p *Producer) Push(hdr, payload []byte) bool {
 	}
 	need := pad + size + 8 // 8: the next record's header word, which must be zero
 	if p.pos+need-p.tail > p.cap && !p.refreshTail(need) {
-		return false
+		return 0, false
 	}
-	end := p.pos + pad + size // the next record's position
-	if end+8 > p.zeroed {
+	if end := p.pos + pad + size; end+8 > p.zeroed {
 		// The zeroed area ahead did not reach the next record's header word:
 		// zero it now, before publishing (only after a full ring or a large record).
 		p.zeroTo(end + 8)
 	}
-	// In bounds: start+size <= cap.
-	d := unsafe.Add(p.base, start+8)
-	copy(unsafe.Slice((*byte)(d), len(hdr)), hdr)
-	copy(unsafe.Slice((*byte)(unsafe.Add(d, len(hdr))), len(payload)), payload)
+	return start, true
+}
+
+// publish publishes the record of n bytes written at start (reserve's),
+// with the pad before it if it wrapped, and zeroes the area ahead when
+// it runs short (zeroAhead).
+func (p *Producer) publish(start, n uint64) {
+	size := recordSize(n)
+	off := p.pos & p.mask
+	end := p.pos + size // the next record's position
 	release.Store64((*uint64)(unsafe.Add(p.base, start)), validBit|n)
-	if pad > 0 {
+	if start != off {
+		pad := p.cap - off
 		release.Store64((*uint64)(unsafe.Add(p.base, off)), validBit|padBit|pad)
+		end += pad
 	}
 	p.pos = end
 	release.Store64(p.headp, end) // for Pending, which must not read the data area
+	if p.zeroed-end < p.ahead || size > bigRecord {
+		p.zeroAhead(end, size)
+	}
+}
+
+// zeroAhead zeroes the area for the next records after the record of size
+// bytes that ends at end, once published, so that taking these cache lines
+// away from the consumer is off the critical path (the publishing store
+// waits for every earlier store).
+func (p *Producer) zeroAhead(end, size uint64) {
 	ahead := p.ahead
 	if size > bigRecord {
 		// Twice a big record ahead: the next one of its size finds its
@@ -264,12 +348,8 @@ func (p *Producer) Push(hdr, payload []byte) bool {
 		ahead = max(ahead, min(2*size, p.cap/4))
 	}
 	if p.zeroed-end < ahead {
-		// Zero the area for the next records now, after publishing, so that
-		// taking these cache lines away from the consumer is off the critical
-		// path (the publishing store waits for every earlier store).
 		p.zeroTo(min(end+2*ahead, p.tail+p.cap))
 	}
-	return true
 }
 
 // bigRecord is the record size, in bytes, above which Push keeps twice the

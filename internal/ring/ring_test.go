@@ -444,3 +444,100 @@ func TestReceiverOfUncomparable(t *testing.T) {
 		o.Of(sliceReceiver{2}).Deliver(0, nil)
 	})
 }
+
+// seqFiller fills a payload with bytes counting up from start.
+type seqFiller struct {
+	start byte
+	calls int
+}
+
+func (f *seqFiller) Fill(p []byte) {
+	f.calls++
+	for i := range p {
+		p[i] = f.start + byte(i)
+	}
+}
+
+// PushFill's records wrap around the ring as Push's do, interleaved with
+// them: the header copied, the payload written in place by the filler, the
+// length exact; a record that does not fit leaves the filler uncalled.
+func TestPushFillWrapAround(t *testing.T) {
+	p, c, _ := newRing(t, 256) // max record 80
+	var pushed, got int
+	hdr := make([]byte, 8)
+	for round := 0; round < 3000; round++ {
+		n := round * 7 % 60
+		binary.LittleEndian.PutUint32(hdr, uint32(pushed))
+		f := &seqFiller{start: byte(round)}
+		var ok bool
+		if round%2 == 0 {
+			ok = p.PushFill(hdr, n, f)
+		} else {
+			pay := make([]byte, n)
+			(&seqFiller{start: byte(round)}).Fill(pay)
+			ok = p.Push(hdr, pay)
+		}
+		if !ok {
+			require.Zero(t, f.calls, "no room: the filler is not called")
+		} else {
+			pushed++
+		}
+		for {
+			rec, ok := c.Peek()
+			if !ok {
+				break
+			}
+			require.Equal(t, uint32(got), binary.LittleEndian.Uint32(rec))
+			for i, b := range rec[8:] {
+				require.Equal(t, rec[8]+byte(i), b)
+			}
+			got++
+			c.Advance()
+		}
+	}
+	require.NoError(t, c.Err())
+	require.Equal(t, pushed, got)
+	require.False(t, p.PushFill(hdr, 100, &seqFiller{}), "over MaxRecord")
+	require.False(t, p.PushFill(hdr, -1, &seqFiller{}), "a negative length")
+	require.False(t, p.PushFill(hdr, 4, nil), "no filler")
+}
+
+// A filler that panics publishes nothing: the consumer sees no record, and
+// the next push goes where the failed one would have.
+func TestPushFillPanics(t *testing.T) {
+	p, c, _ := newRing(t, 4096)
+	require.Panics(t, func() { p.PushFill(make([]byte, 8), 200, panicFiller{}) })
+	_, ok := c.Peek()
+	require.False(t, ok)
+	require.True(t, p.Push([]byte("abcdefgh"), []byte("x")))
+	rec, ok := c.Peek()
+	require.True(t, ok)
+	require.Equal(t, "abcdefghx", string(rec))
+	c.Advance()
+	_, ok = c.Peek()
+	require.False(t, ok, "what the filler wrote past the short record is not a record")
+	require.NoError(t, c.Err())
+}
+
+type panicFiller struct{}
+
+// Fill writes what looks like valid record headers everywhere, then panics.
+func (panicFiller) Fill(p []byte) {
+	for i := 0; i+8 <= len(p); i += 8 {
+		binary.LittleEndian.PutUint64(p[i:], validBit|16)
+	}
+	panic("fill")
+}
+
+func TestPushFillNoAllocs(t *testing.T) {
+	p, c, _ := newRing(t, 4096)
+	hdr := make([]byte, 56)
+	f := &seqFiller{}
+	allocs := testing.AllocsPerRun(1000, func() {
+		p.PushFill(hdr, 100, f)
+		if _, ok := c.Peek(); ok {
+			c.Advance()
+		}
+	})
+	require.Zero(t, allocs)
+}
