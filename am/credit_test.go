@@ -173,7 +173,7 @@ func TestRequestCarriesOwedCredit(t *testing.T) {
 	p := &eps[1].peers[0]
 	p.mu.Lock()
 	hdr := wire.Header{Kind: wire.KindRequestShort, Handler: 1, Src: 1}
-	credit, err := eps[1].sendLocked(0, p, &hdr, nil, nil)
+	credit, err := eps[1].sendLocked(0, p, &hdr, nil, nil, nil)
 	p.mu.Unlock()
 	require.True(t, credit)
 	require.ErrorIs(t, err, transport.ErrWouldBlock)

@@ -28,6 +28,8 @@ var (
 	ErrInHandler = errors.New("am: request from inside a handler would block")
 	ErrConfig    = errors.New("am: invalid configuration")
 	ErrNotMedium = errors.New("am: only a medium request's payload can be retained")
+	// ErrArg: an argument no call could use (a nil filler, a negative length).
+	ErrArg = errors.New("am: invalid argument")
 	// ErrSeq: under Config.Seq, two goroutines called into the endpoint at
 	// once; its state may be corrupt, and every call after fails.
 	ErrSeq = errors.New("am: two goroutines inside an endpoint that was promised one call at a time (Config.Seq)")
@@ -188,6 +190,7 @@ type peerNet struct {
 	putMin    int  // Caps.PutMin
 	put, get  bool // single-copy put and get
 	putSend   bool // PutSender: a store-done leaves with the data
+	fill      bool // FillSender: a medium's payload written in place (RequestMediumFill)
 	immediate bool // immediate requests: an ordered, reliable network with a bounded queue of opaque packets
 	name      string
 	buffer    int // per-peer buffer in bytes, both ways (Config.BufferBytes or the network's)
@@ -220,6 +223,7 @@ type Endpoint struct {
 	putter    transport.Putter
 	putSender transport.PutSender       // the putter, when it can send a packet with a put's data
 	batcher   transport.Batcher         // the network, when it can send a run of packets in one call
+	filler    transport.FillSender      // the network, when it takes a payload written in place
 	sleep     func(time.Duration) error // a blocked wait's sleep: tr.Wait, or tr's Sleep with Config.Yield
 	getter    transport.Getter
 	noGet     []atomic.Bool // by rank: single-copy get refused by the network for that peer
@@ -341,6 +345,7 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 		ep.getter = g
 	}
 	ep.batcher, _ = tr.(transport.Batcher)
+	ep.filler, _ = tr.(transport.FillSender)
 	ep.noGet = make([]atomic.Bool, tr.Size())
 	if pt, ok := tr.(transport.PutTargeter); ok {
 		pt.SetPutResolver(func(addr uint64, n int) ([]byte, error) { return ep.lookupRegion(addr, uint64(n)) })
@@ -372,6 +377,7 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 		}
 		ep.nets[r] = peerNet{maxMedium: mm, putMin: c.PutMin, put: ep.putter != nil && c.Put,
 			get: ep.getter != nil && c.Get, putSend: ep.putSender != nil && (c.PutSend || !perPeer), name: c.Name, buffer: buf,
+			fill: ep.filler != nil && (c.Fill || !perPeer),
 			// c is ordered and reliable here (a network that is not is
 			// wrapped, and the wrapper states no QueueBytes).
 			immediate: !cfg.NoImmediate && c.QueueBytes > 0 && c.MaxPacket >= MaxImmediate+wire.ImmediateHeaderLen+8*wire.MaxArgs}

@@ -3,6 +3,7 @@ package am
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/flowctl"
@@ -61,7 +62,7 @@ func (ep *Endpoint) RequestShortWith(dst int, h handlers.Index, pb handlers.Pigg
 	}
 	hdr := wire.Header{Kind: wire.KindRequestShort, Handler: uint8(h), NArgs: uint8(len(args)), Src: uint32(ep.rank),
 		Flags: wire.FlagPiggyback, Piggyback: pb.Value}
-	return ep.sendRequest(dst, &hdr, args, nil)
+	return ep.sendRequest(dst, &hdr, args, nil, nil)
 }
 
 // RequestMediumWith is RequestMedium with a tool value piggybacked in the
@@ -88,7 +89,7 @@ func (ep *Endpoint) requestShort(dst int, h handlers.Index, args []uint64) error
 		return err
 	}
 	hdr := wire.Header{Kind: wire.KindRequestShort, Handler: uint8(h), NArgs: uint8(len(args)), Src: uint32(ep.rank)}
-	return ep.sendRequest(dst, &hdr, args, nil)
+	return ep.sendRequest(dst, &hdr, args, nil, nil)
 }
 
 // RequestMedium sends a medium request: payload (at most MaxMedium bytes) lands
@@ -101,21 +102,77 @@ func (ep *Endpoint) RequestMedium(dst int, h handlers.Index, payload []byte, arg
 }
 
 func (ep *Endpoint) requestMedium(dst int, h handlers.Index, payload []byte, flags uint16, pb uint64, args []uint64) error {
-	if err := ep.checkDst(dst); err != nil {
-		return err
-	}
-	if mm := ep.nets[dst].maxMedium; len(payload) > mm {
-		return fmt.Errorf("%w: medium of %d bytes to rank %d (MaxMediumTo %d)", ErrTooLarge, len(payload), dst, mm)
-	}
-	if h > handlers.MaxClientIndex {
-		return fmt.Errorf("%w: %d", handlers.ErrIndexReserved, h)
-	}
-	if err := ep.table.CheckSend(h, len(args)); err != nil {
+	if err := ep.checkMedium(dst, h, len(payload), len(args)); err != nil {
 		return err
 	}
 	hdr := wire.Header{Kind: wire.KindRequestMedium, Handler: uint8(h), NArgs: uint8(len(args)),
 		Src: uint32(ep.rank), Len: uint32(len(payload)), Flags: flags, Piggyback: pb}
-	return ep.sendRequest(dst, &hdr, args, payload)
+	return ep.sendRequest(dst, &hdr, args, payload, nil)
+}
+
+// RequestMediumFill is RequestMediumWith for a payload of n bytes (at most
+// MaxMediumTo(dst)) that f writes: GASNet-EX's negotiated-payload medium
+// request (gex_AM_PrepareRequestMedium and gex_AM_CommitRequestMedium) in
+// one call. Over a network that takes a payload in place (PeerFills: shm,
+// loop) f.Fill writes it straight into the request's room in the network's
+// buffer, so a payload that must be built (non-contiguous data packed) is
+// copied once instead of twice; over the others it is built in a scratch
+// buffer and sent as RequestMediumWith would. f.Fill is called at most
+// once, before the request leaves (in place: once the room is reserved,
+// after any wait for credit, polling meanwhile); an error found before
+// (an argument, a dead peer) leaves it uncalled. It gets all n bytes to
+// write, must not keep them, and must not call the endpoint.
+// Errors as RequestMedium's, plus ErrArg (f nil, n negative).
+func (ep *Endpoint) RequestMediumFill(dst int, h handlers.Index, n int, f transport.Filler, pb handlers.Piggyback, args ...uint64) error {
+	if f == nil || n < 0 {
+		return fmt.Errorf("%w: RequestMediumFill of %d bytes with filler %v", ErrArg, n, f)
+	}
+	if err := ep.checkMedium(dst, h, n, len(args)); err != nil {
+		return err
+	}
+	if !ep.nets[dst].fill {
+		b := fillScratch.Get().(*[]byte)
+		if cap(*b) < n {
+			*b = make([]byte, n)
+		}
+		s := (*b)[:n]
+		f.Fill(s)
+		err := ep.RequestMediumWith(dst, h, s, pb, args...)
+		fillScratch.Put(b)
+		return err
+	}
+	hdr := wire.Header{Kind: wire.KindRequestMedium, Handler: uint8(h), NArgs: uint8(len(args)),
+		Src: uint32(ep.rank), Len: uint32(n)}
+	if pb.Set {
+		hdr.Flags, hdr.Piggyback = wire.FlagPiggyback, pb.Value
+	}
+	return ep.sendRequest(dst, &hdr, args, nil, f)
+}
+
+// fillScratch holds the buffers RequestMediumFill builds payloads in for
+// networks that cannot take them in place.
+var fillScratch = sync.Pool{New: func() any { return new([]byte) }}
+
+// PeerFills reports whether RequestMediumFill to rank dst writes the
+// payload in place in the network's buffer (transport.FillSender), rather
+// than building it first.
+func (ep *Endpoint) PeerFills(dst int) bool {
+	return uint(dst) < uint(ep.size) && ep.nets[dst].fill
+}
+
+// checkMedium checks a client's medium request of n bytes with nargs
+// arguments to dst with handler h.
+func (ep *Endpoint) checkMedium(dst int, h handlers.Index, n, nargs int) error {
+	if err := ep.checkDst(dst); err != nil {
+		return err
+	}
+	if mm := ep.nets[dst].maxMedium; n > mm {
+		return fmt.Errorf("%w: medium of %d bytes to rank %d (MaxMediumTo %d)", ErrTooLarge, n, dst, mm)
+	}
+	if h > handlers.MaxClientIndex {
+		return fmt.Errorf("%w: %d", handlers.ErrIndexReserved, h)
+	}
+	return ep.table.CheckSend(h, nargs)
 }
 
 // MaxImmediate is the largest payload of an immediate request, in bytes.
@@ -275,7 +332,7 @@ func (ep *Endpoint) Store(dst int, h handlers.Index, addr uint64, data []byte, a
 				p.mu.Lock()
 				p.c.storesPut++
 				p.mu.Unlock()
-				return ep.sendRequest(dst, &hdr, args, nil)
+				return ep.sendRequest(dst, &hdr, args, nil, nil)
 			case errors.Is(err, transport.ErrPutUnsupported):
 				p.mu.Lock()
 				p.noPut = true
@@ -309,7 +366,7 @@ func (ep *Endpoint) Store(dst int, h handlers.Index, addr uint64, data []byte, a
 			hdr.NArgs = uint8(len(args))
 			a = args
 		}
-		if err := ep.sendRequest(dst, &hdr, a, data[frag:frag+n]); err != nil {
+		if err := ep.sendRequest(dst, &hdr, a, data[frag:frag+n], nil); err != nil {
 			return err
 		}
 		if last {
@@ -432,31 +489,36 @@ func (ep *Endpoint) start() {
 
 // sendRequest takes credit at dst and sends one request, polling while there is
 // no room.
-func (ep *Endpoint) sendRequest(dst int, h *wire.Header, args []uint64, payload []byte) error {
+func (ep *Endpoint) sendRequest(dst int, h *wire.Header, args []uint64, payload []byte, f transport.Filler) error {
 	ep.started()
 	p := &ep.peers[dst]
 	if ep.dead[dst].Load() == nil && p.mu.TryLock() {
 		// The common case, without the wait's pacing: the peer's lock is
 		// free, nothing is backlogged and the window has room.
 		if len(p.backlog) == 0 {
-			if credit, err := ep.sendLocked(dst, p, h, args, payload); credit && err == nil {
+			if credit, err := ep.sendLocked(dst, p, h, args, payload, f); credit && err == nil {
 				p.mu.Unlock()
 				return nil
 			} // else the loop below waits, retries or reports
 		}
 		p.mu.Unlock()
 	}
-	return ep.sendRequestWait(dst, p, h, args, payload)
+	return ep.sendRequestWait(dst, p, h, args, payload, f)
 }
 
 // sendLocked takes credit toward dst (flowctl.Sender.Reserve: the room,
 // and the owed range the request carries back) and sends the request; p.mu
-// is held. credit false: the window is full now. err: the reservation can
-// never fit (from flowctl), or the network refused the packet (credit true;
-// the reservation is undone).
-func (ep *Endpoint) sendLocked(dst int, p *peer, h *wire.Header, args []uint64, payload []byte) (credit bool, err error) {
+// is held. With f, the payload is h.Len bytes that f writes in place
+// (RequestMediumFill) rather than payload. credit false: the window is full
+// now. err: the reservation can never fit (from flowctl), or the network
+// refused the packet (credit true; the reservation is undone).
+func (ep *Endpoint) sendLocked(dst int, p *peer, h *wire.Header, args []uint64, payload []byte, f transport.Filler) (credit bool, err error) {
 	h.Flags &^= wire.FlagFree // the reservation leaves room for it anyway
-	g, ok, err := p.cr.Reserve(h.EncodedLen(), len(payload))
+	plen := len(payload)
+	if f != nil {
+		plen = int(h.Len)
+	}
+	g, ok, err := p.cr.Reserve(h.EncodedLen(), plen)
 	if err != nil || !ok {
 		return false, err
 	}
@@ -466,7 +528,12 @@ func (ep *Endpoint) sendLocked(dst int, p *peer, h *wire.Header, args []uint64, 
 		h.FreeOff, h.FreeLen = g.Carry.Off, g.Carry.Len
 	}
 	n := wire.Encode(p.scratch[:], h, args)
-	if err := ep.tr.Send(dst, p.scratch[:n], payload); err != nil {
+	if f != nil {
+		err = ep.filler.SendFill(dst, p.scratch[:n], plen, f)
+	} else {
+		err = ep.tr.Send(dst, p.scratch[:n], payload)
+	}
+	if err != nil {
 		if ack := p.cr.Refused(g); ack.Len != 0 {
 			// The credit must still go back: as an ack, queued behind
 			// whatever the network refused (dropped if dst is dead).
@@ -475,13 +542,13 @@ func (ep *Endpoint) sendLocked(dst int, p *peer, h *wire.Header, args []uint64, 
 		return true, err
 	}
 	p.c.requests++
-	p.c.bytes += uint64(len(payload))
+	p.c.bytes += uint64(plen)
 	return true, nil
 }
 
 // sendRequestWait is sendRequest's loop for a request that must wait for the
 // peer's lock, for credit or for the network, polling meanwhile.
-func (ep *Endpoint) sendRequestWait(dst int, p *peer, h *wire.Header, args []uint64, payload []byte) error {
+func (ep *Endpoint) sendRequestWait(dst int, p *peer, h *wire.Header, args []uint64, payload []byte, f transport.Filler) error {
 	var b backoff
 	defer b.end()
 	stalled := false // waited for credit (not for the network)
@@ -494,7 +561,7 @@ func (ep *Endpoint) sendRequestWait(dst int, p *peer, h *wire.Header, args []uin
 			ep.flushBacklogLocked(dst, p)
 		}
 		if len(p.backlog) == 0 {
-			credit, err := ep.sendLocked(dst, p, h, args, payload)
+			credit, err := ep.sendLocked(dst, p, h, args, payload, f)
 			switch {
 			case credit && err == nil:
 				if stalled {

@@ -46,6 +46,9 @@ type Caps struct {
 	// PutSend: the transport implements PutSender (put data travels in the
 	// packet stream, and a packet can leave with its last piece).
 	PutSend bool
+	// Fill: the transport implements FillSender (a payload written in
+	// place in the network's buffer).
+	Fill bool
 	// QueueBytes is the most packet bytes the network holds toward one
 	// peer (a shared-memory ring's data area), stated by a network that
 	// carries packets as opaque bytes in a bounded queue; 0 when it does
@@ -167,6 +170,25 @@ type PutSender interface {
 	PutSend(dst int, addr uintptr, data, hdr, payload []byte) error
 }
 
+// Filler writes a packet's payload in place (FillSender).
+type Filler interface {
+	// Fill writes all of p, which it must not keep. It runs while the
+	// network holds the packet's room and must not call into the network.
+	Fill(p []byte)
+}
+
+// FillSender is implemented by networks that let the sender write a
+// packet's payload straight into the network's own buffer (the record of a
+// shared-memory ring): SendFill is Send with a payload of n bytes that
+// f.Fill writes in place, saving the copy of a payload the caller would
+// otherwise build first (packing non-contiguous data): GASNet-EX's
+// negotiated-payload requests (gex_AM_PrepareRequestMedium). f is called
+// at most once, and not at all when the packet cannot go (ErrWouldBlock,
+// any error). Errors as Send's.
+type FillSender interface {
+	SendFill(dst int, hdr []byte, n int, f Filler) error
+}
+
 // Getter is implemented by transports with a single-copy path out of a peer's
 // memory (shared memory: Cross Memory Attach; in-process: a copy): the
 // receiver-driven half of a rendezvous, GASNet's RMA get.
@@ -201,6 +223,9 @@ var (
 	ErrClosed         = errors.New("transport: closed")
 	ErrPutUnsupported = errors.New("transport: single-copy put not available for this peer")
 	ErrGetUnsupported = errors.New("transport: single-copy get not available for this peer")
+	// ErrFillUnsupported: the network that reaches this peer cannot take a
+	// payload written in place (FillSender); the caller builds it and sends.
+	ErrFillUnsupported = errors.New("transport: payload in place not available for this peer")
 )
 
 // PeerError is how a transport reports a peer it cannot reach: a rank out of

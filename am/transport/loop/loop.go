@@ -109,7 +109,7 @@ func NewJob(n int, opts map[string]string) ([]transport.Transport, error) {
 		j.ranks[r] = t
 	}
 	j.caps = transport.Caps{Name: "loop", Ordered: true, Reliable: true,
-		MaxPacket: ring.MaxRecord(c), QueueBytes: c, Put: true, Get: true, Wakeup: true,
+		MaxPacket: ring.MaxRecord(c), QueueBytes: c, Put: true, Get: true, Wakeup: true, Fill: true,
 		BufferBytes: c} // as shm: a peer's buffer as large as its ring
 	ts := make([]transport.Transport, n)
 	for i, t := range j.ranks {
@@ -133,27 +133,55 @@ func (t *Transport) Caps() transport.Caps { return t.job.caps }
 // transport.ErrWouldBlock (ring full: poll and retry), transport.ErrPeer (dst
 // out of range or closed), transport.ErrClosed.
 func (t *Transport) Send(dst int, hdr, payload []byte) error {
+	d, out, err := t.outTo(dst, len(hdr)+len(payload))
+	if err != nil {
+		return err
+	}
+	return t.pushed(d, out, out.Push(hdr, payload))
+}
+
+// SendFill implements transport.FillSender: Send with the payload of n
+// bytes written by f straight into the ring's record. Errors as Send's.
+func (t *Transport) SendFill(dst int, hdr []byte, n int, f transport.Filler) error {
+	if n < 0 || f == nil {
+		return fmt.Errorf("loop: SendFill of %d bytes with filler %v", n, f)
+	}
+	d, out, err := t.outTo(dst, len(hdr)+n)
+	if err != nil {
+		return err
+	}
+	return t.pushed(d, out, out.PushFill(hdr, n, f))
+}
+
+// outTo checks a packet of n bytes to dst and returns dst's transport and
+// the ring to it (connect). Errors as Send's.
+func (t *Transport) outTo(dst, n int) (*Transport, *ring.Producer, error) {
 	if t.closed.Load() {
-		return transport.ErrClosed
+		return nil, nil, transport.ErrClosed
 	}
 	if uint(dst) >= uint(len(t.out)) {
-		return transport.PeerErrorf(dst, "loop: send from rank %d to rank %d of %d", t.rank, dst, len(t.out))
+		return nil, nil, transport.PeerErrorf(dst, "loop: send from rank %d to rank %d of %d", t.rank, dst, len(t.out))
 	}
-	if len(hdr)+len(payload) > t.job.caps.MaxPacket {
-		return fmt.Errorf("loop: send %d bytes to rank %d, max %d: %w", len(hdr)+len(payload), dst, t.job.caps.MaxPacket, transport.ErrTooLarge)
+	if n > t.job.caps.MaxPacket {
+		return nil, nil, fmt.Errorf("loop: send %d bytes to rank %d, max %d: %w", n, dst, t.job.caps.MaxPacket, transport.ErrTooLarge)
 	}
 	d := t.job.ranks[dst]
 	if d.closed.Load() {
-		return transport.PeerErrorf(dst, "loop: send from rank %d to rank %d, which has closed", t.rank, dst)
+		return nil, nil, transport.PeerErrorf(dst, "loop: send from rank %d to rank %d, which has closed", t.rank, dst)
 	}
 	out := t.out[dst]
 	if out == nil {
 		var err error
 		if out, err = t.connect(d); err != nil {
-			return err
+			return nil, nil, err
 		}
 	}
-	if !out.Push(hdr, payload) {
+	return d, out, nil
+}
+
+// pushed finishes a send to d whose push to out returned ok.
+func (t *Transport) pushed(d *Transport, out *ring.Producer, ok bool) error {
+	if !ok {
 		return transport.ErrWouldBlock
 	}
 	if t.fence {

@@ -75,6 +75,7 @@ type member struct {
 	spin     time.Duration // Net.Spin
 	putter   transport.Putter
 	putSend  transport.PutSender
+	filler   transport.FillSender
 	getter   transport.Getter
 	targeter transport.PutTargeter
 }
@@ -203,6 +204,7 @@ func New(rank, size int, nets []Net) (*Transport, error) {
 		m.recv.toJob = toJobs[i]
 		m.putter, _ = tr.(transport.Putter)
 		m.putSend, _ = tr.(transport.PutSender)
+		m.filler, _ = tr.(transport.FillSender)
 		m.getter, _ = tr.(transport.Getter)
 		m.targeter, _ = tr.(transport.PutTargeter)
 		t.nets = append(t.nets, m)
@@ -221,11 +223,15 @@ func New(rank, size int, nets []Net) (*Transport, error) {
 		if m.putSend == nil {
 			c.PutSend = false
 		}
+		if m.filler == nil {
+			c.Fill = false
+		}
 		t.peerCaps[i] = c
 		t.caps.MaxPacket = min(t.caps.MaxPacket, c.MaxPacket)
 		t.caps.Put = t.caps.Put || c.Put
 		t.caps.Get = t.caps.Get || c.Get
 		t.caps.PutSend = t.caps.PutSend || c.PutSend
+		t.caps.Fill = t.caps.Fill || c.Fill
 		if i == 0 || c.QueueBytes < t.caps.QueueBytes {
 			t.caps.QueueBytes = c.QueueBytes
 		}
@@ -320,6 +326,13 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 	if err := m.t.Send(l, hdr, payload); err != nil {
 		return m.jobErr(err)
 	}
+	t.sentTo(dst)
+	return nil
+}
+
+// sentTo wakes this rank's own sleeping Wait after a packet to itself on a
+// network that has no waiter (selfAlone).
+func (t *Transport) sentTo(dst int) {
 	if dst == t.rank && t.selfAlone {
 		// Count it before looking whether the caller sleeps; Wait counts
 		// before it sleeps: one of the two sees the other.
@@ -330,7 +343,6 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 			}
 		}
 	}
-	return nil
 }
 
 // Polling the other networks. A poll of the node-local network costs tens
@@ -583,6 +595,26 @@ func (t *Transport) PutSend(dst int, addr uintptr, data, hdr, payload []byte) er
 	}
 	m.sent()
 	return m.jobErr(m.putSend.PutSend(l, addr, data, hdr, payload))
+}
+
+// SendFill sends through dst's network with the payload written in place
+// (transport.FillSender). Errors: an error wrapping transport.ErrFillUnsupported
+// when that network is no FillSender (PeerCaps says so beforehand), else
+// that network's.
+func (t *Transport) SendFill(dst int, hdr []byte, n int, f transport.Filler) error {
+	m, l, err := t.route(dst)
+	if err != nil {
+		return err
+	}
+	if m.filler == nil {
+		return fmt.Errorf("route: rank %d over %s: %w", dst, m.name, transport.ErrFillUnsupported)
+	}
+	m.sent()
+	if err := m.filler.SendFill(l, hdr, n, f); err != nil {
+		return m.jobErr(err)
+	}
+	t.sentTo(dst)
+	return nil
 }
 
 // Get reads through src's network. Errors: an error wrapping

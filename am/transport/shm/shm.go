@@ -274,7 +274,7 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 		os.Remove(dir) // succeeds for the last rank to get here; the others' files are gone too
 	}
 	t.caps = transport.Caps{Name: "shm", Ordered: true, Reliable: true, MaxPacket: maxPacket,
-		QueueBytes: ringBytes, Put: true, Get: true, PutMin: PutMin, Wakeup: true,
+		QueueBytes: ringBytes, Put: true, Get: true, PutMin: PutMin, Wakeup: true, Fill: true,
 		// A peer's buffer as large as the ring that carries its packets:
 		// eager MPI messages of a quarter of it fit (a 16 KiB buffer held
 		// one of 8 KiB).
@@ -399,25 +399,55 @@ func (t *Transport) Caps() transport.Caps { return t.caps }
 // (ring full: poll and retry), transport.ErrPeer (dst out of range, closed,
 // dead, or its ring corrupt), transport.ErrClosed.
 func (t *Transport) Send(dst int, hdr, payload []byte) error {
+	p, err := t.outTo(dst, len(hdr)+len(payload))
+	if err != nil {
+		return err
+	}
+	return t.pushed(dst, p, p.out.Push(hdr, payload))
+}
+
+// SendFill implements transport.FillSender: Send with the payload of n
+// bytes written by f straight into the ring's record (ring.Producer.PushFill).
+// Errors as Send's.
+func (t *Transport) SendFill(dst int, hdr []byte, n int, f transport.Filler) error {
+	if n < 0 || f == nil {
+		return fmt.Errorf("shm: SendFill of %d bytes with filler %v", n, f)
+	}
+	p, err := t.outTo(dst, len(hdr)+n)
+	if err != nil {
+		return err
+	}
+	return t.pushed(dst, p, p.out.PushFill(hdr, n, f))
+}
+
+// outTo checks a packet of n bytes to dst and returns dst's peer with its
+// outbound ring attached (connect). Errors as Send's.
+func (t *Transport) outTo(dst, n int) (*peer, error) {
 	if t.closed.Load() {
-		return transport.ErrClosed
+		return nil, transport.ErrClosed
 	}
 	if uint(dst) >= uint(t.size) {
-		return transport.PeerErrorf(dst, "shm: send from rank %d to rank %d of %d", t.rank, dst, t.size)
+		return nil, transport.PeerErrorf(dst, "shm: send from rank %d to rank %d of %d", t.rank, dst, t.size)
 	}
-	if len(hdr)+len(payload) > t.caps.MaxPacket {
-		return fmt.Errorf("shm: send %d bytes to rank %d, max %d: %w", len(hdr)+len(payload), dst, t.caps.MaxPacket, transport.ErrTooLarge)
+	if n > t.caps.MaxPacket {
+		return nil, fmt.Errorf("shm: send %d bytes to rank %d, max %d: %w", n, dst, t.caps.MaxPacket, transport.ErrTooLarge)
 	}
 	p := &t.peers[dst]
 	if p.dead.Load() {
-		return t.deadErr(dst)
+		return nil, t.deadErr(dst)
 	}
 	if p.out == nil {
 		if err := t.connect(dst, p); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if p.out.Push(hdr, payload) {
+	return p, nil
+}
+
+// pushed finishes a send to dst whose push returned ok: the bell rung, or
+// why the record could not go.
+func (t *Transport) pushed(dst int, p *peer, ok bool) error {
+	if ok {
 		p.full = 0
 		if t.fence {
 			p.out.Fence() // the record visible before the sleep check (ring.Producer.Fence)

@@ -46,6 +46,7 @@ func Run(t *testing.T, newJob NewJobFunc) {
 	t.Run("BadPeer", func(t *testing.T) { testBadPeer(t, open(t, 2)) })
 	t.Run("Put", func(t *testing.T) { testPut(t, open(t, 2)) })
 	t.Run("Get", func(t *testing.T) { testGet(t, open(t, 2)) })
+	t.Run("SendFill", func(t *testing.T) { testSendFill(t, open(t, 2)) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, open(t, 3)) })
 	t.Run("Wait", func(t *testing.T) { testWait(t, open(t, 2)) })
 	t.Run("NoAllocs", func(t *testing.T) { testNoAllocs(t, open(t, 2)) })
@@ -444,6 +445,51 @@ func testPut(t *testing.T, ts []transport.Transport) {
 		require.Equal(t, before[c.off+c.n:], buf[c.off+c.n:], "put %+v wrote past its range", c)
 	}
 	runtime.KeepAlive(buf)
+}
+
+// copyFiller fills a payload with a copy of b and counts its calls.
+type copyFiller struct {
+	b     []byte
+	calls int
+}
+
+func (f *copyFiller) Fill(p []byte) { f.calls++; copy(p, f.b) }
+
+// A FillSender's packets with payloads written in place arrive as Send's
+// would, to another rank and to itself, up to the largest packet; a packet
+// one byte too large, or to a peer whose network takes no payload in place
+// (PeerCaps), is refused without calling the filler.
+func testSendFill(t *testing.T, ts []transport.Transport) {
+	fs, ok := ts[0].(transport.FillSender)
+	if !ok || !ts[0].Caps().Fill {
+		t.Skip("network takes no payload in place")
+	}
+	j := newDriver(t, ts)
+	for i, dst := range []int{1, 0, 1} {
+		hdr, _ := build(0, dst, i, 2, 1)
+		n := []int{1, 1000, peerCaps(ts[0], dst).MaxPacket - len(hdr)}[i]
+		hdr, payload := build(0, dst, i, 2, n)
+		f := &copyFiller{b: payload}
+		if !peerCaps(ts[0], dst).Fill {
+			// Another network reaches dst (package route): refused, unfilled.
+			require.ErrorIs(t, fs.SendFill(dst, hdr, n, f), transport.ErrFillUnsupported)
+			require.Zero(t, f.calls)
+			continue
+		}
+		err := fs.SendFill(dst, hdr, n, f)
+		for errors.Is(err, transport.ErrWouldBlock) {
+			j.pollAll()
+			err = fs.SendFill(dst, hdr, n, f)
+		}
+		require.NoError(t, err)
+		require.Equal(t, 1, f.calls)
+		got := j.await(dst, 1)
+		check(t, got[0], dst)
+		hdr, _ = build(0, dst, i, 2, n+1)
+		big := &copyFiller{}
+		require.ErrorIs(t, fs.SendFill(dst, hdr, peerCaps(ts[0], dst).MaxPacket-len(hdr)+1, big), transport.ErrTooLarge)
+		require.Zero(t, big.calls)
+	}
 }
 
 func testGet(t *testing.T, ts []transport.Transport) {
