@@ -229,12 +229,14 @@ func TestTypedSendRecv(t *testing.T) {
 	for _, nw := range append(networks, "loop+noget") {
 		t.Run(nw, func(t *testing.T) {
 			skipOn(t, nw)
-			// Below the eager limit, and rendezvous of a few chunks, the last
-			// one partial; the simulated networks, slow with
-			// their faults, move fewer.
-			sizes, lays := []int{6, 70001 &^ 1}, layouts
+			// Below the eager limit (an immediate request; a medium one
+			// packed in the rank's buffer; one of 16 KB packed in place in
+			// the ring over shm and loop, in a scratch buffer elsewhere), and
+			// rendezvous of a few chunks, the last one partial; the simulated
+			// networks, slow with their faults, move fewer.
+			sizes, lays := []int{6, 500, 2000, 70001 &^ 1}, layouts
 			if strings.Contains(nw, "sim") {
-				sizes, lays = []int{6, 40000}, layouts[:3]
+				sizes, lays = []int{6, 2000, 40000}, layouts[:3]
 			}
 			runJob(t, nw, 2, Config{}, func(r *rk, w *Comm) {
 				for _, n := range sizes {

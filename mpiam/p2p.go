@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/handlers"
 	"github.com/amgo-hpc/amgo/mpiam/internal/match"
 )
@@ -178,6 +179,21 @@ func (p *proc) sendEager(c *Comm, buf []byte, dest, tag int, mode Mode, pb uint6
 	a0, a1, a2 := envelope(c.ctx, c.rank, tag, seq, flags)
 	err := p.sendEagerData(world, buf, handlers.Piggyback{Value: pb, Set: hasPB}, a0, a1, a2)
 	if err != nil {
+		return p.netErr(c, world, fmt.Sprintf("send to rank %d, tag %d", dest, tag), err)
+	}
+	return nil
+}
+
+// sendEagerFill is sendEager for n bytes of data that f writes in place in
+// a medium request's payload (am.Endpoint.RequestMediumFill).
+func (p *proc) sendEagerFill(c *Comm, f transport.Filler, n, dest, tag int, mode Mode, pb uint64, hasPB bool) error {
+	world := c.world(dest)
+	var flags uint64
+	if mode == Ready {
+		flags = flagReady
+	}
+	a0, a1, a2 := envelope(c.ctx, c.rank, tag, c.nextSeq(dest), flags)
+	if err := p.ep.RequestMediumFill(world, hEager, n, f, handlers.Piggyback{Value: pb, Set: hasPB}, a0, a1, a2); err != nil {
 		return p.netErr(c, world, fmt.Sprintf("send to rank %d, tag %d", dest, tag), err)
 	}
 	return nil

@@ -191,8 +191,9 @@ type proc struct {
 	arStates       map[uint32]*arState       // small allreduces' slots by communicator context (coll_amreduce.go; p.mu)
 	rndvSplit      int                       // EnvRndvSplit: smallest rendezvous split between store and get (0: never)
 	stages         stages                    // shared stages of strided receives (stage.go)
-	packMu         locks.Mutex               // guards packBuf (a flag at single-threaded levels)
+	packMu         locks.Mutex               // guards packBuf and packFill (a flag at single-threaded levels)
 	packBuf        []byte                    // packBufBytes for packing eager messages (sendPacked), made on first use
+	packFill       packFiller                // what sendPacked packs in place, under packMu
 
 	msgPool sync.Pool
 	// freeMsgs holds recycled message records for the next eager arrivals
