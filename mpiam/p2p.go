@@ -347,9 +347,28 @@ func (c *Comm) irecv(buf []byte, src, tag int) (*Request, error) {
 		return nil, err
 	}
 	p := c.p
-	if src == ProcNull || p.mu.Sequential() {
+	if src == ProcNull {
 		r, h := c.newRecv(buf, src, tag, true)
 		if err := p.startRecv(r); err != nil {
+			return nil, err
+		}
+		return h, nil
+	}
+	if p.mu.Sequential() {
+		// One goroutine in the library: the state and handle straight off
+		// the cache's stack and slab (p.mu's flag, taken below, is what
+		// catches a second goroutine), posted in the same frame.
+		st := &p.states
+		r := st.free.pop()
+		if r == nil {
+			r = st.newState()
+		}
+		h := st.handles.take()
+		h.s = r
+		c.setRecv(r, buf, src, tag)
+		p.syncDeaths()
+		p.mu.Lock()
+		if err := p.postRecv(r, true); err != nil {
 			return nil, err
 		}
 		return h, nil

@@ -120,6 +120,9 @@ func (c *reqCache) get(handle bool) (*reqState, *Request) {
 // handle returns a new handle without a state (an eager send that
 // completed in its call: Request.sentStatus).
 func (c *reqCache) handle() *Request {
+	if c.mu.Sequential() {
+		return c.handles.take() // one goroutine in the library (see irecv)
+	}
 	c.mu.Lock()
 	h := c.handleLocked()
 	c.mu.Unlock()
