@@ -25,9 +25,10 @@ const handleSlab = 64
 // out the handle in the same critical section and takes a Waitall's states back
 // in one (a sync.Pool keeps all but one of them in per-P dequeues at ~20 ns per
 // Get or Put here). At a single-threaded level (thread.go) blocking calls use
-// the stack too, and every call takes and returns states and handles
-// without the lock (irecv takes them directly; the matching lock's flag
-// catches a second goroutine). docs/performance.md has the figures.
+// the stack too; there Irecv and an eager Isend take their state and
+// handle, and spent states go back, without the lock's flag (the matching
+// lock's flag catches a second goroutine). docs/performance.md has the
+// figures.
 type reqCache struct {
 	pool sync.Pool // states of blocking calls
 
