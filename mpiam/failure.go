@@ -278,7 +278,7 @@ func (p *proc) failRankLocked(w int, done []func()) []func() {
 		if peer != w {
 			continue
 		}
-		delete(p.reqs, id)
+		p.unfileReqLocked(id)
 		r.parts = 0 // parts finishing later leave it alone
 		failStageLocked(r)
 		if r.seg.Len > 0 {

@@ -121,7 +121,7 @@ func (p *proc) startSend(r *reqState) error {
 		p.nextID++
 		r.id = p.nextID
 		r.parts, r.xferErr, r.xferPB, r.xferHasPB = 1, nil, 0, false // the receiver's final word
-		p.reqs[r.id] = r
+		p.fileReqLocked(r)
 		p.mu.Unlock()
 	}
 	seq := c.nextSeq(r.peer)
@@ -149,7 +149,7 @@ func (p *proc) startSend(r *reqState) error {
 	if err != nil {
 		if rndv {
 			p.mu.Lock()
-			delete(p.reqs, r.id)
+			p.unfileReqLocked(r.id)
 			bounce := r.bounce
 			r.bounce = nil
 			p.mu.Unlock()

@@ -177,7 +177,11 @@ type proc struct {
 	mu       locks.Mutex // guards eng, reqs, nextID, work, nextCtx; a plain flag at a single-threaded level (thread.go)
 	eng      *match.Engine[*reqState, *inMsg]
 	matchBuf []match.Match[*reqState, *inMsg]
-	reqs     map[uint64]*reqState // rendezvous requests waiting for a peer, by id
+	reqs     map[uint64]*reqState // rendezvous requests waiting for a peer, by id (fileReqLocked)
+	// sendsTo[w] counts the rendezvous sends to world rank w filed in reqs:
+	// a rendezvous from w that arrives while this rank sends one to w is
+	// an exchange, which the receiver does not split (planRndvLocked).
+	sendsTo []int32
 	nextID   uint64
 	work     []deferred // queued from workHead on; the array is reused once drained
 	workHead int
@@ -249,6 +253,7 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		ep:      ep,
 		eng:     match.New[*reqState, *inMsg](),
 		reqs:    map[uint64]*reqState{},
+		sendsTo: make([]int32, ep.Size()),
 		nextID:  1,
 		nextCtx: 2,
 	}

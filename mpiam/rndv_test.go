@@ -81,6 +81,54 @@ func TestRendezvousSplitOff(t *testing.T) {
 	})
 }
 
+// A rendezvous that arrives while the receiver is itself sending the source
+// one (an exchange) is pulled whole: both cores copy already, so the split's
+// extra clear-to-send and store would only cost. Rank 1 receives rank 0's
+// message while its own to rank 0 waits (rank 0 posts nothing until told),
+// so rank 0 stores nothing; a one-way message of the same size is split.
+func TestRendezvousExchangeNotSplit(t *testing.T) {
+	runJob(t, "loop", 2, Config{}, func(r *rk, w *Comm) {
+		n := 2 * DefaultRndvSplitBytes
+		ep, peer := w.p.ep, 1-w.Rank()
+		before := ep.Stats()
+		// One way: split.
+		if w.Rank() == 0 {
+			r.NoError(Send(w, patterned(n, 1), 1, 1))
+			r.EqualValues(1, ep.Stats().StoresPut-before.StoresPut, "a one-way message is split")
+		} else {
+			buf := make([]byte, n)
+			_, err := Recv(w, buf, 0, 1)
+			r.NoError(err)
+			r.NoError(checkPattern(buf, 1))
+		}
+		r.NoError(w.Barrier())
+		// An exchange: rank 1 matches rank 0's message while its own is
+		// outstanding.
+		before = ep.Stats()
+		send, err := Isend(w, patterned(n, 2+w.Rank()), peer, 2)
+		r.NoError(err)
+		buf := make([]byte, n)
+		if w.Rank() == 1 {
+			_, err = Recv(w, buf, 0, 2)
+			r.NoError(err)
+			r.NoError(Send(w, []byte{1}, 0, 3))
+		} else {
+			_, err = Recv(w, make([]byte, 1), 1, 3)
+			r.NoError(err)
+			_, err = Recv(w, buf, 1, 2)
+			r.NoError(err)
+		}
+		r.NoError(checkPattern(buf, 2+peer))
+		_, err = send.Wait()
+		r.NoError(err)
+		if w.Rank() == 0 {
+			r.Zero(ep.Stats().StoresPut-before.StoresPut, "rank 1 pulled rank 0's message whole")
+		}
+		r.NoError(w.Barrier())
+		r.Zero(w.p.sendsTo[peer], "no rendezvous send left counted")
+	})
+}
+
 func TestRendezvousSplitEnv(t *testing.T) {
 	t.Setenv(EnvRndvSplit, "lots")
 	err := RunLocal(1, Config{}, func(*Comm) error { return nil })

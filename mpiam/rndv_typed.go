@@ -98,7 +98,7 @@ func (p *proc) typedStoreLocked(r *reqState, src, from, n int, args *ctsArgs) er
 	if r.id == 0 || p.reqs[r.id] != r {
 		p.nextID++
 		r.id = p.nextID
-		p.reqs[r.id] = r
+		p.fileReqLocked(r)
 	}
 	args.RecvID = r.id
 	if r.bounce == nil {
