@@ -181,7 +181,7 @@ type proc struct {
 	// sendsTo[w] counts the rendezvous sends to world rank w filed in reqs:
 	// a rendezvous from w that arrives while this rank sends one to w is
 	// an exchange, which the receiver does not split (planRndvLocked).
-	sendsTo []int32
+	sendsTo  []int32
 	nextID   uint64
 	work     []deferred // queued from workHead on; the array is reused once drained
 	workHead int
