@@ -130,23 +130,22 @@ func (ep *Endpoint) RequestMediumFill(dst int, h handlers.Index, n int, f transp
 	if err := ep.checkMedium(dst, h, n, len(args)); err != nil {
 		return err
 	}
-	if !ep.nets[dst].fill {
-		b := fillScratch.Get().(*[]byte)
-		if cap(*b) < n {
-			*b = make([]byte, n)
-		}
-		s := (*b)[:n]
-		f.Fill(s)
-		err := ep.RequestMediumWith(dst, h, s, pb, args...)
-		fillScratch.Put(b)
-		return err
-	}
 	hdr := wire.Header{Kind: wire.KindRequestMedium, Handler: uint8(h), NArgs: uint8(len(args)),
 		Src: uint32(ep.rank), Len: uint32(n)}
 	if pb.Set {
 		hdr.Flags, hdr.Piggyback = wire.FlagPiggyback, pb.Value
 	}
-	return ep.sendRequest(dst, &hdr, args, nil, f)
+	if ep.nets[dst].fill {
+		return ep.sendRequest(dst, &hdr, args, nil, f)
+	}
+	b := fillScratch.Get().(*[]byte)
+	if cap(*b) < n {
+		*b = make([]byte, n)
+	}
+	f.Fill((*b)[:n])
+	err := ep.sendRequest(dst, &hdr, args, (*b)[:n], nil)
+	fillScratch.Put(b)
+	return err
 }
 
 // fillScratch holds the buffers RequestMediumFill builds payloads in for
