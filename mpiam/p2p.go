@@ -357,7 +357,9 @@ func (c *Comm) irecv(buf []byte, src, tag int) (*Request, error) {
 	if p.mu.Sequential() {
 		// One goroutine in the library: the state and handle straight off
 		// the cache's stack and slab (p.mu's flag, taken below, is what
-		// catches a second goroutine), posted in the same frame.
+		// catches a second goroutine), posted in the same frame. Through
+		// newRecv and reqCache.get, neither of which inlines, this costs
+		// about 50 instructions more per message (SelfWindow).
 		st := &p.states
 		r := st.free.pop()
 		if r == nil {
