@@ -281,6 +281,10 @@ type rxState struct {
 	hdr     wire.Header
 	args    [wire.MaxArgs]uint64
 	tok     handlers.Token
+	// immTok is the token of immediate requests on the fast path
+	// (receiver.Deliver): prepared once by BeginImmediate, only its source
+	// changes per message.
+	immTok  handlers.Token
 	payload []byte
 	kind    wire.Kind
 	credit  *flowctl.Ledger // the credit this rank owes its senders
@@ -394,6 +398,7 @@ func New(tr transport.Transport, cfg Config) (*Endpoint, error) {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	ep.rx.acks = cacheline.Slice[flowctl.Ack](ep.size)[:0]
+	ep.rx.immTok.BeginImmediate((*replier)(ep), 0)
 	for i := range ep.peers {
 		// The peer's network is the same both ways, so the peer sizes its
 		// buffer here as this rank sizes its own there.

@@ -78,14 +78,23 @@ const idleFlushPolls = 32
 // receiver adapts the endpoint to transport.Receiver without exporting Deliver.
 type receiver Endpoint
 
-// Deliver hands an immediate request (the common packet of a stream of
-// small messages over shared memory) straight to deliverImmediate, and
-// everything else to deliver.
+// Deliver runs an immediate request (the common packet of a stream of
+// small messages over shared memory) from here: decoded in place, its
+// handler looked up and run on the token kept for immediate requests, all
+// in this one frame. Everything else, and an immediate request that fails
+// a check (which deliverImmediate then reports), goes to deliver.
 func (r *receiver) Deliver(src int, pkt []byte) {
 	ep := (*Endpoint)(r)
-	if wire.IsImmediate(pkt) && !ep.rx.credit.Urgent() {
-		ep.deliverImmediate(src, pkt)
-		return
+	rx := &ep.rx
+	if h, args, payload, ok := wire.DecodeImmediateInPlace(pkt); ok && !rx.credit.Urgent() &&
+		uint(src) < uint(len(ep.nets)) && ep.nets[src].immediate {
+		if fn := ep.table.Runnable(handlers.Index(h), len(args)); fn != nil {
+			rx.c.immediate++ // Stats counts them among the requests too
+			rx.c.bytes += uint64(len(payload))
+			rx.kind = wire.KindRequestImmediate
+			rx.immTok.RunFrom(src, fn, args, payload)
+			return
+		}
 	}
 	ep.deliver(src, pkt)
 }

@@ -186,3 +186,34 @@ func TestMaxReplyMedium(t *testing.T) {
 	tok.MaxReply = 10
 	require.Equal(t, 0, tok.MaxReplyMedium(0))
 }
+
+// A token kept for immediate requests serves message after message with
+// only its source changed: each handler sees its own source, can neither
+// reply nor retain, and the token is inactive between messages.
+func TestRunFromServesImmediateRequestsOnOneToken(t *testing.T) {
+	var tb Table
+	rec := &recorder{}
+	var srcs []int
+	var errs []error
+	_, _ = tb.Register(Entry{Index: 1, Name: "imm", NArgs: 1, Fn: func(tok *Token, a []uint64, _ []byte) {
+		srcs = append(srcs, tok.Source())
+		_, _, rerr := tok.Retain()
+		errs = append(errs, tok.ReplyShort(2), rerr, tok.ReplyShortWith(2, Piggyback{Value: 5, Set: true}))
+		require.True(t, tok.IsImmediate())
+		require.True(t, tok.active)
+	}})
+	var tok Token
+	tok.BeginImmediate(rec, 0)
+	fn := tb.Runnable(1, 1)
+	for _, src := range []int{3, 0, 7} {
+		tok.RunFrom(src, fn, []uint64{9}, nil)
+		require.False(t, tok.active, "inactive once the handler returned")
+		_, has := tok.ReplyPiggyback()
+		require.False(t, has, "a refused reply leaves no tool value behind")
+	}
+	require.Equal(t, []int{3, 0, 7}, srcs)
+	for _, err := range errs {
+		require.ErrorIs(t, err, ErrImmediate)
+	}
+	require.Empty(t, rec.replies)
+}

@@ -401,18 +401,22 @@ func DecodeImmediate(pkt []byte, scratch *[MaxArgs]uint64) (handler uint8, args 
 // decodes (or refuses, saying why).
 func DecodeImmediateInPlace(pkt []byte) (handler uint8, args []uint64, payload []byte, ok bool) {
 	p := unsafe.Pointer(unsafe.SliceData(pkt))
-	if !nativeLittleEndian || len(pkt) < ImmediateHeaderLen+8 || uintptr(p)&7 != 0 {
-		return 0, nil, nil, false
+	if nativeLittleEndian && len(pkt) >= ImmediateHeaderLen+8 && uintptr(p)&7 == 0 {
+		w0 := *(*uint64)(p) // little-endian, as the wire; aligned
+		nargs := uint8(w0 >> 24)
+		// The arguments end at n, which is at most len(pkt) when the
+		// payload length checks out: neither term of the sum wraps.
+		n := ImmediateHeaderLen + 8*uint64(nargs)
+		if uint16(w0) == immediateTag && nargs <= MaxArgs && n+w0>>32 == uint64(len(pkt)) {
+			return uint8(w0 >> 16), unsafe.Slice((*uint64)(unsafe.Add(p, ImmediateHeaderLen)), nargs), pkt[n:], true
+		}
 	}
-	w0 := *(*uint64)(p) // little-endian, as the wire; aligned
-	nargs := uint8(w0 >> 24)
-	n := ImmediateHeaderLen + 8*int(nargs)
-	if uint16(w0) != uint16(Version)|uint16(KindRequestImmediate)<<8 || nargs > MaxArgs ||
-		n > len(pkt) || uint64(len(pkt)-n) != w0>>32 {
-		return 0, nil, nil, false
-	}
-	return uint8(w0 >> 16), unsafe.Slice((*uint64)(unsafe.Add(p, ImmediateHeaderLen)), nargs), pkt[n:], true
+	return
 }
+
+// immediateTag is an immediate request header's first two bytes, read as a
+// little-endian 16-bit word: the version and the kind.
+const immediateTag = uint16(Version) | uint16(KindRequestImmediate)<<8
 
 // decodeImmediateErr is the error DecodeImmediate returns for pkt, which
 // failed one of its checks.
