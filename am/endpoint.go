@@ -278,9 +278,9 @@ type Endpoint struct {
 
 // rxState is the receive side, used only by the polling goroutine.
 type rxState struct {
-	hdr     wire.Header
-	args    [wire.MaxArgs]uint64
-	tok     handlers.Token
+	hdr  wire.Header
+	args [wire.MaxArgs]uint64
+	tok  handlers.Token
 	// immTok is the token of immediate requests on the fast path
 	// (receiver.Deliver): prepared once by BeginImmediate, only its source
 	// changes per message.
