@@ -371,7 +371,22 @@ func (p *proc) eagerArrived(tok *handlers.Token, a []uint64, payload []byte, sig
 		r.handle = match.PostedHandle{}
 		p.matchedLocked(r)
 		pb, hasPB := tok.Piggyback()
-		p.completeEagerLocked(r, payload, env, pb, hasPB, false, sig, hasSig)
+		if r.lay != nil || hasSig || len(payload) > len(r.buf) {
+			p.completeEagerLocked(r, payload, env, pb, hasPB, false, sig, hasSig)
+			p.mu.Unlock()
+			return
+		}
+		// completeEagerLocked's common case (contiguous, fits, no
+		// signature to check) in this frame.
+		n := copy(r.buf, payload)
+		st := &r.status
+		st.Source, st.Tag, st.Err, st.Bytes = int(env.Source), int(env.Tag), nil, n
+		st.Cancelled, st.Piggyback, st.HasPiggyback = false, pb, hasPB
+		if r.onDone == nil {
+			r.done.Store(true) // completed, without its call
+		} else {
+			r.completed()
+		}
 		p.mu.Unlock()
 		return
 	}

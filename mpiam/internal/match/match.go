@@ -467,9 +467,27 @@ func (e *Engine[R, M]) ArrivePosted(env Envelope) (r R, ok bool) {
 	if best == nil {
 		return r, false
 	}
-	e.attempts++
+	// removeRecv for a list head (bestRecv looks only at heads), written
+	// out in this frame: the common message's match makes no call.
+	l := best.in
+	next := best.next
+	l.head = next
+	if next != nil {
+		next.prev = nil
+	} else {
+		l.tail = nil
+	}
+	l.n--
+	if b := l.bucket; b != nil && (l.n == 0 || b.ctx.anySrcTag != 0) {
+		e.bucketLost(b)
+	}
 	r = best.r
-	e.removeRecv(best)
+	var zero R
+	best.r, best.next, best.in = zero, nil, nil
+	best.gen++ // stale handles no longer name this node
+	e.freeRecvs = append(e.freeRecvs, best)
+	e.nPosted--
+	e.attempts++
 	e.matchesCounted++
 	p.expect++
 	return r, true
@@ -748,18 +766,24 @@ func (e *Engine[R, M]) removeRecv(x *recvNode[R, M]) {
 	l := x.in
 	l.remove(x) // clears x's links
 	if b := l.bucket; b != nil {
-		if int32(uint32(b.key>>32)) == AnySource {
-			b.ctx.anySrcTag--
-		}
-		if b.recvs.n == 0 && b.msgs.n == 0 {
-			e.releaseIfEmpty(b)
-		}
+		e.bucketLost(b)
 	}
 	e.nPosted--
 	var zero R
 	x.r = zero // let the garbage collector have the request
 	x.gen++    // stale handles no longer name this node
 	e.freeRecvs = append(e.freeRecvs, x)
+}
+
+// bucketLost updates b's context and the idle list after a receive left
+// b's list (removeRecv's bucket steps).
+func (e *Engine[R, M]) bucketLost(b *tagBucket[R, M]) {
+	if int32(uint32(b.key>>32)) == AnySource {
+		b.ctx.anySrcTag--
+	}
+	if b.recvs.n == 0 && b.msgs.n == 0 {
+		e.releaseIfEmpty(b)
+	}
 }
 
 func (e *Engine[R, M]) newMsg() *msgNode[R, M] {
