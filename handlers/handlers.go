@@ -84,6 +84,10 @@ var (
 type Table struct {
 	mu      sync.Mutex
 	entries [256]Entry
+	// nargs[i] has bit k set when the handler at index i takes k
+	// arguments (all of 0..16 for AnyArgs; none without a handler): the
+	// per-message checks in one load and test.
+	nargs [256]uint32
 	sealed  atomic.Bool
 	unknown atomic.Uint64
 	badArgs atomic.Uint64
@@ -135,6 +139,11 @@ func (t *Table) register(e Entry, reserved bool) (Index, error) {
 		return 0, fmt.Errorf("%w: %d holds %q, cannot take %q", ErrIndexInUse, e.Index, old.Name, e.Name)
 	}
 	t.entries[e.Index] = e
+	if e.NArgs == AnyArgs {
+		t.nargs[e.Index] = 1<<(wire.MaxArgs+1) - 1
+	} else {
+		t.nargs[e.Index] = 1 << e.NArgs
+	}
 	return e.Index, nil
 }
 
@@ -162,7 +171,7 @@ func (t *Table) Lookup(idx Index) (*Entry, error) {
 // local table: tables are identical on every rank, so a wrong index or argument
 // count is caught at the sender with an error instead of a drop at the receiver.
 func (t *Table) CheckSend(idx Index, nargs int) error {
-	if e := &t.entries[idx]; e.Fn != nil && (e.NArgs == nargs || e.NArgs == AnyArgs && nargs <= wire.MaxArgs) {
+	if uint(nargs) <= wire.MaxArgs && t.nargs[idx]>>nargs&1 != 0 {
 		return nil // the common case, inlined into the caller
 	}
 	return t.checkSendSlow(idx, nargs)
@@ -202,11 +211,10 @@ func (t *Table) Dispatch(tok *Token, idx Index, args []uint64, payload []byte) e
 // Dispatch in two inlined parts, for a dispatcher on a packet's path
 // (package am) that would otherwise pay Dispatch's call on every message.
 func (t *Table) Runnable(idx Index, nargs int) Func {
-	e := &t.entries[idx]
-	if e.NArgs != AnyArgs && e.NArgs != nargs {
+	if uint(nargs) > wire.MaxArgs || t.nargs[idx]>>nargs&1 == 0 {
 		return nil
 	}
-	return e.Fn
+	return t.entries[idx].Fn
 }
 
 // refuse counts and reports a message Dispatch does not run.
