@@ -87,7 +87,7 @@ type Table struct {
 	// nargs[i] has bit k set when the handler at index i takes k
 	// arguments (all of 0..16 for AnyArgs; none without a handler): the
 	// per-message checks in one load and test.
-	nargs [256]uint32
+	nargs   [256]uint32
 	sealed  atomic.Bool
 	unknown atomic.Uint64
 	badArgs atomic.Uint64
