@@ -226,16 +226,38 @@ func (p *Producer) MaxRecord() int { return int(p.maxData) }
 // when the ring is corrupt (see Err). It does not allocate.
 func (p *Producer) Push(hdr, payload []byte) bool {
 	n := uint64(len(hdr)) + uint64(len(payload))
-	start, ok := p.reserve(n)
-	if !ok {
-		return false
+	// reserve and publish written out for their common case (a record that
+	// fits before the wrap, in space known free and zeroed), so that a
+	// small message's push is one frame.
+	size := recordSize(n)
+	off := p.pos & p.mask
+	end := p.pos + size // the next record's position
+	if n > p.maxData || off+size > p.cap || end+8-p.tail > p.cap || end+8 > p.zeroed {
+		start, ok := p.reserveSlow(n)
+		if !ok {
+			return false
+		}
+		p.copyIn(start, hdr, payload)
+		p.publish(start, n)
+		return true
 	}
+	p.copyIn(off, hdr, payload)
+	release.Store64((*uint64)(unsafe.Add(p.base, off)), validBit|n)
+	p.pos = end
+	release.Store64(p.headp, end) // for Pending, which must not read the data area
+	if p.zeroed-end < p.ahead || size > bigRecord {
+		p.zeroAhead(end, size)
+	}
+	return true
+}
+
+// copyIn writes a record's data, hdr then payload, at start, which
+// reserve returned for their total length.
+func (p *Producer) copyIn(start uint64, hdr, payload []byte) {
 	// In bounds: start+recordSize(n) <= cap.
 	d := unsafe.Add(p.base, start+8)
 	copy(unsafe.Slice((*byte)(d), len(hdr)), hdr)
 	copy(unsafe.Slice((*byte)(unsafe.Add(d, len(hdr))), len(payload)), payload)
-	p.publish(start, n)
-	return true
 }
 
 // Filler writes a record's payload in place (PushFill).

@@ -399,6 +399,22 @@ func (t *Transport) Caps() transport.Caps { return t.caps }
 // (ring full: poll and retry), transport.ErrPeer (dst out of range, closed,
 // dead, or its ring corrupt), transport.ErrClosed.
 func (t *Transport) Send(dst int, hdr, payload []byte) error {
+	if uint(dst) < uint(len(t.peers)) {
+		// outTo's and pushed's common case in this frame: a connected,
+		// live peer whose ring takes the record.
+		p := &t.peers[dst]
+		if out := p.out; out != nil && !t.closed.Load() && !p.dead.Load() &&
+			len(hdr)+len(payload) <= t.caps.MaxPacket && out.Push(hdr, payload) {
+			p.full = 0
+			if t.fence {
+				out.Fence() // the record visible before the sleep check (ring.Producer.Fence)
+			}
+			p.bell.Ring()
+			return nil
+		}
+	}
+	// Everything else, a full ring included, which this push tries again
+	// and reports.
 	p, err := t.outTo(dst, len(hdr)+len(payload))
 	if err != nil {
 		return err
