@@ -370,6 +370,21 @@ func (c *Comm) irecv(buf []byte, src, tag int) (*Request, error) {
 		c.setRecv(r, buf, src, tag)
 		p.syncDeaths()
 		p.mu.Lock()
+		if !p.fail.any.Load() {
+			// postRecv's common case (no failed rank to refuse for, no
+			// message waiting), in this frame.
+			m, env, ph, ok := p.eng.Post(match.Spec{Context: c.ctx, Source: int32(src), Tag: int32(tag)}, r)
+			if !ok {
+				r.handle = ph
+				p.notePostedLocked(r)
+				p.mu.Unlock()
+				return h, nil
+			}
+			if err := p.completePostedLocked(r, m, env); err != nil {
+				return nil, err
+			}
+			return h, nil
+		}
 		if err := p.postRecv(r, true); err != nil {
 			return nil, err
 		}

@@ -451,7 +451,12 @@ func waitall(reqs []*Request, statuses []Status) error {
 				statuses[i] = s.status
 			}
 			r.s = nil
-			spent.add(s)
+			if c := &s.p.states; c.mu.Sequential() && len(c.free) < reqCacheMax {
+				s.reset() // reqCache.put's common case, without its call
+				c.free = append(c.free, s)
+			} else {
+				spent.add(s)
+			}
 			reqs[i] = nil
 			continue
 		}

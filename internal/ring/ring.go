@@ -588,11 +588,12 @@ const BurstMax = 32
 // would read the next record's cache line, which the producer holds (it zeroes
 // ahead), and that miss would delay the caller's answer to the record just
 // handled (a ping-pong's critical path). When *streak is true (records are
-// streaming in) it hands over up to BurstMax, and before handing over each it
-// prefetches the first two lines of the record after it, so that their
-// transfer from the producer's core overlaps the handler (osu bw over shm at
-// 1/2/4 KiB +9/+10/+28 %; the hardware's stream prefetcher stops at page
-// boundaries).
+// streaming in) it hands over up to BurstMax, and before handing over each
+// record of at least prefetchAfter bytes, or one whose successor starts a
+// page, it prefetches the first two lines of the record after it, so that
+// their transfer from the producer's core overlaps the handler (osu bw over
+// shm at 1/2/4 KiB +9/+10/+28 %; the hardware's stream prefetcher stops at
+// page boundaries, and follows a stream of small records within a page).
 // It sets *streak to whether its last look found a record. When it returns 0,
 // Err tells a corrupt ring from an empty one. r is called through its own
 // method table: a caller holding another interface type with the same
@@ -601,30 +602,43 @@ const BurstMax = 32
 // up at run time, and a generic Take would call through a wrapper per record.
 func Take(c *Consumer, r Receiver, src int, streak *bool, max int) int {
 	n := 0
+	streaming := *streak // in a register across the calls to Deliver
 	for n < max && n < BurstMax {
 		rec := c.peekRecord()
-		ok := rec != nil
-		if !ok {
-			rec, ok = c.peekSlow()
+		if rec == nil {
+			var ok bool
+			if rec, ok = c.peekSlow(); !ok {
+				*streak = false
+				return n
+			}
 		}
-		if !ok {
-			*streak = false
-			return n
-		}
-		if *streak {
-			next := (c.head + c.cur) & c.mask
-			prefetch2(uintptr(unsafe.Add(c.base, next)), uintptr(unsafe.Add(c.base, (next+lineLen)&c.mask)))
+		if streaming {
+			// Small records stream through lines that the hardware's
+			// prefetcher follows within a page: the next record's lines
+			// are asked for after a large record and where the next one
+			// starts a page.
+			if next := (c.head + c.cur) & c.mask; c.cur >= prefetchAfter || next&(pageLen-1) < 2*lineLen {
+				prefetch2(uintptr(unsafe.Add(c.base, next)), uintptr(unsafe.Add(c.base, (next+lineLen)&c.mask)))
+			}
 		}
 		r.Deliver(src, rec)
 		c.advance()
 		n++
-		if !*streak {
+		if !streaming {
 			*streak = true
 			return n
 		}
 	}
 	return n
 }
+
+// prefetchAfter is the record size, in bytes, from which a streaming
+// consumer prefetches the next record's first lines (Take); pageLen is the
+// page size the hardware's stream prefetcher stops at.
+const (
+	prefetchAfter = 512
+	pageLen       = 4096
+)
 
 // Err reports why Peek returned false: nil when the ring was merely empty, an
 // error wrapping ErrCorrupt when the producer wrote an impossible record header.

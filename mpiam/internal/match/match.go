@@ -251,7 +251,19 @@ func (e *Engine[R, M]) Post(s Spec, r R) (m M, env Envelope, h PostedHandle, ok 
 			if b.idle {
 				e.wake(b)
 			}
-			return e.queueRecv(&b.recvs, s, r)
+			// queueRecv, written out: the common post makes no call.
+			var x *recvNode[R, M]
+			if n := len(e.freeRecvs); n > 0 {
+				x = e.freeRecvs[n-1]
+				e.freeRecvs = e.freeRecvs[:n-1]
+			} else {
+				x = e.newRecv()
+			}
+			x.r, x.spec, x.pseq = r, s, e.pseq
+			e.pseq++
+			b.recvs.pushBack(x)
+			e.nPosted++
+			return m, env, PostedHandle{slot: x.slot, gen: x.gen}, false
 		}
 	}
 	c := e.contextFor(s.Context)
