@@ -297,6 +297,28 @@ func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
 		return nil, err
 	}
 	p := c.p
+	if p.tools == nil && p.pbTool == nil && mode == Standard && dest != ProcNull {
+		// The common eager send, in this frame: sendsEager's and
+		// sendEager's steps without their calls; the handle as below.
+		world := c.world(dest)
+		if n := len(buf); n <= p.eagerLimit && !p.sendThrottle[world].on.Load() || n > p.eagerLimit && p.eagerAbove(world, n) {
+			a0, a1, a2 := envelope(c.ctx, c.rank, tag, c.nextSeq(dest), 0)
+			ok, err := p.ep.RequestImmediate(world, hEager, buf, a0, a1, a2)
+			if !ok && err == nil {
+				err = p.ep.RequestMediumWith(world, hEager, buf, handlers.Piggyback{}, a0, a1, a2)
+			}
+			if err != nil {
+				return nil, p.netErr(c, world, fmt.Sprintf("send to rank %d, tag %d", dest, tag), err)
+			}
+			var h *Request
+			if st := &p.states; st.mu.Sequential() {
+				h = st.handles.take() // reqCache.handle's first case, without its call
+			} else {
+				h = st.handle()
+			}
+			return h.sentBy(p.sentDone, dest, tag, n), nil
+		}
+	}
 	if p.tools == nil && c.sendsEager(dest, len(buf), mode) {
 		// Eager: the send completes in this call (as Send's does), so its
 		// handle needs no state of its own: it shares the rank's sentDone
@@ -481,6 +503,9 @@ func Rsend[T Elem](c *Comm, buf []T, dest, tag int) error {
 func Isend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
 	if c.checking() {
 		return c.isendLayCall(CallIsend, bytesOf(buf), nil, sliceType[T](len(buf)), dest, tag, Standard)
+	}
+	if !c.hooked() {
+		return c.isend(bytesOf(buf), dest, tag, Standard) // isendCall's common case, without its call
 	}
 	return c.isendCall(CallIsend, bytesOf(buf), dest, tag, Standard)
 }

@@ -682,8 +682,16 @@ func (p *proc) progress() {
 // eager reports whether a standard or ready send of n bytes to world rank
 // world uses the eager protocol (see EnvEagerLimit).
 func (p *proc) eager(world, n int) bool {
-	return (n <= p.eagerLimit || (n <= p.eagerNoGet && n <= p.ep.MaxMediumTo(world) && !p.ep.CanGet(world, n))) &&
-		!p.sendThrottle[world].on.Load()
+	if n > p.eagerLimit {
+		return p.eagerAbove(world, n)
+	}
+	return !p.sendThrottle[world].on.Load()
+}
+
+// eagerAbove is eager for n over the eager limit: eager to a peer without
+// a single-copy read, up to what it takes in one medium request.
+func (p *proc) eagerAbove(world, n int) bool {
+	return n <= p.eagerNoGet && n <= p.ep.MaxMediumTo(world) && !p.ep.CanGet(world, n) && !p.sendThrottle[world].on.Load()
 }
 
 // eagerPacked is eager for non-contiguous data, which is packed whatever

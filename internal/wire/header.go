@@ -351,8 +351,13 @@ func EncodeImmediate(b []byte, handler uint8, args []uint64, payloadLen int) int
 	binary.LittleEndian.PutUint64(b, uint64(Version)|uint64(KindRequestImmediate)<<8|uint64(handler)<<16|
 		uint64(len(args))<<24|uint64(uint32(payloadLen))<<32)
 	if nativeLittleEndian {
-		// The words as they are in memory: one copy, no per-word bounds checks.
-		copy(a, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(args))), 8*len(args)))
+		// The words as they are in memory, stored one by one (a few
+		// arguments cost less so than a call to copy), no per-word bounds
+		// checks: a holds them all.
+		d := unsafe.Pointer(unsafe.SliceData(a))
+		for i, v := range args {
+			*(*uint64)(unsafe.Add(d, 8*i)) = v
+		}
 		return n
 	}
 	for i, v := range args {
