@@ -293,8 +293,11 @@ func (c *Comm) sendsEager(dest, n int, mode Mode) bool {
 
 // isend starts a nonblocking send and returns its handle.
 func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
-	if err := c.checkSend(dest, tag); err != nil {
-		return nil, err
+	if !c.usable() || uint(dest) >= uint(c.size) || uint(tag) > TagUB {
+		// checkSend, its common case in this frame (it does not inline).
+		if err := c.checkSendSlow(dest, tag); err != nil {
+			return nil, err
+		}
 	}
 	p := c.p
 	if p.tools == nil && p.pbTool == nil && mode == Standard && dest != ProcNull {
@@ -365,8 +368,11 @@ func (c *Comm) send(buf []byte, dest, tag int, mode Mode) error {
 
 // irecv posts a nonblocking receive and returns its handle.
 func (c *Comm) irecv(buf []byte, src, tag int) (*Request, error) {
-	if err := c.checkRecv(src, tag); err != nil {
-		return nil, err
+	if !c.usable() || uint(src) >= uint(c.size) || uint(tag) > TagUB {
+		// checkRecv, its common case in this frame (it does not inline).
+		if err := c.checkRecvSlow(src, tag); err != nil {
+			return nil, err
+		}
 	}
 	p := c.p
 	if src == ProcNull {

@@ -299,7 +299,7 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		p.eagerNoGet = p.eagerLimit
 	}
 	entries := []handlers.Entry{
-		{Index: hEager, Name: "mpi.eager", NArgs: 3, Fn: p.onEager},
+		{Index: hEager, Name: "mpi.eager", NArgs: 3, Fn: p.onEagerFn()},
 		{Index: hRTS, Name: "mpi.rts", NArgs: 6, Fn: p.onRTS},
 		{Index: hCTS, Name: "mpi.cts", NArgs: 6, Fn: p.onCTS},
 		{Index: hData, Name: "mpi.data", NArgs: 1, Fn: p.onData},
@@ -342,14 +342,8 @@ func (p *proc) newMsg() *inMsg {
 	return m
 }
 
-// onEager handles eager data: if the receive is posted, the handler copies the
-// message into it and the space goes back to the sender; if not, the message
-// goes on the unexpected list (unexpected.go).
-func (p *proc) onEager(tok *handlers.Token, a []uint64, payload []byte) {
-	p.eagerArrived(tok, a, payload, 0, false)
-}
-
-// onEagerSig is onEager for a message with a type signature hash.
+// onEagerSig is the handler of eager messages with a type signature hash
+// (hEagerSig).
 func (p *proc) onEagerSig(tok *handlers.Token, a []uint64, payload []byte) {
 	p.eagerArrived(tok, a[:3], payload, a[3], true)
 }
@@ -363,30 +357,64 @@ func (p *proc) eagerArrived(tok *handlers.Token, a []uint64, payload []byte, sig
 		p.dropped(fmt.Errorf("eager message from rank %d: %w", tok.Source(), err))
 		return
 	}
-	env := pe.Envelope
 	p.mu.Lock()
-	if r, ok := p.eng.ArrivePosted(env); ok {
-		// The common case (a receive waits for this message): no message
-		// record, no match list.
+	r, posted := p.eng.ArrivePosted(pe.Envelope)
+	p.eagerLocked(tok, pe, payload, r, posted, sig, hasSig)
+}
+
+// onEagerFn returns the handler of eager messages without a signature
+// (hEager): if the receive is posted, the handler copies the message into
+// it and the space goes back to the sender; if not, the message goes on
+// the unexpected list (unexpected.go). It is eagerArrived with its common
+// case, a contiguous receive posted for the message, completed in the
+// handler's own frame, and a closure rather than a method value, whose
+// wrapper would be one more call on every message. (Not inlined into its
+// caller: a closure made in an inlined body has its own calls left
+// uninlined.)
+//
+//go:noinline
+func (p *proc) onEagerFn() handlers.Func {
+	return func(tok *handlers.Token, a []uint64, payload []byte) {
+		pe, ok := proto.EnvelopeOf(a)
+		if !ok {
+			p.eagerArrived(tok, a, payload, 0, false) // reports it
+			return
+		}
+		p.mu.Lock()
+		r, posted := p.eng.ArrivePosted(pe.Envelope)
+		if !posted || r.lay != nil || len(payload) > len(r.buf) {
+			p.eagerLocked(tok, pe, payload, r, posted, 0, false)
+			return
+		}
 		r.handle = match.PostedHandle{}
 		p.matchedLocked(r)
 		pb, hasPB := tok.Piggyback()
-		if r.lay != nil || hasSig || len(payload) > len(r.buf) {
-			p.completeEagerLocked(r, payload, env, pb, hasPB, false, sig, hasSig)
-			p.mu.Unlock()
-			return
-		}
 		// completeEagerLocked's common case (contiguous, fits, no
-		// signature to check) in this frame.
+		// signature to check), without its call.
 		n := copy(r.buf, payload)
 		st := &r.status
-		st.Source, st.Tag, st.Err, st.Bytes = int(env.Source), int(env.Tag), nil, n
+		st.Source, st.Tag, st.Err, st.Bytes = int(pe.Source), int(pe.Tag), nil, n
 		st.Cancelled, st.Piggyback, st.HasPiggyback = false, pb, hasPB
 		if r.onDone == nil {
 			r.done.Store(true) // completed, without its call
 		} else {
 			r.completed()
 		}
+		p.mu.Unlock()
+	}
+}
+
+// eagerLocked is eagerArrived once ArrivePosted has looked for a posted
+// receive (r, when posted); p.mu is held, and released on return.
+func (p *proc) eagerLocked(tok *handlers.Token, pe proto.Envelope, payload []byte, r *reqState, posted bool, sig uint64, hasSig bool) {
+	env := pe.Envelope
+	if posted {
+		// A receive waits for this message: no message record, no match
+		// list.
+		r.handle = match.PostedHandle{}
+		p.matchedLocked(r)
+		pb, hasPB := tok.Piggyback()
+		p.completeEagerLocked(r, payload, env, pb, hasPB, false, sig, hasSig)
 		p.mu.Unlock()
 		return
 	}

@@ -594,7 +594,10 @@ const BurstMax = 32
 // their transfer from the producer's core overlaps the handler (osu bw over
 // shm at 1/2/4 KiB +9/+10/+28 %; the hardware's stream prefetcher stops at
 // page boundaries, and follows a stream of small records within a page).
-// It sets *streak to whether its last look found a record. When it returns 0,
+// It sets *streak to whether its last look found a record. The space of
+// records under prefetchAfter bytes goes back to the producer once per
+// call (one store to the tail's line, which the producer reads when it
+// runs short), that of larger ones after each. When it returns 0,
 // Err tells a corrupt ring from an empty one. r is called through its own
 // method table: a caller holding another interface type with the same
 // method (transport.Receiver) converts it once and keeps the result
@@ -603,31 +606,42 @@ const BurstMax = 32
 func Take(c *Consumer, r Receiver, src int, streak *bool, max int) int {
 	n := 0
 	streaming := *streak // in a register across the calls to Deliver
-	for n < max && n < BurstMax {
+	limit := min(max, BurstMax)
+	for n < limit {
 		rec := c.peekRecord()
 		if rec == nil {
 			var ok bool
 			if rec, ok = c.peekSlow(); !ok {
-				*streak = false
-				return n
+				streaming = false
+				break
 			}
 		}
-		if streaming {
+		next := c.head + c.cur
+		if streaming && (c.cur >= prefetchAfter || next&(pageLen-1) < 2*lineLen) {
 			// Small records stream through lines that the hardware's
 			// prefetcher follows within a page: the next record's lines
 			// are asked for after a large record and where the next one
 			// starts a page.
-			if next := (c.head + c.cur) & c.mask; c.cur >= prefetchAfter || next&(pageLen-1) < 2*lineLen {
-				prefetch2(uintptr(unsafe.Add(c.base, next)), uintptr(unsafe.Add(c.base, (next+lineLen)&c.mask)))
-			}
+			prefetch2(uintptr(unsafe.Add(c.base, next&c.mask)), uintptr(unsafe.Add(c.base, (next+lineLen)&c.mask)))
 		}
 		r.Deliver(src, rec)
-		c.advance()
+		size := c.cur
+		c.head, c.cur = next, 0 // advance
+		if size >= prefetchAfter {
+			// A large record's space back to the producer at once, so
+			// that a stream of them keeps both sides busy; small ones'
+			// once for the burst, below.
+			release.Store64(tailPtr(c.tailp), next)
+		}
 		n++
 		if !streaming {
-			*streak = true
-			return n
+			streaming = true
+			break
 		}
+	}
+	*streak = streaming
+	if n > 0 {
+		release.Store64(tailPtr(c.tailp), c.head)
 	}
 	return n
 }
