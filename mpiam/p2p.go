@@ -382,49 +382,47 @@ func (c *Comm) irecv(buf []byte, src, tag int) (*Request, error) {
 		}
 		return h, nil
 	}
+	var r *reqState
+	var h *Request
 	if p.mu.Sequential() {
 		// One goroutine in the library: the state and handle straight off
 		// the cache's stack and slab (p.mu's flag, taken below, is what
-		// catches a second goroutine), posted in the same frame. Through
-		// newRecv and reqCache.get, neither of which inlines, this costs
-		// about 50 instructions more per message (SelfWindow).
+		// catches a second goroutine). Through newRecv and reqCache.get,
+		// neither of which inlines, this costs about 50 instructions more
+		// per message (SelfWindow).
 		st := &p.states
-		r := st.free.pop()
-		if r == nil {
+		if r = st.free.pop(); r == nil {
 			r = st.newState()
 		}
-		h := st.handles.take()
+		h = st.handles.take()
 		h.s = r
 		c.setRecv(r, buf, src, tag)
 		p.syncDeaths()
 		p.mu.Lock()
-		if !p.fail.any.Load() {
-			// postRecv's common case (no failed rank to refuse for, no
-			// message waiting), in this frame.
-			m, env, ph, ok := p.eng.Post(match.Spec{Context: c.ctx, Source: int32(src), Tag: int32(tag)}, r)
-			if !ok {
-				r.handle = ph
-				p.notePostedLocked(r)
-				p.mu.Unlock()
-				return h, nil
-			}
-			if err := p.completePostedLocked(r, m, env); err != nil {
-				return nil, err
-			}
-			return h, nil
-		}
+	} else {
+		// With locks: the state and handle are taken under the matching
+		// lock that posting takes anyway (recvStack).
+		p.syncDeaths()
+		p.mu.Lock()
+		r, h = p.recvStates.getLocked(&p.states)
+		c.setRecv(r, buf, src, tag)
+	}
+	if p.fail.any.Load() {
 		if err := p.postRecv(r, true); err != nil {
 			return nil, err
 		}
 		return h, nil
 	}
-	// With locks: the state and handle are taken under the matching lock
-	// that posting takes anyway (recvStack).
-	p.syncDeaths()
-	p.mu.Lock()
-	r, h := p.recvStates.getLocked(&p.states)
-	c.setRecv(r, buf, src, tag)
-	if err := p.postRecv(r, true); err != nil {
+	// postRecv's common case (no failed rank to refuse for, no message
+	// waiting), in this frame.
+	m, env, ph, ok := p.eng.Post(match.Spec{Context: c.ctx, Source: int32(src), Tag: int32(tag)}, r)
+	if !ok {
+		r.handle = ph
+		p.notePostedLocked(r)
+		p.mu.Unlock()
+		return h, nil
+	}
+	if err := p.completePostedLocked(r, m, env); err != nil {
 		return nil, err
 	}
 	return h, nil
