@@ -184,6 +184,21 @@ func (p *proc) sendEager(c *Comm, buf []byte, dest, tag int, mode Mode, pb uint6
 	return nil
 }
 
+// sendEagerStd is sendEager for a standard-mode send without a tool value
+// to world rank world (dest in c), in fewer steps: the envelope, then an
+// immediate request, or a medium one when the immediate cannot go.
+func (p *proc) sendEagerStd(c *Comm, buf []byte, world, dest, tag int) error {
+	a0, a1, a2 := envelope(c.ctx, c.rank, tag, c.nextSeq(dest), 0)
+	ok, err := p.ep.RequestImmediate(world, hEager, buf, a0, a1, a2)
+	if !ok && err == nil {
+		err = p.ep.RequestMediumWith(world, hEager, buf, handlers.Piggyback{}, a0, a1, a2)
+	}
+	if err != nil {
+		return p.netErr(c, world, fmt.Sprintf("send to rank %d, tag %d", dest, tag), err)
+	}
+	return nil
+}
+
 // sendEagerFill is sendEager for n bytes of data that f writes in place in
 // a medium request's payload (am.Endpoint.RequestMediumFill).
 func (p *proc) sendEagerFill(c *Comm, f transport.Filler, n, dest, tag int, mode Mode, pb uint64, hasPB bool) error {
@@ -305,6 +320,8 @@ func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
 		// sendEager's steps without their calls; the handle as below.
 		world := c.world(dest)
 		if n := len(buf); n <= p.eagerLimit && !p.sendThrottle[world].on.Load() || n > p.eagerLimit && p.eagerAbove(world, n) {
+			// sendEagerStd, written out: its call costs an eager Isend
+			// about 30 instructions (SelfWindow).
 			a0, a1, a2 := envelope(c.ctx, c.rank, tag, c.nextSeq(dest), 0)
 			ok, err := p.ep.RequestImmediate(world, hEager, buf, a0, a1, a2)
 			if !ok && err == nil {
@@ -348,10 +365,20 @@ func (h *Request) sentBy(done *reqState, dest, tag, n int) *Request {
 }
 
 func (c *Comm) send(buf []byte, dest, tag int, mode Mode) error {
-	if err := c.checkSend(dest, tag); err != nil {
-		return err
+	if !c.usable() || uint(dest) >= uint(c.size) || uint(tag) > TagUB {
+		// checkSend, its common case in this frame (it does not inline).
+		if err := c.checkSendSlow(dest, tag); err != nil {
+			return err
+		}
 	}
 	p := c.p
+	if p.pbTool == nil && mode == Standard && dest != ProcNull {
+		// The common eager send, as isend's.
+		world := c.world(dest)
+		if n := len(buf); n <= p.eagerLimit && !p.sendThrottle[world].on.Load() || n > p.eagerLimit && p.eagerAbove(world, n) {
+			return p.sendEagerStd(c, buf, world, dest, tag)
+		}
+	}
 	if c.sendsEager(dest, len(buf), mode) {
 		// Eager: complete once the data is on its way, so no request is needed.
 		pb, hasPB := p.outgoingPB()
@@ -429,15 +456,34 @@ func (c *Comm) irecv(buf []byte, src, tag int) (*Request, error) {
 }
 
 func (c *Comm) recv(buf []byte, src, tag int) (Status, error) {
-	if err := c.checkRecv(src, tag); err != nil {
-		return Status{}, err
+	if !c.usable() || uint(src) >= uint(c.size) || uint(tag) > TagUB {
+		// checkRecv, its common case in this frame (it does not inline).
+		if err := c.checkRecvSlow(src, tag); err != nil {
+			return Status{}, err
+		}
 	}
-	r, _ := c.newRecv(buf, src, tag, false)
-	if err := c.p.startRecv(r); err != nil {
-		return Status{}, err
+	p := c.p
+	var r *reqState
+	if p.mu.Sequential() && src != ProcNull {
+		// As irecv's: the state straight off the cache's stack.
+		st := &p.states
+		if r = st.free.pop(); r == nil {
+			r = st.newState()
+		}
+		c.setRecv(r, buf, src, tag)
+		p.syncDeaths()
+		p.mu.Lock()
+		if err := p.postRecv(r, true); err != nil {
+			return Status{}, err
+		}
+	} else {
+		r, _ = c.newRecv(buf, src, tag, false)
+		if err := p.startRecv(r); err != nil {
+			return Status{}, err
+		}
 	}
 	st, err := r.wait()
-	c.p.states.put(r)
+	p.states.put(r)
 	return st, err
 }
 
@@ -467,6 +513,9 @@ func (c *Comm) isendCall(call Call, b []byte, dest, tag int, mode Mode) (*Reques
 func Send[T Elem](c *Comm, buf []T, dest, tag int) error {
 	if c.checking() {
 		return c.sendLayCall(CallSend, bytesOf(buf), nil, sliceType[T](len(buf)), dest, tag, Standard)
+	}
+	if !c.hooked() {
+		return c.send(bytesOf(buf), dest, tag, Standard) // sendCall's common case, without its call
 	}
 	return c.sendCall(CallSend, bytesOf(buf), dest, tag, Standard)
 }
