@@ -687,17 +687,49 @@ func (p *proc) waitFor(cond func() bool) error {
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, am.ErrSeq) {
-			return p.threadErr()
-		}
-		if !errors.Is(err, am.ErrPeerDead) {
-			return fmt.Errorf("%w: %w", ErrOther, err)
-		}
-		p.syncDeaths()
-		if cond() {
-			return nil
+		if over, err := p.waited(err, cond); over {
+			return err
 		}
 	}
+}
+
+// waitDone is waitFor(d.Load), the wait of a request, with the flag read in
+// place rather than through a method value's wrapper: a ping-pong's wait
+// for the answer. (Not inlined into its callers: a closure made in an
+// inlined body has its own calls left uninlined.)
+//
+//go:noinline
+func (p *proc) waitDone(d *doneFlag) error {
+	p.syncDeaths()
+	if d.Load() {
+		return nil
+	}
+	for {
+		err := p.ep.PollUntil(func() bool {
+			p.runDeferred()
+			return d.Load()
+		})
+		if err == nil {
+			return nil
+		}
+		if over, err := p.waited(err, d.Load); over {
+			return err
+		}
+	}
+}
+
+// waited acts on an error PollUntil returned to a waiter for cond: whether
+// the wait is over, with its error (nil: cond holds). A dead peer's error
+// is taken in (syncDeaths) and the wait goes on unless cond holds now.
+func (p *proc) waited(err error, cond func() bool) (bool, error) {
+	switch {
+	case errors.Is(err, am.ErrSeq):
+		return true, p.threadErr()
+	case !errors.Is(err, am.ErrPeerDead):
+		return true, fmt.Errorf("%w: %w", ErrOther, err)
+	}
+	p.syncDeaths()
+	return cond(), nil
 }
 
 // progress polls once and runs deferred work (Test, Iprobe).

@@ -156,7 +156,7 @@ func (r *Request) waitKeep() (Status, error) {
 	if s.shared {
 		return r.sentStatus(), nil
 	}
-	if err := s.p.waitFor(s.done.Load); err != nil {
+	if err := s.p.waitDone(&s.done); err != nil {
 		return Status{Err: err}, err
 	}
 	st := s.finish()
@@ -346,7 +346,7 @@ func (r *reqState) wait() (Status, error) {
 	if r.null() {
 		return emptyStatus, nil
 	}
-	if err := r.p.waitFor(r.done.Load); err != nil {
+	if err := r.p.waitDone(&r.done); err != nil {
 		return Status{Err: err}, err
 	}
 	st := r.finish()
