@@ -91,7 +91,8 @@ func (r *receiver) Deliver(src int, pkt []byte) {
 		if fn := ep.table.Runnable(handlers.Index(h), len(args)); fn != nil {
 			rx.c.immediate++ // Stats counts them among the requests too
 			rx.c.bytes += uint64(len(payload))
-			rx.kind = wire.KindRequestImmediate
+			// rx.kind is left as it is: only Retain reads it, which an
+			// immediate request's token refuses before.
 			rx.immTok.RunFrom(src, fn, args, payload)
 			return
 		}

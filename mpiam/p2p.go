@@ -11,9 +11,16 @@ import (
 	"github.com/amgo-hpc/amgo/mpiam/internal/match"
 )
 
+// argsOK is the common case of checkSend and checkRecv, inlined into the
+// point-to-point calls (the checks themselves do not inline): c usable, the
+// peer a rank of c (no wildcard, no ProcNull), the tag 0..TagUB.
+func (c *Comm) argsOK(peer, tag int) bool {
+	return c.usable() && uint(peer) < uint(c.size) && uint(tag) <= TagUB
+}
+
 // checkSend validates a send's destination and tag (MPI-4.1 §3.2.3).
 func (c *Comm) checkSend(dest, tag int) error {
-	if c.usable() && uint(dest) < uint(c.size) && uint(tag) <= TagUB {
+	if c.argsOK(dest, tag) {
 		return nil // the common case, one call
 	}
 	return c.checkSendSlow(dest, tag)
@@ -35,7 +42,7 @@ func (c *Comm) checkSendSlow(dest, tag int) error {
 
 // checkRecv validates a receive's source and tag (wildcards allowed).
 func (c *Comm) checkRecv(src, tag int) error {
-	if c.usable() && uint(src) < uint(c.size) && uint(tag) <= TagUB {
+	if c.argsOK(src, tag) {
 		return nil // the common case, one call
 	}
 	return c.checkRecvSlow(src, tag)
@@ -308,8 +315,7 @@ func (c *Comm) sendsEager(dest, n int, mode Mode) bool {
 
 // isend starts a nonblocking send and returns its handle.
 func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
-	if !c.usable() || uint(dest) >= uint(c.size) || uint(tag) > TagUB {
-		// checkSend, its common case in this frame (it does not inline).
+	if !c.argsOK(dest, tag) {
 		if err := c.checkSendSlow(dest, tag); err != nil {
 			return nil, err
 		}
@@ -319,6 +325,7 @@ func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
 		// The common eager send, in this frame: sendsEager's and
 		// sendEager's steps without their calls; the handle as below.
 		world := c.world(dest)
+		// p.eager(world, n), written out (it does not inline).
 		if n := len(buf); n <= p.eagerLimit && !p.sendThrottle[world].on.Load() || n > p.eagerLimit && p.eagerAbove(world, n) {
 			// sendEagerStd, written out: its call costs an eager Isend
 			// about 30 instructions (SelfWindow).
@@ -365,15 +372,14 @@ func (h *Request) sentBy(done *reqState, dest, tag, n int) *Request {
 }
 
 func (c *Comm) send(buf []byte, dest, tag int, mode Mode) error {
-	if !c.usable() || uint(dest) >= uint(c.size) || uint(tag) > TagUB {
-		// checkSend, its common case in this frame (it does not inline).
+	if !c.argsOK(dest, tag) {
 		if err := c.checkSendSlow(dest, tag); err != nil {
 			return err
 		}
 	}
 	p := c.p
 	if p.pbTool == nil && mode == Standard && dest != ProcNull {
-		// The common eager send, as isend's.
+		// The common eager send, as isend's (p.eager written out).
 		world := c.world(dest)
 		if n := len(buf); n <= p.eagerLimit && !p.sendThrottle[world].on.Load() || n > p.eagerLimit && p.eagerAbove(world, n) {
 			return p.sendEagerStd(c, buf, world, dest, tag)
@@ -395,8 +401,7 @@ func (c *Comm) send(buf []byte, dest, tag int, mode Mode) error {
 
 // irecv posts a nonblocking receive and returns its handle.
 func (c *Comm) irecv(buf []byte, src, tag int) (*Request, error) {
-	if !c.usable() || uint(src) >= uint(c.size) || uint(tag) > TagUB {
-		// checkRecv, its common case in this frame (it does not inline).
+	if !c.argsOK(src, tag) {
 		if err := c.checkRecvSlow(src, tag); err != nil {
 			return nil, err
 		}
@@ -456,8 +461,7 @@ func (c *Comm) irecv(buf []byte, src, tag int) (*Request, error) {
 }
 
 func (c *Comm) recv(buf []byte, src, tag int) (Status, error) {
-	if !c.usable() || uint(src) >= uint(c.size) || uint(tag) > TagUB {
-		// checkRecv, its common case in this frame (it does not inline).
+	if !c.argsOK(src, tag) {
 		if err := c.checkRecvSlow(src, tag); err != nil {
 			return Status{}, err
 		}

@@ -226,13 +226,12 @@ func (p *Producer) MaxRecord() int { return int(p.maxData) }
 // when the ring is corrupt (see Err). It does not allocate.
 func (p *Producer) Push(hdr, payload []byte) bool {
 	n := uint64(len(hdr)) + uint64(len(payload))
-	// reserve and publish written out for their common case (a record that
-	// fits before the wrap, in space known free and zeroed), so that a
-	// small message's push is one frame.
+	// reserve's and publish's common case (a record that fits before the
+	// wrap, in space known free and zeroed) in this frame, so that a small
+	// message's push makes no call but its copies.
 	size := recordSize(n)
 	off := p.pos & p.mask
-	end := p.pos + size // the next record's position
-	if n > p.maxData || off+size > p.cap || end+8-p.tail > p.cap || end+8 > p.zeroed {
+	if !p.fits(n, off, size) {
 		start, ok := p.reserveSlow(n)
 		if !ok {
 			return false
@@ -241,7 +240,10 @@ func (p *Producer) Push(hdr, payload []byte) bool {
 		p.publish(start, n)
 		return true
 	}
+	// publish's steps for a record without a pad, written out (publish
+	// does not inline).
 	p.copyIn(off, hdr, payload)
+	end := p.pos + size
 	release.Store64((*uint64)(unsafe.Add(p.base, off)), validBit|n)
 	p.pos = end
 	release.Store64(p.headp, end) // for Pending, which must not read the data area
@@ -281,8 +283,7 @@ func (p *Producer) PushFill(hdr []byte, n int, f Filler) bool {
 	if !ok {
 		return false
 	}
-	d := unsafe.Add(p.base, start+8)
-	copy(unsafe.Slice((*byte)(d), len(hdr)), hdr)
+	p.copyIn(start, hdr, nil)
 	filled := false
 	defer func() {
 		if !filled {
@@ -292,7 +293,7 @@ func (p *Producer) PushFill(hdr []byte, n int, f Filler) bool {
 			p.zeroed = p.pos
 		}
 	}()
-	f.Fill(unsafe.Slice((*byte)(unsafe.Add(d, len(hdr))), n))
+	f.Fill(unsafe.Slice((*byte)(unsafe.Add(p.base, start+8+uint64(len(hdr)))), n))
 	filled = true
 	p.publish(start, total)
 	return true
@@ -306,10 +307,20 @@ func (p *Producer) PushFill(hdr []byte, n int, f Filler) bool {
 func (p *Producer) reserve(n uint64) (start uint64, ok bool) {
 	size := recordSize(n)
 	off := p.pos & p.mask
-	if n <= p.maxData && off+size <= p.cap && p.pos+size+8-p.tail <= p.cap && p.pos+size+8 <= p.zeroed {
-		return off, true // p.err is nil: a corrupt producer's tail check fails (refreshTail)
+	if p.fits(n, off, size) {
+		return off, true
 	}
 	return p.reserveSlow(n)
+}
+
+// fits is reserve's common case: a record of n bytes (size with its header
+// word, rounded) fits at off, p.pos's offset, before the ring's end, in
+// space known free and already zeroed up to the next record's header word.
+// p.err is nil when it holds: a corrupt producer's tail check fails
+// (refreshTail).
+func (p *Producer) fits(n, off, size uint64) bool {
+	end := p.pos + size
+	return n <= p.maxData && off+size <= p.cap && end+8-p.tail <= p.cap && end+8 <= p.zeroed
 }
 
 // reserveSlow is reserve past its common case: a record too large, a pad,
@@ -606,6 +617,7 @@ const BurstMax = 32
 func Take(c *Consumer, r Receiver, src int, streak *bool, max int) int {
 	n := 0
 	streaming := *streak // in a register across the calls to Deliver
+	freed := true        // the tail is c.head's
 	limit := min(max, BurstMax)
 	for n < limit {
 		rec := c.peekRecord()
@@ -625,12 +637,12 @@ func Take(c *Consumer, r Receiver, src int, streak *bool, max int) int {
 			prefetch2(uintptr(unsafe.Add(c.base, next&c.mask)), uintptr(unsafe.Add(c.base, (next+lineLen)&c.mask)))
 		}
 		r.Deliver(src, rec)
-		size := c.cur
-		c.head, c.cur = next, 0 // advance
-		if size >= prefetchAfter {
-			// A large record's space back to the producer at once, so
-			// that a stream of them keeps both sides busy; small ones'
-			// once for the burst, below.
+		// Advance. A large record's space goes back to the producer at
+		// once, so that a stream of them keeps both sides busy; small
+		// ones' once for the burst, below.
+		freed = c.cur >= prefetchAfter
+		c.head, c.cur = next, 0
+		if freed {
 			release.Store64(tailPtr(c.tailp), next)
 		}
 		n++
@@ -640,7 +652,7 @@ func Take(c *Consumer, r Receiver, src int, streak *bool, max int) int {
 		}
 	}
 	*streak = streaming
-	if n > 0 {
+	if !freed {
 		release.Store64(tailPtr(c.tailp), c.head)
 	}
 	return n
