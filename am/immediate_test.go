@@ -2,7 +2,6 @@ package am
 
 import (
 	"bytes"
-	"encoding/binary"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -174,23 +173,22 @@ func TestImmediateRequestWhenTheQueueIsFull(t *testing.T) {
 }
 
 // Malformed immediate requests are dropped and counted, never run: a
-// payload length that disagrees with the packet, too many arguments, an
-// unknown handler, a wrong argument count, and an immediate request over a
-// network that does not carry them.
+// packet cut inside its arguments, too many arguments, an unknown handler,
+// a wrong argument count, and an immediate request over a network that
+// does not carry them.
 func TestMalformedImmediateRequestsAreDropped(t *testing.T) {
 	imm := func(handler uint8, args []uint64, payload []byte) []byte {
 		b := make([]byte, wire.ImmediateHeaderLen+8*len(args))
-		n := wire.EncodeImmediate(b, handler, args, len(payload))
+		n := wire.EncodeImmediate(b, handler, args)
 		return append(b[:n], payload...)
 	}
 	good := imm(1, []uint64{7}, []byte("abc"))
-	long := append([]byte(nil), good...)
-	binary.LittleEndian.PutUint32(long[4:], 4)
+	cut := good[:wire.ImmediateHeaderLen+7]
 	many := append([]byte(nil), good...)
 	many[3] = wire.MaxArgs + 1
-	reasons, ran, _ := injectDrops(t, 1, long, many, imm(99, []uint64{7}, nil), imm(1, nil, nil), good[:5])
+	reasons, ran, _ := injectDrops(t, 1, cut, many, imm(99, []uint64{7}, nil), imm(1, nil, nil), good[:3])
 	require.Len(t, reasons, 5)
-	require.ErrorIs(t, reasons[0], wire.ErrLength)
+	require.ErrorIs(t, reasons[0], wire.ErrShort)
 	require.ErrorIs(t, reasons[1], wire.ErrArgs)
 	require.ErrorIs(t, reasons[2], handlers.ErrUnknownHandler)
 	require.ErrorIs(t, reasons[3], handlers.ErrArgCount)

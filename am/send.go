@@ -229,7 +229,7 @@ func (ep *Endpoint) RequestImmediate(dst int, h handlers.Index, payload []byte, 
 		p.mu.Unlock()
 		return false, nil
 	}
-	n := wire.EncodeImmediate(p.scratch[:], uint8(h), args, len(payload))
+	n := wire.EncodeImmediate(p.scratch[:], uint8(h), args)
 	err := ep.tr.Send(dst, p.scratch[:n], payload)
 	poll := false
 	if err == nil {

@@ -171,8 +171,8 @@ func TestHeldMessageFreesItsSpace(t *testing.T) {
 	eachNetwork(t, 2, func(r *rk, w *Comm) {
 		if w.Rank() == 1 {
 			seq := atomic.LoadUint32(&w.sendSeq[0])
-			a0, a1, a2 := envelope(w.ctx, w.rank, 5, seq+1, 0) // the number after the next
-			r.NoError(w.p.ep.RequestMedium(0, hEager, []byte("second"), a0, a1, a2))
+			a0, a1 := envelope(w.ctx, w.rank, 5, seq+1, 0) // the number after the next
+			r.NoError(w.p.ep.RequestMedium(0, hEager, []byte("second"), a0, a1))
 			r.Zero(w.p.ep.Drain(10*time.Second), "the held message must not keep its space")
 			r.NoError(Send(w, []byte("first"), 0, 5))
 			return

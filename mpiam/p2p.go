@@ -132,7 +132,7 @@ func (p *proc) startSend(r *reqState) error {
 		p.mu.Unlock()
 	}
 	seq := c.nextSeq(r.peer)
-	a0, a1, a2 := envelope(c.ctx, c.rank, r.tag, seq, flags)
+	a0, a1 := envelope(c.ctx, c.rank, r.tag, seq, flags)
 	var err error
 	pb, hasPB := r.pbOut, r.hasPBOut
 	if !hasPB {
@@ -140,18 +140,18 @@ func (p *proc) startSend(r *reqState) error {
 	}
 	piggyback := handlers.Piggyback{Value: pb, Set: hasPB}
 	if r.hasSig {
-		err = p.sendWithSig(r, world, rndv, piggyback, addr, a0, a1, a2)
+		err = p.sendWithSig(r, world, rndv, piggyback, addr, a0, a1)
 	} else if rndv {
-		err = p.ep.RequestShortWith(world, hRTS, piggyback, a0, a1, a2, uint64(r.size()), r.id, addr) // proto.RTS
+		err = p.ep.RequestShortWith(world, hRTS, piggyback, a0, a1, uint64(r.size()), r.id, addr) // proto.RTS
 	} else if r.lay != nil {
 		// Non-contiguous data up to the eager limit: packed into scratch
 		// space, which the medium request copies.
 		s := getScratch(r.lay.n)
 		r.lay.pack(s.b, r.buf, 0)
-		err = p.sendEagerData(world, s.b, piggyback, a0, a1, a2)
+		err = p.sendEagerData(world, s.b, piggyback, a0, a1)
 		putScratch(s)
 	} else {
-		err = p.sendEagerData(world, r.buf, piggyback, a0, a1, a2)
+		err = p.sendEagerData(world, r.buf, piggyback, a0, a1)
 	}
 	if err != nil {
 		if rndv {
@@ -183,8 +183,8 @@ func (p *proc) sendEager(c *Comm, buf []byte, dest, tag int, mode Mode, pb uint6
 		flags = flagReady
 	}
 	seq := c.nextSeq(dest)
-	a0, a1, a2 := envelope(c.ctx, c.rank, tag, seq, flags)
-	err := p.sendEagerData(world, buf, handlers.Piggyback{Value: pb, Set: hasPB}, a0, a1, a2)
+	a0, a1 := envelope(c.ctx, c.rank, tag, seq, flags)
+	err := p.sendEagerData(world, buf, handlers.Piggyback{Value: pb, Set: hasPB}, a0, a1)
 	if err != nil {
 		return p.netErr(c, world, fmt.Sprintf("send to rank %d, tag %d", dest, tag), err)
 	}
@@ -195,10 +195,10 @@ func (p *proc) sendEager(c *Comm, buf []byte, dest, tag int, mode Mode, pb uint6
 // to world rank world (dest in c), in fewer steps: the envelope, then an
 // immediate request, or a medium one when the immediate cannot go.
 func (p *proc) sendEagerStd(c *Comm, buf []byte, world, dest, tag int) error {
-	a0, a1, a2 := envelope(c.ctx, c.rank, tag, c.nextSeq(dest), 0)
-	ok, err := p.ep.RequestImmediate(world, hEager, buf, a0, a1, a2)
+	a0, a1 := envelope(c.ctx, c.rank, tag, c.nextSeq(dest), 0)
+	ok, err := p.ep.RequestImmediate(world, hEager, buf, a0, a1)
 	if !ok && err == nil {
-		err = p.ep.RequestMediumWith(world, hEager, buf, handlers.Piggyback{}, a0, a1, a2)
+		err = p.ep.RequestMediumWith(world, hEager, buf, handlers.Piggyback{}, a0, a1)
 	}
 	if err != nil {
 		return p.netErr(c, world, fmt.Sprintf("send to rank %d, tag %d", dest, tag), err)
@@ -214,8 +214,8 @@ func (p *proc) sendEagerFill(c *Comm, f transport.Filler, n, dest, tag int, mode
 	if mode == Ready {
 		flags = flagReady
 	}
-	a0, a1, a2 := envelope(c.ctx, c.rank, tag, c.nextSeq(dest), flags)
-	if err := p.ep.RequestMediumFill(world, hEager, n, f, handlers.Piggyback{Value: pb, Set: hasPB}, a0, a1, a2); err != nil {
+	a0, a1 := envelope(c.ctx, c.rank, tag, c.nextSeq(dest), flags)
+	if err := p.ep.RequestMediumFill(world, hEager, n, f, handlers.Piggyback{Value: pb, Set: hasPB}, a0, a1); err != nil {
 		return p.netErr(c, world, fmt.Sprintf("send to rank %d, tag %d", dest, tag), err)
 	}
 	return nil
@@ -225,13 +225,13 @@ func (p *proc) sendEagerFill(c *Comm, f transport.Filler, n, dest, tag int, mode
 // a2) to world rank world: as an immediate request when it can go at once
 // without a tool value (no reservation in the receiver's buffer, no credit
 // back: am.Endpoint.RequestImmediate), else as a medium request.
-func (p *proc) sendEagerData(world int, buf []byte, pb handlers.Piggyback, a0, a1, a2 uint64) error {
+func (p *proc) sendEagerData(world int, buf []byte, pb handlers.Piggyback, a0, a1 uint64) error {
 	if !pb.Set {
-		if ok, err := p.ep.RequestImmediate(world, hEager, buf, a0, a1, a2); ok || err != nil {
+		if ok, err := p.ep.RequestImmediate(world, hEager, buf, a0, a1); ok || err != nil {
 			return err
 		}
 	}
-	return p.ep.RequestMediumWith(world, hEager, buf, pb, a0, a1, a2)
+	return p.ep.RequestMediumWith(world, hEager, buf, pb, a0, a1)
 }
 
 // startRecv posts r (kind recv, fields set).
@@ -329,10 +329,10 @@ func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
 		if n := len(buf); n <= p.eagerLimit && !p.sendThrottle[world].on.Load() || n > p.eagerLimit && p.eagerAbove(world, n) {
 			// sendEagerStd, written out: its call costs an eager Isend
 			// about 30 instructions (SelfWindow).
-			a0, a1, a2 := envelope(c.ctx, c.rank, tag, c.nextSeq(dest), 0)
-			ok, err := p.ep.RequestImmediate(world, hEager, buf, a0, a1, a2)
+			a0, a1 := envelope(c.ctx, c.rank, tag, c.nextSeq(dest), 0)
+			ok, err := p.ep.RequestImmediate(world, hEager, buf, a0, a1)
 			if !ok && err == nil {
-				err = p.ep.RequestMediumWith(world, hEager, buf, handlers.Piggyback{}, a0, a1, a2)
+				err = p.ep.RequestMediumWith(world, hEager, buf, handlers.Piggyback{}, a0, a1)
 			}
 			if err != nil {
 				return nil, p.netErr(c, world, fmt.Sprintf("send to rank %d, tag %d", dest, tag), err)

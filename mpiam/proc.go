@@ -248,6 +248,10 @@ type proc struct {
 }
 
 func newProc(ep *am.Endpoint) (*proc, error) {
+	if ep.Size() > proto.MaxSource+1 {
+		// An envelope carries the source rank in 30 bits (docs/mpi.md).
+		return nil, fmt.Errorf("%w: a job of %d ranks; MPI over this library holds at most %d", ErrArg, ep.Size(), proto.MaxSource+1)
+	}
 	p := cacheline.New[proc]() // see internal/cacheline: goroutine ranks share one heap
 	*p = proc{
 		ep:      ep,
@@ -299,8 +303,8 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		p.eagerNoGet = p.eagerLimit
 	}
 	entries := []handlers.Entry{
-		{Index: hEager, Name: "mpi.eager", NArgs: 3, Fn: p.onEagerFn()},
-		{Index: hRTS, Name: "mpi.rts", NArgs: 6, Fn: p.onRTS},
+		{Index: hEager, Name: "mpi.eager", NArgs: proto.EnvelopeArgs, Fn: p.onEagerFn()},
+		{Index: hRTS, Name: "mpi.rts", NArgs: proto.RTSArgs, Fn: p.onRTS},
 		{Index: hCTS, Name: "mpi.cts", NArgs: 6, Fn: p.onCTS},
 		{Index: hData, Name: "mpi.data", NArgs: 1, Fn: p.onData},
 		{Index: hFin, Name: "mpi.fin", NArgs: 1, Fn: p.onData},
@@ -310,8 +314,8 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		{Index: hThrottle, Name: "mpi.throttle", NArgs: 2, Fn: p.onThrottle},
 		{Index: hStorePart, Name: "mpi.data.part", NArgs: 0, Fn: p.onStorePart},
 		{Index: hDataPiece, Name: "mpi.data.piece", NArgs: proto.PieceArgs, Fn: p.onDataPiece},
-		{Index: hEagerSig, Name: "mpi.eager.sig", NArgs: 4, Fn: p.onEagerSig},
-		{Index: hRTSSig, Name: "mpi.rts.sig", NArgs: 7, Fn: p.onRTSSig},
+		{Index: hEagerSig, Name: "mpi.eager.sig", NArgs: proto.EnvelopeArgs + 1, Fn: p.onEagerSig},
+		{Index: hRTSSig, Name: "mpi.rts.sig", NArgs: proto.RTSArgs + 1, Fn: p.onRTSSig},
 		{Index: hAllreduce, Name: "mpi.allreduce", NArgs: proto.AllreduceAMArgs, Fn: p.onAllreduceAM},
 	}
 	entries = append(entries, p.rmaHandlers()...)
@@ -330,9 +334,9 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 	return p, nil
 }
 
-// envelope packs (context, source, tag, sequence, flags) into three arguments.
-// envelope returns a message's envelope arguments (proto.Envelope).
-func envelope(ctx uint32, src int, tag int, seq uint32, flags uint64) (a0, a1, a2 uint64) {
+// envelope packs (context, source, tag, sequence, flags) into a message's
+// two envelope arguments (proto.Envelope).
+func envelope(ctx uint32, src int, tag int, seq uint32, flags uint64) (a0, a1 uint64) {
 	return proto.Envelope{Envelope: match.Envelope{Context: ctx, Source: int32(src), Tag: int32(tag), Seq: seq}, Flags: flags}.Args()
 }
 
@@ -345,7 +349,7 @@ func (p *proc) newMsg() *inMsg {
 // onEagerSig is the handler of eager messages with a type signature hash
 // (hEagerSig).
 func (p *proc) onEagerSig(tok *handlers.Token, a []uint64, payload []byte) {
-	p.eagerArrived(tok, a[:3], payload, a[3], true)
+	p.eagerArrived(tok, a[:proto.EnvelopeArgs], payload, a[proto.EnvelopeArgs], true)
 }
 
 // eagerArrived handles an eager message (with the type signature hash sig

@@ -132,7 +132,7 @@ func (p *proc) onRTS(tok *handlers.Token, a []uint64, _ []byte) {
 
 // onRTSSig is onRTS for a message with a type signature hash.
 func (p *proc) onRTSSig(tok *handlers.Token, a []uint64, _ []byte) {
-	p.rtsArrived(tok, a[:6], a[6], true)
+	p.rtsArrived(tok, a[:proto.RTSArgs], a[proto.RTSArgs], true)
 }
 
 // rtsArrived handles a request-to-send (with the type signature hash sig

@@ -101,9 +101,9 @@ type envelopeInfo struct{ src, tag int }
 
 // sendWithSig sends r's eager message or request-to-send with its type
 // signature hash after the usual arguments (hEagerSig, hRTSSig).
-func (p *proc) sendWithSig(r *reqState, world int, rndv bool, pb handlers.Piggyback, addr, a0, a1, a2 uint64) error {
+func (p *proc) sendWithSig(r *reqState, world int, rndv bool, pb handlers.Piggyback, addr, a0, a1 uint64) error {
 	if rndv {
-		return p.ep.RequestShortWith(world, hRTSSig, pb, a0, a1, a2, uint64(r.size()), r.id, addr, r.sig)
+		return p.ep.RequestShortWith(world, hRTSSig, pb, a0, a1, uint64(r.size()), r.id, addr, r.sig)
 	}
 	data := r.buf
 	if r.lay != nil {
@@ -112,7 +112,7 @@ func (p *proc) sendWithSig(r *reqState, world int, rndv bool, pb handlers.Piggyb
 		r.lay.pack(s.b, r.buf, 0)
 		data = s.b
 	}
-	return p.ep.RequestMediumWith(world, hEagerSig, data, pb, a0, a1, a2, r.sig)
+	return p.ep.RequestMediumWith(world, hEagerSig, data, pb, a0, a1, r.sig)
 }
 
 // Collectives in the checking mode. Every rank of a collective call

@@ -2,10 +2,10 @@
 // records over a caller-supplied []byte region: ordinary heap memory (ranks as
 // goroutines) or a MAP_SHARED mapping that two processes share (package shm).
 //
-// It is designed for latency first. The consumer polls the header word of the
-// next record slot itself, not a head index that the producer writes
-// elsewhere, so a small message moves one cache line from the producer's core
-// to the consumer's. The consumer's freed position (the tail) sits on a cache
+// It is designed for latency first. The consumer polls the header of the
+// next record itself, not a head index that the producer writes elsewhere,
+// so a small message moves one cache line from the producer's core to the
+// consumer's, and a stream of the smallest ones half a line each. The consumer's freed position (the tail) sits on a cache
 // line of its own and is read by the producer only when its cached copy says
 // the ring is full.
 //
@@ -47,20 +47,26 @@
 // Capacity bytes, a power of two, follows at byte 256.
 //
 // Producer and consumer positions are free-running uint64 byte counts; a
-// position's offset in the data area is pos & (Capacity-1). A record at
-// position pos is an 8-byte header word followed by its data, padded to a
-// multiple of 64 bytes (a cache line: every record starts a line, and one of
-// up to 56 data bytes is one line, which the consumer takes from the
-// producer's cache in one transfer instead of two or three):
+// position's offset in the data area is pos & (Capacity-1). Space goes in
+// slots of 32 bytes. A record at position pos is a 4-byte little-endian
+// header followed by its data, which starts 4 bytes in, or 8 when the
+// header part the producer copies first (Push's hdr) has a length of 0 to 3
+// mod 8; so the payload after a header part of a multiple of 4 bytes is
+// always 8-byte aligned. The record is padded to whole slots:
 //
-//	header word: bits 0..31  data length in bytes
-//	             bit  32     valid (so that an empty record is not the zero word)
-//	             bit  33     pad: the rest of the data area up to its end is unused;
-//	                         the next record starts at offset 0
-//	             bits 34..63 zero
+//	header: bits 0..28  data length in bytes (for a pad: the bytes it covers)
+//	        bit  29     wide: the data starts 8 bytes in (bytes 4..7 are zero)
+//	        bit  30     valid (so that an empty record is not the zero word)
+//	        bit  31     pad: skip the bytes it covers; the next record follows
 //
-// Records are contiguous: a record that would cross the end of the data area
-// is preceded by a pad word and starts at offset 0 instead.
+// A record of up to 28 data bytes (4 in) takes one slot, half a cache line:
+// two such records, an 8-byte MPI message each, cross from the producer's
+// cache to the consumer's in one transfer. A record of an even number of
+// slots starts a line (after a pad of one slot when the position is
+// mid-line), so that no record spans more lines than its size needs: one of
+// up to 60 bytes is one line and one transfer, not two. Records are
+// contiguous: a record that would cross the end of the data area is
+// preceded by a pad to the end and starts at offset 0 instead.
 //
 // # Why the consumer never sees a stale header
 //
@@ -70,7 +76,7 @@
 // every word from its position up to a frontier is zero, and the frontier stays
 // within free space (at most tail+Capacity). Push writes the record's data,
 // then publishes its header with an atomic store; the word right after the
-// record, the next record's header word, is below the frontier and so already
+// record, the next record's header, is below the frontier and so already
 // zero, and was zeroed before this publication. The consumer reads that word
 // only after it has seen this header, so it reads zero or a newer header.
 //
@@ -83,18 +89,18 @@
 // than waiting for each to come back from the consumer's cache as it is
 // written. Zeroing costs one extra pass of plain stores over the ring per
 // lap. The producer keeps 8 bytes
-// of slack so that the next header word never lands on unconsumed data.
+// of slack so that the next header never lands on unconsumed data.
 //
 // # Memory ordering
 //
-// Header words and the tail are accessed with sync/atomic, which the Go
+// Headers and the tail are accessed with sync/atomic, which the Go
 // memory model makes sequentially consistent: a store synchronizes with the
 // load that observes it. Data and zeroed words are plain stores. So:
 //
 //   - The producer's plain writes of a record's data (and of the zeroes after
 //     it) happen before its atomic store of the header; the consumer's atomic
 //     load that sees that header happens before its plain reads of the data and
-//     its load of the next header word (publish/acquire).
+//     its load of the next header (publish/acquire).
 //   - The consumer's reads of a record happen before its atomic store of the
 //     tail past it; the producer's atomic load of that tail happens before it
 //     writes or zeroes the space again (release/acquire in the other direction).
@@ -108,8 +114,8 @@
 // # Corruption
 //
 // In shared memory the other side may be buggy. The consumer checks every
-// header word (reserved bits, length against the largest record, record
-// within the data area) and the producer checks the tail it loads against its
+// header (valid bit, length against the largest record, record within the
+// data area, a pad of one slot mid-line or to the end exactly) and the producer checks the tail it loads against its
 // own position; a bad value makes the side stop with ErrCorrupt (see Err)
 // rather than read out of bounds or panic.
 package ring

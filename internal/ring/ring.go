@@ -17,12 +17,14 @@ const ControlLen = 256
 // MinCapacity is the smallest data area a ring accepts, in bytes.
 const MinCapacity = 256
 
-// MaxCapacity is the largest data area a ring uses, in bytes (record lengths
-// are 32-bit).
-const MaxCapacity = 1 << 31
+// MaxCapacity is the largest data area a ring uses, in bytes (a record
+// header's length field has 29 bits, and a record is at most about half
+// the data area).
+const MaxCapacity = 1 << 30
 
-// magic marks an initialized region: "amgoRNG1" read as a little-endian word.
-const magic = 0x31474e526f676d61
+// magic marks an initialized region of this record layout: "amgoRNG2" read
+// as a little-endian word ("amgoRNG1" rings had 8-byte headers).
+const magic = 0x32474e526f676d61
 
 // Offsets inside the control block.
 const (
@@ -32,11 +34,12 @@ const (
 	offTail     = 128 // uint64, consumer's freed position; alone on lines 2 and 3
 )
 
-// Header word bits.
+// Record header bits (a little-endian 32-bit word).
 const (
-	lenMask  = 1<<32 - 1
-	validBit = 1 << 32
-	padBit   = 1 << 33
+	lenMask  = 1<<29 - 1 // data bytes; for a pad, the bytes it covers
+	wideBit  = 1 << 29   // the data starts 8 bytes into the record, not 4
+	validBit = 1 << 30   // set in every header, so no header is the zero word
+	padBit   = 1 << 31   // a pad: skip the bytes it covers
 )
 
 // Errors.
@@ -60,9 +63,10 @@ func MaxRecord(capacity int) int {
 	if capacity < MinCapacity {
 		return 0
 	}
-	// Positions are multiples of lineLen, so a pad before a wrapping record
-	// of S bytes is at most S-lineLen: a record of M data bytes (S at most
-	// M+71) fits a drained ring when 2S-lineLen+8 <= capacity.
+	// Positions are multiples of slotLen. A record of S bytes wraps when it
+	// does not fit before the end, or after a pad of slotLen that puts it
+	// on a line: the pad to the end is then at most S. A record of M data
+	// bytes (S at most M+39) fits a drained ring when 2S+8 <= capacity.
 	return ((capacity - 88) / 2) &^ 7
 }
 
@@ -167,14 +171,40 @@ func word(b []byte, off uint64) *atomic.Uint64 {
 // tailPtr is the tail word as a plain pointer, for release.Store64.
 func tailPtr(t *atomic.Uint64) *uint64 { return (*uint64)(unsafe.Pointer(t)) }
 
-// lineLen is the cache line size: records start on line boundaries.
-const lineLen = 64
+// lineLen is the cache line size; slotLen the unit of ring space: records
+// start on slot boundaries, and records of an even number of slots on line
+// boundaries.
+const (
+	lineLen = 64
+	slotLen = 32
+)
 
-// recordSize is the ring space of a record of n data bytes: its header word
-// and data rounded up to whole cache lines, so that every record starts a
-// line and one of up to 56 data bytes takes one line, which the consumer
-// takes from the producer's cache in one transfer.
-func recordSize(n uint64) uint64 { return (8 + n + lineLen - 1) &^ (lineLen - 1) }
+// dataOff is where a record's data starts, in bytes from its header: 4, or
+// 8 for a record whose header part (the hdr that Push copies first) has a
+// length of 0 to 3 mod 8. Either way the payload after a header part of a
+// multiple of 4 bytes starts 8-byte aligned: an immediate request (a 4-byte
+// header and 8-byte arguments) at 4, a packet with an 8-byte-multiple header
+// at 8.
+func dataOff(hdrLen int) uint64 { return 8 - uint64(hdrLen)&4 }
+
+// wideOf is the header bit for a record whose data starts at off
+// (dataOff's result).
+func wideOf(off uint64) uint32 { return uint32(off&8) << 26 }
+
+// recordSize is the ring space of a record of n data bytes that start at
+// off (4 or 8) past its header: header and data rounded up to whole slots.
+// A record of up to 28 data bytes after a 4-byte header takes one slot,
+// half a line (an 8-byte MPI message with its envelope and immediate
+// header): two of them travel from the producer's cache to the consumer's
+// in one transfer. A record of an even number of slots starts a line (Push
+// puts a slot of pad before it when it would not), so that no record spans
+// more lines than its size needs: one of up to 60 bytes is one line and one
+// transfer, not two. One of an odd number spans as many lines wherever it
+// starts.
+func recordSize(n, off uint64) uint64 { return (off + n + slotLen - 1) &^ (slotLen - 1) }
+
+// headerOff is the data offset a record header w gives (4 or 8).
+func headerOff(w uint32) uint64 { return 4 + uint64(w&wideBit)>>27 }
 
 // Producer is the sending side of a ring. Its methods must be called by one
 // goroutine at a time.
@@ -229,22 +259,23 @@ func (p *Producer) Push(hdr, payload []byte) bool {
 	// reserve's and publish's common case (a record that fits before the
 	// wrap, in space known free and zeroed) in this frame, so that a small
 	// message's push makes no call but its copies.
-	size := recordSize(n)
+	at := dataOff(len(hdr))
+	size := recordSize(n, at)
 	off := p.pos & p.mask
 	if !p.fits(n, off, size) {
-		start, ok := p.reserveSlow(n)
+		start, ok := p.reserveSlow(n, at)
 		if !ok {
 			return false
 		}
-		p.copyIn(start, hdr, payload)
-		p.publish(start, n)
+		p.copyIn(start+at, hdr, payload)
+		p.publish(start, n, at)
 		return true
 	}
 	// publish's steps for a record without a pad, written out (publish
 	// does not inline).
-	p.copyIn(off, hdr, payload)
+	p.copyIn(off+at, hdr, payload)
 	end := p.pos + size
-	release.Store64((*uint64)(unsafe.Add(p.base, off)), validBit|n)
+	release.Store32((*uint32)(unsafe.Add(p.base, off)), validBit|wideOf(at)|uint32(n))
 	p.pos = end
 	release.Store64(p.headp, end) // for Pending, which must not read the data area
 	if p.zeroed-end < p.ahead || size > bigRecord {
@@ -253,11 +284,11 @@ func (p *Producer) Push(hdr, payload []byte) bool {
 	return true
 }
 
-// copyIn writes a record's data, hdr then payload, at start, which
-// reserve returned for their total length.
-func (p *Producer) copyIn(start uint64, hdr, payload []byte) {
-	// In bounds: start+recordSize(n) <= cap.
-	d := unsafe.Add(p.base, start+8)
+// copyIn writes a record's data, hdr then payload, at at, which is where
+// the data of the record reserve placed for their total length starts.
+func (p *Producer) copyIn(at uint64, hdr, payload []byte) {
+	// In bounds: the record's start+recordSize(n) <= cap.
+	d := unsafe.Add(p.base, at)
 	copy(unsafe.Slice((*byte)(d), len(hdr)), hdr)
 	copy(unsafe.Slice((*byte)(unsafe.Add(d, len(hdr))), len(payload)), payload)
 }
@@ -279,11 +310,12 @@ func (p *Producer) PushFill(hdr []byte, n int, f Filler) bool {
 		return false
 	}
 	total := uint64(len(hdr)) + uint64(n)
-	start, ok := p.reserve(total)
+	at := dataOff(len(hdr))
+	start, ok := p.reserve(total, at)
 	if !ok {
 		return false
 	}
-	p.copyIn(start, hdr, nil)
+	p.copyIn(start+at, hdr, nil)
 	filled := false
 	defer func() {
 		if !filled {
@@ -293,49 +325,56 @@ func (p *Producer) PushFill(hdr []byte, n int, f Filler) bool {
 			p.zeroed = p.pos
 		}
 	}()
-	f.Fill(unsafe.Slice((*byte)(unsafe.Add(p.base, start+8+uint64(len(hdr)))), n))
+	f.Fill(unsafe.Slice((*byte)(unsafe.Add(p.base, start+at+uint64(len(hdr)))), n))
 	filled = true
-	p.publish(start, total)
+	p.publish(start, total, at)
 	return true
 }
 
-// reserve finds room for a record of n bytes at p.pos and returns where its
-// header word goes (0 when a pad to the ring's end comes first); false when
-// the ring has no room now, n is over MaxRecord, or the ring is corrupt.
-// The record's lines and the next header word are zero on return. Its
-// common case inlines; reserveSlow does the rest.
-func (p *Producer) reserve(n uint64) (start uint64, ok bool) {
-	size := recordSize(n)
+// reserve finds room for a record of n bytes whose data starts at at past
+// its header, at p.pos, and returns where its header goes (past a pad when
+// one comes first: 0 after a pad to the ring's end, or the next line after
+// a slot of pad); false when the ring has no room now, n is over
+// MaxRecord, or the ring is corrupt. The record's slots and the next
+// header's 8 bytes are zero on return. Its common case inlines;
+// reserveSlow does the rest.
+func (p *Producer) reserve(n, at uint64) (start uint64, ok bool) {
+	size := recordSize(n, at)
 	off := p.pos & p.mask
 	if p.fits(n, off, size) {
 		return off, true
 	}
-	return p.reserveSlow(n)
+	return p.reserveSlow(n, at)
 }
 
-// fits is reserve's common case: a record of n bytes (size with its header
-// word, rounded) fits at off, p.pos's offset, before the ring's end, in
-// space known free and already zeroed up to the next record's header word.
-// p.err is nil when it holds: a corrupt producer's tail check fails
-// (refreshTail).
+// fits is reserve's common case: a record of n bytes (size with its
+// header, rounded) fits at off, p.pos's offset, before the ring's end,
+// needing no pad (an odd number of slots, or a line boundary), in space known free and
+// already zeroed up to the next record's header. p.err is nil when it
+// holds: a corrupt producer's tail check fails (refreshTail).
 func (p *Producer) fits(n, off, size uint64) bool {
 	end := p.pos + size
-	return n <= p.maxData && off+size <= p.cap && end+8-p.tail <= p.cap && end+8 <= p.zeroed
+	return n <= p.maxData && (size&slotLen != 0 || off&slotLen == 0) && off+size <= p.cap &&
+		end+8-p.tail <= p.cap && end+8 <= p.zeroed
 }
 
 // reserveSlow is reserve past its common case: a record too large, a pad,
 // a stale tail, an area not yet zeroed, a corrupt ring.
-func (p *Producer) reserveSlow(n uint64) (start uint64, ok bool) {
+func (p *Producer) reserveSlow(n, at uint64) (start uint64, ok bool) {
 	if n > p.maxData || p.err != nil {
 		return 0, false
 	}
-	size := recordSize(n)
+	size := recordSize(n, at)
 	off := p.pos & p.mask
-	start, pad := off, uint64(0)
-	if off+size > p.cap {
-		start, pad = 0, p.cap-off
+	start = off
+	if size&slotLen == 0 && off&slotLen != 0 {
+		start += slotLen // a record of an even number of slots starts a line
 	}
-	need := pad + size + 8 // 8: the next record's header word, which must be zero
+	if start+size > p.cap {
+		start = 0
+	}
+	pad := (start - off) & p.mask
+	need := pad + size + 8 // 8: the next record's header, which must be zero
 	if p.pos+need-p.tail > p.cap && !p.refreshTail(need) {
 		return 0, false
 	}
@@ -347,17 +386,17 @@ func (p *Producer) reserveSlow(n uint64) (start uint64, ok bool) {
 	return start, true
 }
 
-// publish publishes the record of n bytes written at start (reserve's),
-// with the pad before it if it wrapped, and zeroes the area ahead when
-// it runs short (zeroAhead).
-func (p *Producer) publish(start, n uint64) {
-	size := recordSize(n)
+// publish publishes the record of n bytes whose data starts at at, written
+// at start (reserve's), with the pad before it if there is one, and zeroes
+// the area ahead when it runs short (zeroAhead).
+func (p *Producer) publish(start, n, at uint64) {
+	size := recordSize(n, at)
 	off := p.pos & p.mask
 	end := p.pos + size // the next record's position
-	release.Store64((*uint64)(unsafe.Add(p.base, start)), validBit|n)
+	release.Store32((*uint32)(unsafe.Add(p.base, start)), validBit|wideOf(at)|uint32(n))
 	if start != off {
-		pad := p.cap - off
-		release.Store64((*uint64)(unsafe.Add(p.base, off)), validBit|padBit|pad)
+		pad := (start - off) & p.mask
+		release.Store32((*uint32)(unsafe.Add(p.base, off)), validBit|padBit|uint32(pad))
 		end += pad
 	}
 	p.pos = end
@@ -485,11 +524,15 @@ func (c *Consumer) Peek() ([]byte, bool) {
 // a non-nil empty slice.
 func (c *Consumer) peekRecord() []byte {
 	off := c.head & c.mask
-	w := atomic.LoadUint64((*uint64)(unsafe.Add(c.base, off)))
-	n := w & lenMask
-	if size := recordSize(n); w&^lenMask == validBit && n <= c.maxData && off+size <= c.lim {
-		c.cur = size
-		return unsafe.Slice((*byte)(unsafe.Add(c.base, off+8)), n)
+	w := atomic.LoadUint32((*uint32)(unsafe.Add(c.base, off)))
+	// A record's length; for a header without the valid bit or with the
+	// pad bit (and for 0) a value over any maxData: one test for both.
+	// headerOff and recordSize are written out: calling them would take
+	// this function over the inlining budget.
+	n, start := uint64(w&^wideBit-validBit), off+4+uint64(w&wideBit)>>27
+	if end := (start + n + slotLen - 1) &^ (slotLen - 1); n <= c.maxData && end <= c.lim {
+		c.cur = end - off
+		return unsafe.Slice((*byte)(unsafe.Add(c.base, start)), n)
 	}
 	return nil
 }
@@ -501,33 +544,37 @@ func (c *Consumer) peekSlow() ([]byte, bool) {
 		return nil, false
 	}
 	off := c.head & c.mask
-	w := atomic.LoadUint64((*uint64)(unsafe.Add(c.base, off)))
+	w := atomic.LoadUint32((*uint32)(unsafe.Add(c.base, off)))
 	if w == 0 {
 		return nil, false
 	}
 	if w&padBit != 0 {
-		if w != validBit|padBit|(c.cap-off) || off == 0 {
+		// A pad: to the end of the data area (the next record is at 0),
+		// or one slot (the next record starts a line).
+		pad := uint64(w & lenMask)
+		if w&^lenMask != validBit|padBit || !(pad == c.cap-off && off != 0 || pad == slotLen && off&slotLen != 0) {
 			c.fail(off, w)
 			return nil, false
 		}
-		c.head += c.cap - off
-		off = 0
-		w = atomic.LoadUint64((*uint64)(c.base))
+		c.head += pad
+		off = c.head & c.mask
+		w = atomic.LoadUint32((*uint32)(unsafe.Add(c.base, off)))
 		if w == 0 { // impossible for a correct producer, which publishes the record before the pad
 			return nil, false
 		}
 	}
-	n := w & lenMask
-	if w&^lenMask != validBit || n > c.maxData || off+recordSize(n) > c.cap {
+	n, at := uint64(w&lenMask), headerOff(w)
+	size := recordSize(n, at)
+	if w&^(lenMask|wideBit) != validBit || n > c.maxData || off+size > c.cap {
 		c.fail(off, w)
 		return nil, false
 	}
-	c.cur = recordSize(n)
-	// In bounds: off+recordSize(n) <= cap was checked above.
-	return unsafe.Slice((*byte)(unsafe.Add(c.base, off+8)), n), true
+	c.cur = size
+	// In bounds: off+size <= cap was checked above.
+	return unsafe.Slice((*byte)(unsafe.Add(c.base, off+at)), n), true
 }
 
-func (c *Consumer) fail(off, w uint64) {
+func (c *Consumer) fail(off uint64, w uint32) {
 	c.lim = 0
 	c.err = fmt.Errorf("%w: record header %#x at offset %d (capacity %d, max record %d)", ErrCorrupt, w, off, c.cap, c.maxData)
 }

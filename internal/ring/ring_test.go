@@ -116,7 +116,7 @@ func TestMaxRecordAtEveryOffset(t *testing.T) {
 	p, c, _ := newRing(t, 256)
 	max := make([]byte, p.MaxRecord())
 	for shift := 0; shift < 64; shift++ {
-		require.True(t, p.Push(make([]byte, shift%8), nil)) // move the position by 8 or 16 bytes
+		require.True(t, p.Push(make([]byte, shift%8), nil)) // move the position by a slot
 		rec, ok := c.Peek()
 		require.True(t, ok)
 		require.Len(t, rec, shift%8)
@@ -131,27 +131,79 @@ func TestMaxRecordAtEveryOffset(t *testing.T) {
 }
 
 func TestFullRing(t *testing.T) {
-	p, c, _ := newRing(t, 256)
-	rec := make([]byte, 24) // one 64-byte line per record
-	pushed := 0
-	for p.Push(rec, nil) {
-		pushed++
-		require.Less(t, pushed, 100)
-	}
-	require.NoError(t, p.Err())
-	require.Equal(t, 3, pushed, "256 bytes hold 3 records of a line each plus the slack for the next header word")
-	_, ok := c.Peek()
-	require.True(t, ok)
-	c.Advance()
-	require.True(t, p.Push(rec, nil), "room after one Advance")
-	require.False(t, p.Push(rec, nil))
-	for i := 0; i < 3; i++ {
-		_, ok := c.Peek()
+	for _, c := range []struct {
+		n, want int
+		what    string
+	}{
+		{24, 7, "7 records of a slot each"}, // 8-byte header and 24 bytes: 32
+		{56, 3, "3 records of a line each"}, // 8-byte header and 56 bytes: 64
+	} {
+		p, q, _ := newRing(t, 256)
+		rec := make([]byte, c.n)
+		pushed := 0
+		for p.Push(rec, nil) {
+			pushed++
+			require.Less(t, pushed, 100)
+		}
+		require.NoError(t, p.Err())
+		require.Equal(t, c.want, pushed, "256 bytes hold %s plus the slack for the next header", c.what)
+		_, ok := q.Peek()
 		require.True(t, ok)
+		q.Advance()
+		require.True(t, p.Push(rec, nil), "room after one Advance")
+		require.False(t, p.Push(rec, nil))
+		for i := 0; i < c.want; i++ {
+			_, ok := q.Peek()
+			require.True(t, ok)
+			q.Advance()
+		}
+		_, ok = q.Peek()
+		require.False(t, ok)
+	}
+}
+
+// Where records go: a header part of 4 mod 8 bytes starts the data 4 bytes
+// into the record, any other 8 bytes in, so the payload after it is 8-byte
+// aligned either way; a record of one slot (32 bytes) shares a line with
+// the next, and one of an even number of slots starts a line, behind a slot
+// of pad when the position is mid-line, where one of an odd number does
+// not need to. The layout is docs/wire.md's ("Record").
+func TestRecordPlacement(t *testing.T) {
+	p, c, mem := newRing(t, 1024)
+	data := mem[ControlLen:]
+	hdr32 := func(off int) uint32 { return binary.LittleEndian.Uint32(data[off:]) }
+	imm := make([]byte, 4+16) // an immediate request's header and two arguments
+	imm[0] = 0xa1
+	require.True(t, p.Push(imm, []byte("8 bytes!"))) // 28 bytes: one slot at 0
+	require.True(t, p.Push(imm, []byte("8 bytes!"))) // the second slot of line 0, at 32
+	require.Equal(t, uint32(validBit|28), hdr32(0))
+	require.Equal(t, uint32(validBit|28), hdr32(32))
+	require.Equal(t, byte(0xa1), data[4], "data 4 bytes in")
+	require.Equal(t, "8 bytes!", string(data[24:32]), "payload 8-byte aligned")
+
+	core := make([]byte, 24)                     // a 24-byte core: data 8 bytes in
+	require.True(t, p.Push(core, []byte("abc"))) // 8+27 = 35: two slots, at line 1
+	require.Equal(t, uint32(validBit|wideBit|27), hdr32(64))
+	require.Zero(t, hdr32(68), "the 4 bytes after a wide header stay zero")
+	require.Equal(t, "abc", string(data[64+8+24:64+8+27]))
+	require.True(t, p.Push(imm, nil))               // one slot at 128
+	require.True(t, p.Push(core, make([]byte, 20))) // 52: a slot of pad at 160, the record at line 3
+	require.Equal(t, uint32(validBit|padBit|slotLen), hdr32(160))
+	require.Equal(t, uint32(validBit|wideBit|44), hdr32(192))
+	require.True(t, p.Push(nil, nil)) // an empty record: one slot at 256
+	require.Equal(t, uint32(validBit|wideBit), hdr32(256))
+	require.True(t, p.Push(core, make([]byte, 60))) // 8+84 = 92: three slots, mid-line at 288 without a pad
+	require.Equal(t, uint32(validBit|wideBit|84), hdr32(288))
+
+	for i, want := range []int{28, 28, 27, 20, 44, 0, 84} {
+		rec, ok := c.Peek()
+		require.True(t, ok, "record %d", i)
+		require.Len(t, rec, want, "record %d", i)
 		c.Advance()
 	}
-	_, ok = c.Peek()
+	_, ok := c.Peek()
 	require.False(t, ok)
+	require.NoError(t, c.Err())
 }
 
 func TestWrapAround(t *testing.T) {
@@ -200,13 +252,20 @@ func TestCorruptHeader(t *testing.T) {
 	streak := true
 	require.Zero(t, Take(c, nopReceiver{}, 0, &streak, 8), "Take hands over nothing from a corrupt ring")
 
-	for _, w := range []uint64{1 << 40, validBit | padBit | 8, validBit | padBit | 256, validBit | 120} {
+	for _, w := range []uint64{
+		wideBit | 3,                      // no valid bit
+		validBit | wideBit | 1<<28 | 3,   // a length far over max record
+		validBit | padBit | 8,            // a pad neither a slot nor to the end
+		validBit | padBit | 256,          // past the end
+		validBit | padBit | wideBit | 32, // a pad with the wide bit
+		validBit | 120,                   // over max record 80
+	} {
 		p, c, mem := newRing(t, 256)
 		require.True(t, p.Push(make([]byte, 8), nil))
 		c.Peek()
 		c.Advance()
-		// offset 64 now: 64+8+120 fits but exceeds max record 80; pads must reach the end exactly
-		word(mem, ControlLen+64).Store(w)
+		// offset 32 now: pads must be one slot or reach the end exactly
+		word(mem, ControlLen+32).Store(w)
 		_, ok := c.Peek()
 		require.False(t, ok, "%#x", w)
 		require.ErrorIs(t, c.Err(), ErrCorrupt, "%#x", w)
@@ -298,7 +357,7 @@ func TestStalePayloadLooksLikeHeaders(t *testing.T) {
 	p, c, _ := newRing(t, 256)
 	fake := make([]byte, p.MaxRecord())
 	for i := 0; i+8 <= len(fake); i += 8 {
-		binary.LittleEndian.PutUint64(fake[i:], validBit|8)
+		binary.LittleEndian.PutUint64(fake[i:], (validBit|8)<<32|validBit|wideBit|8)
 	}
 	r := rand.New(rand.NewPCG(7, 8))
 	var sent, got uint32
@@ -524,7 +583,7 @@ type panicFiller struct{}
 // Fill writes what looks like valid record headers everywhere, then panics.
 func (panicFiller) Fill(p []byte) {
 	for i := 0; i+8 <= len(p); i += 8 {
-		binary.LittleEndian.PutUint64(p[i:], validBit|16)
+		binary.LittleEndian.PutUint64(p[i:], (validBit|16)<<32|validBit|16)
 	}
 	panic("fill")
 }

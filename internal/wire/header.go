@@ -13,7 +13,7 @@ import (
 )
 
 // Version is the header version this package writes and the only one it accepts.
-const Version = 3
+const Version = 4
 
 // HeaderLen is the size of the core header in bytes, the smallest header:
 // the extensions (sequence, store, free, piggyback) and the arguments follow it.
@@ -71,9 +71,10 @@ const (
 	// KindRequestImmediate is a request with arguments and a small payload
 	// that reserves nothing in the receiver's per-peer buffer: its handler
 	// may neither reply nor retain it, and the network's own queue bounds
-	// what is in flight. Its header is the 8-byte immediate core
+	// what is in flight. Its header is the 4-byte immediate core
 	// (ImmediateHeaderLen), not the 24-byte core: no source (the network
-	// names it), no reservation, no extensions.
+	// names it), no reservation, no extensions, no length (the network
+	// delimits packets).
 	KindRequestImmediate
 	kindEnd
 )
@@ -188,7 +189,7 @@ func (h *Header) EncodedLen() int {
 // allocate.
 func Encode(b []byte, h *Header, args []uint64) int {
 	if h.Kind == KindRequestImmediate {
-		return EncodeImmediate(b, h.Handler, args[:h.NArgs], int(h.Len))
+		return EncodeImmediate(b, h.Handler, args[:h.NArgs])
 	}
 	_ = b[HeaderLen-1]
 	// The core as three little-endian words: one store each rather than one
@@ -331,9 +332,12 @@ func decodeExt(pkt []byte, h *Header) {
 }
 
 // ImmediateHeaderLen is the size of an immediate request's header, in bytes:
-// version, kind, handler and nargs bytes, then the payload length as a
-// little-endian uint32. The arguments and the payload follow.
-const ImmediateHeaderLen = 8
+// version, kind, handler and nargs bytes. The arguments and the payload
+// follow; the payload is the rest of the packet, whose length the network
+// gives. A header of 4 bytes puts the arguments 8-byte aligned where the
+// packet starts 4 bytes past an 8-byte boundary, as a shared-memory ring
+// places it (docs/wire.md, "Record").
+const ImmediateHeaderLen = 4
 
 // IsImmediate reports whether pkt is (or claims to be) an immediate request,
 // which DecodeImmediate parses rather than Decode's general path.
@@ -342,14 +346,13 @@ func IsImmediate(pkt []byte) bool {
 }
 
 // EncodeImmediate writes the header of an immediate request to handler with
-// args (at most MaxArgs) and a payload of payloadLen bytes into b, which must
-// hold ImmediateHeaderLen+8*len(args) bytes, and returns the bytes written.
-// It does not allocate.
-func EncodeImmediate(b []byte, handler uint8, args []uint64, payloadLen int) int {
+// args (at most MaxArgs) into b, which must hold ImmediateHeaderLen+8*len(args)
+// bytes, and returns the bytes written; the payload follows in the same
+// packet. It does not allocate.
+func EncodeImmediate(b []byte, handler uint8, args []uint64) int {
 	n := ImmediateHeaderLen + 8*len(args)
 	a := b[ImmediateHeaderLen:n]
-	binary.LittleEndian.PutUint64(b, uint64(Version)|uint64(KindRequestImmediate)<<8|uint64(handler)<<16|
-		uint64(len(args))<<24|uint64(uint32(payloadLen))<<32)
+	binary.LittleEndian.PutUint32(b, uint32(immediateTag)|uint32(handler)<<16|uint32(len(args))<<24)
 	if nativeLittleEndian {
 		// The words as they are in memory, stored one by one (a few
 		// arguments cost less so than a call to copy), no per-word bounds
@@ -367,22 +370,20 @@ func EncodeImmediate(b []byte, handler uint8, args []uint64, payloadLen int) int
 }
 
 // DecodeImmediate parses an immediate request: its handler index, its
-// arguments and its payload, which the packet holds exactly. On a
-// little-endian machine, when the arguments sit 8-byte aligned in pkt (a
-// shared-memory ring's records do), args aliases pkt and is valid as long
-// as pkt is; otherwise the arguments are copied into scratch and args is a
-// slice of it. Errors (wrapped with detail): ErrShort, ErrVersion, ErrKind
-// (not an immediate request), ErrArgs, ErrLength. It never panics and does
-// not allocate.
+// arguments and its payload (the rest of pkt). On a little-endian machine,
+// when the arguments sit 8-byte aligned in pkt (a shared-memory ring's
+// records put them so), args aliases pkt and is valid as long as pkt is;
+// otherwise the arguments are copied into scratch and args is a slice of
+// it. Errors (wrapped with detail): ErrShort, ErrVersion, ErrKind (not an
+// immediate request), ErrArgs. It never panics and does not allocate.
 func DecodeImmediate(pkt []byte, scratch *[MaxArgs]uint64) (handler uint8, args []uint64, payload []byte, err error) {
 	if len(pkt) >= ImmediateHeaderLen {
 		// Every check at once on the common path; decodeImmediateErr says
 		// which failed.
-		w0 := binary.LittleEndian.Uint64(pkt)
+		w0 := binary.LittleEndian.Uint32(pkt)
 		nargs := uint8(w0 >> 24)
 		n := ImmediateHeaderLen + 8*int(nargs)
-		if uint16(w0) == uint16(Version)|uint16(KindRequestImmediate)<<8 && nargs <= MaxArgs &&
-			n <= len(pkt) && uint64(len(pkt)-n) == w0>>32 {
+		if uint16(w0) == immediateTag && nargs <= MaxArgs && n <= len(pkt) {
 			if nargs == 0 {
 				return uint8(w0 >> 16), nil, pkt[n:], nil
 			}
@@ -401,18 +402,17 @@ func DecodeImmediate(pkt []byte, scratch *[MaxArgs]uint64) (handler uint8, args 
 
 // DecodeImmediateInPlace is DecodeImmediate's common case, small enough to
 // inline into a packet loop: a well-formed immediate request with at least
-// one argument, 8-byte aligned in pkt, on a little-endian machine; args
-// aliases pkt. ok is false for everything else, which DecodeImmediate then
-// decodes (or refuses, saying why).
+// one argument, the arguments 8-byte aligned in pkt, on a little-endian
+// machine; args aliases pkt. ok is false for everything else, which
+// DecodeImmediate then decodes (or refuses, saying why).
 func DecodeImmediateInPlace(pkt []byte) (handler uint8, args []uint64, payload []byte, ok bool) {
 	p := unsafe.Pointer(unsafe.SliceData(pkt))
-	if nativeLittleEndian && len(pkt) >= ImmediateHeaderLen+8 && uintptr(p)&7 == 0 {
-		w0 := *(*uint64)(p) // little-endian, as the wire; aligned
+	if nativeLittleEndian && len(pkt) >= ImmediateHeaderLen+8 && uintptr(p)&7 == 8-ImmediateHeaderLen {
+		w0 := *(*uint32)(p) // little-endian, as the wire; aligned
 		nargs := uint8(w0 >> 24)
-		// The arguments end at n, which is at most len(pkt) when the
-		// payload length checks out: neither term of the sum wraps.
+		// The arguments end at n, at most len(pkt): neither term wraps.
 		n := ImmediateHeaderLen + 8*uint64(nargs)
-		if uint16(w0) == immediateTag && nargs <= MaxArgs && n+w0>>32 == uint64(len(pkt)) {
+		if uint16(w0) == immediateTag && nargs <= MaxArgs && n <= uint64(len(pkt)) {
 			return uint8(w0 >> 16), unsafe.Slice((*uint64)(unsafe.Add(p, ImmediateHeaderLen)), nargs), pkt[n:], true
 		}
 	}
@@ -429,19 +429,16 @@ func decodeImmediateErr(pkt []byte) error {
 	if len(pkt) < ImmediateHeaderLen {
 		return fmt.Errorf("%w: %d bytes, need %d", ErrShort, len(pkt), ImmediateHeaderLen)
 	}
-	w0 := binary.LittleEndian.Uint64(pkt)
-	if uint8(w0) != Version {
+	if pkt[0] != Version {
 		return fmt.Errorf("%w: %d (want %d)", ErrVersion, pkt[0], Version)
 	}
-	if Kind(w0>>8) != KindRequestImmediate {
+	if Kind(pkt[1]) != KindRequestImmediate {
 		return fmt.Errorf("%w: %d, not an immediate request", ErrKind, pkt[1])
 	}
-	nargs := uint8(w0 >> 24)
+	nargs := pkt[3]
 	if nargs > MaxArgs {
 		return fmt.Errorf("%w: %d (max %d)", ErrArgs, nargs, MaxArgs)
 	}
-	if n := ImmediateHeaderLen + 8*int(nargs); len(pkt) < n {
-		return fmt.Errorf("%w: %d bytes, an immediate request with %d arguments needs %d", ErrShort, len(pkt), nargs, n)
-	}
-	return fmt.Errorf("%w: header says %d, packet holds %d", ErrLength, w0>>32, len(pkt)-ImmediateHeaderLen-8*int(nargs))
+	n := ImmediateHeaderLen + 8*int(nargs)
+	return fmt.Errorf("%w: %d bytes, an immediate request with %d arguments needs %d", ErrShort, len(pkt), nargs, n)
 }

@@ -123,7 +123,7 @@ func TestCorruptRing(t *testing.T) {
 	require.NoError(t, t0.Send(1, []byte("hello"), nil))
 	// Overwrite the record header in rank 1's file with an absurd length.
 	stride := int(u64(t0.peers[1].mem, hdrStride).Load())
-	u64(t0.peers[1].mem, ringsOff(2)+0*stride+ring.ControlLen).Store(1<<32 | 1<<30)
+	u64(t0.peers[1].mem, ringsOff(2)+0*stride+ring.ControlLen).Store(1<<30 | 1<<28) // valid, 256 MiB
 	_, err := ts[1].Poll(&transporttest.Last{}, 10)
 	require.ErrorIs(t, err, transport.ErrPeer)
 	require.ErrorContains(t, err, "rank 0")

@@ -23,13 +23,22 @@ import (
 // ErrMalformed is wrapped by every error of a Parse function.
 var ErrMalformed = errors.New("proto: malformed MPI message")
 
-// Message flags, in an envelope's third argument.
+// Message flags, in bits 30 and 31 of an envelope's first argument (above
+// the source rank).
 const (
 	FlagSync  = 1 << iota // synchronous send: the sender waits for the match
 	FlagReady             // ready send: the receive must already be posted
 
 	knownFlags = FlagSync | FlagReady
 )
+
+// MaxSource is the largest source rank an envelope carries: the rank takes
+// bits 0-29 of the first argument, the flags bits 30-31, so a communicator
+// holds at most 2^30 ranks.
+const MaxSource = 1<<30 - 1
+
+// flagShift is the position of the flags in an envelope's first argument.
+const flagShift = 30
 
 // CTSMore, in a clear-to-send's flags: another message (a pulled notice or a
 // further clear-to-send) follows for the same send; without it, this
@@ -76,8 +85,8 @@ func (m CTS) Stage() (off int, gen, pid uint32, ok bool) {
 
 // Argument counts of the messages.
 const (
-	EnvelopeArgs = 3 // eager: envelope only
-	RTSArgs      = 6
+	EnvelopeArgs = 2 // eager: envelope only
+	RTSArgs      = 5
 	CTSArgs      = 6
 	IDArgs       = 1 // data, fin and pulled notices: one request id
 	PieceArgs    = 2 // piece notice: request id, offset
@@ -97,27 +106,31 @@ const (
 // in memory and is copied with 16-byte moves that stall on the 4-byte
 // stores that built it.
 //
-// Arguments: a0 = context<<32 | source, a1 = seq<<32 | tag (as uint32),
-// a2 = flags.
+// Arguments: a0 = context<<32 | flags<<30 | source (0 to MaxSource),
+// a1 = seq<<32 | tag (as uint32): two words, so that an 8-byte eager
+// message with its immediate request's header fits a 32-byte ring record
+// (docs/wire.md).
 type Envelope struct {
 	match.Envelope
 	Flags uint64
 }
 
-// Args returns the envelope's three arguments.
-func (e Envelope) Args() (a0, a1, a2 uint64) {
-	return uint64(e.Context)<<32 | uint64(uint32(e.Source)), uint64(uint32(e.Tag)) | uint64(e.Seq)<<32, e.Flags
+// Args returns the envelope's two arguments. The source must be between 0
+// and MaxSource and the flags known ones (the sender's to ensure).
+func (e Envelope) Args() (a0, a1 uint64) {
+	return uint64(e.Context)<<32 | e.Flags<<flagShift | uint64(uint32(e.Source)), uint64(uint32(e.Tag)) | uint64(e.Seq)<<32
 }
 
 // Append appends the envelope's arguments to b.
 func (e Envelope) Append(b []uint64) []uint64 {
-	a0, a1, a2 := e.Args()
-	return append(b, a0, a1, a2)
+	a0, a1 := e.Args()
+	return append(b, a0, a1)
 }
 
-// ParseEnvelope reads an envelope from the first three arguments of a. The
-// source must be a rank (not negative) and the flags known ones; whether the
-// rank and context exist is the receiver's to check.
+// ParseEnvelope reads an envelope from the first two arguments of a. The
+// source is a rank (bits 0-29 of a0) and the flags (bits 30-31) known ones,
+// which the layout guarantees; whether the rank and context exist is the
+// receiver's to check.
 func ParseEnvelope(a []uint64) (Envelope, error) {
 	if e, ok := EnvelopeOf(a); ok {
 		return e, nil
@@ -128,21 +141,15 @@ func ParseEnvelope(a []uint64) (Envelope, error) {
 // EnvelopeOf is ParseEnvelope without the error, small enough to inline on
 // an arrival's path: false when ParseEnvelope would refuse a (it says why).
 func EnvelopeOf(a []uint64) (Envelope, bool) {
-	if len(a) < EnvelopeArgs || int32(uint32(a[0])) < 0 || a[2]&^knownFlags != 0 {
+	if len(a) < EnvelopeArgs {
 		return Envelope{}, false
 	}
-	return Envelope{match.Envelope{Context: uint32(a[0] >> 32), Source: int32(uint32(a[0])), Tag: int32(uint32(a[1])), Seq: uint32(a[1] >> 32)}, a[2]}, true
+	return Envelope{match.Envelope{Context: uint32(a[0] >> 32), Source: int32(uint32(a[0]) & MaxSource), Tag: int32(uint32(a[1])), Seq: uint32(a[1] >> 32)}, a[0] >> flagShift & knownFlags}, true
 }
 
 // envelopeErr says why ParseEnvelope refused a.
 func envelopeErr(a []uint64) error {
-	switch {
-	case len(a) < EnvelopeArgs:
-		return fmt.Errorf("%w: envelope of %d arguments, want %d", ErrMalformed, len(a), EnvelopeArgs)
-	case int32(uint32(a[0])) < 0:
-		return fmt.Errorf("%w: envelope with source %d", ErrMalformed, int32(uint32(a[0])))
-	}
-	return fmt.Errorf("%w: envelope with unknown flags %#x", ErrMalformed, a[2])
+	return fmt.Errorf("%w: envelope of %d arguments, want %d", ErrMalformed, len(a), EnvelopeArgs)
 }
 
 // RTS is a rendezvous request-to-send: the envelope, the message size in
@@ -155,7 +162,7 @@ type RTS struct {
 	Addr   uint64
 }
 
-// Append appends the request-to-send's six arguments to b.
+// Append appends the request-to-send's five arguments to b.
 func (m *RTS) Append(b []uint64) []uint64 {
 	return append(m.Env.Append(b), m.Size, m.SendID, m.Addr)
 }
@@ -169,7 +176,7 @@ func ParseRTS(a []uint64) (RTS, error) {
 	if err != nil {
 		return RTS{}, err
 	}
-	m := RTS{Env: env, Size: a[3], SendID: a[4], Addr: a[5]}
+	m := RTS{Env: env, Size: a[2], SendID: a[3], Addr: a[4]}
 	if m.Size > math.MaxInt {
 		return RTS{}, fmt.Errorf("%w: request-to-send of %d bytes", ErrMalformed, m.Size)
 	}
