@@ -537,6 +537,12 @@ func (c *Consumer) peekRecord() []byte {
 	return nil
 }
 
+// empty reports whether the header at the head is zero: nothing has been
+// published there yet.
+func (c *Consumer) empty() bool {
+	return atomic.LoadUint32((*uint32)(unsafe.Add(c.base, c.head&c.mask))) == 0
+}
+
 // peekSlow is Peek for an empty ring, a pad, a corrupt header or a corrupt
 // ring.
 func (c *Consumer) peekSlow() ([]byte, bool) {
@@ -669,6 +675,13 @@ func Take(c *Consumer, r Receiver, src int, streak *bool, max int) int {
 	for n < limit {
 		rec := c.peekRecord()
 		if rec == nil {
+			if c.empty() {
+				// A waiter's poll finds the ring empty: told here,
+				// without peekSlow's call. (A corrupt ring has its
+				// error already, which Err reports.)
+				streaming = false
+				break
+			}
 			var ok bool
 			if rec, ok = c.peekSlow(); !ok {
 				streaming = false
