@@ -101,7 +101,7 @@ const (
 	hDataPiece                               // store handler, or short request: a piece a staged strided receive asked for has landed (rndv_typed.go)
 )
 
-// Message flags, in the envelope's third argument (proto.FlagSync, FlagReady).
+// Message flags, in bits 30-31 of the envelope's first argument (proto.FlagSync, FlagReady).
 const (
 	flagSync  = proto.FlagSync  // synchronous send: the sender waits for the match
 	flagReady = proto.FlagReady // ready send: the receive must already be posted

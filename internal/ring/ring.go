@@ -63,10 +63,11 @@ func MaxRecord(capacity int) int {
 	if capacity < MinCapacity {
 		return 0
 	}
-	// Positions are multiples of slotLen. A record of S bytes wraps when it
-	// does not fit before the end, or after a pad of slotLen that puts it
-	// on a line: the pad to the end is then at most S. A record of M data
-	// bytes (S at most M+39) fits a drained ring when 2S+8 <= capacity.
+	// Positions are multiples of slotLen. A record of S bytes goes to
+	// offset 0 only when it does not fit before the end, even after the
+	// one-slot pad that would put it on a line: the pad to the end is then
+	// at most S. A record of M data bytes (S at most M+39) therefore fits a
+	// drained ring when 2S+8 <= capacity.
 	return ((capacity - 88) / 2) &^ 7
 }
 
@@ -349,9 +350,10 @@ func (p *Producer) reserve(n, at uint64) (start uint64, ok bool) {
 
 // fits is reserve's common case: a record of n bytes (size with its
 // header, rounded) fits at off, p.pos's offset, before the ring's end,
-// needing no pad (an odd number of slots, or a line boundary), in space known free and
-// already zeroed up to the next record's header. p.err is nil when it
-// holds: a corrupt producer's tail check fails (refreshTail).
+// needing no pad (it has an odd number of slots, or off starts a line), in
+// space known free and already zeroed up to the next record's header.
+// p.err is nil when it holds: a corrupt producer's tail check fails
+// (refreshTail).
 func (p *Producer) fits(n, off, size uint64) bool {
 	end := p.pos + size
 	return n <= p.maxData && (size&slotLen != 0 || off&slotLen == 0) && off+size <= p.cap &&
@@ -379,7 +381,7 @@ func (p *Producer) reserveSlow(n, at uint64) (start uint64, ok bool) {
 		return 0, false
 	}
 	if end := p.pos + pad + size; end+8 > p.zeroed {
-		// The zeroed area ahead did not reach the next record's header word:
+		// The zeroed area ahead did not reach the next record's header:
 		// zero it now, before publishing (only after a full ring or a large record).
 		p.zeroTo(end + 8)
 	}
