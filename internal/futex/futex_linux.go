@@ -87,12 +87,21 @@ func NewDoorbell(mem []byte) (Doorbell, error) {
 // membarrier.Enabled (Wait then runs the heavy side; see the package
 // documentation). It costs one atomic load when nobody sleeps; otherwise
 // it wakes every sleeper. A failing wake is ignored: the receiver's timeout
-// covers it.
+// covers it. Its common case inlines into the sender's path.
 func (d Doorbell) Ring() {
 	if d.waiters.Load() != 0 {
-		d.seq.Add(1)
-		_, _ = Wake(d.seq, math.MaxInt32)
+		wakeAll(d.seq)
 	}
+}
+
+// wakeAll is Ring with a sleeper: the sequence word seq bumped, every
+// sleeper woken. (Never inlined: in Ring it would take Ring over the
+// inlining budget.)
+//
+//go:noinline
+func wakeAll(seq *atomic.Uint32) {
+	seq.Add(1)
+	_, _ = Wake(seq, math.MaxInt32)
 }
 
 // Sleeping reports whether a receiver has announced that it sleeps.
