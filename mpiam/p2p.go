@@ -221,8 +221,8 @@ func (p *proc) sendEagerFill(c *Comm, f transport.Filler, n, dest, tag int, mode
 	return nil
 }
 
-// sendEagerData sends an eager message's data with its envelope (a0, a1,
-// a2) to world rank world: as an immediate request when it can go at once
+// sendEagerData sends an eager message's data with its envelope (a0, a1)
+// to world rank world: as an immediate request when it can go at once
 // without a tool value (no reservation in the receiver's buffer, no credit
 // back: am.Endpoint.RequestImmediate), else as a medium request.
 func (p *proc) sendEagerData(world int, buf []byte, pb handlers.Piggyback, a0, a1 uint64) error {

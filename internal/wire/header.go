@@ -185,8 +185,8 @@ func (h *Header) EncodedLen() int {
 // Encode writes h and args (len(args) must equal h.NArgs) into b, which must hold
 // EncodedLen bytes, and returns the number of bytes written: the core, the
 // extensions h's kind and flags call for, the arguments (for an immediate
-// request: EncodeImmediate of h's handler, arguments and Len). It does not
-// allocate.
+// request: EncodeImmediate of h's handler and arguments; its header has no
+// length, so h.Len is not written). It does not allocate.
 func Encode(b []byte, h *Header, args []uint64) int {
 	if h.Kind == KindRequestImmediate {
 		return EncodeImmediate(b, h.Handler, args[:h.NArgs])
