@@ -337,24 +337,17 @@ func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
 			if err != nil {
 				return nil, p.netErr(c, world, fmt.Sprintf("send to rank %d, tag %d", dest, tag), err)
 			}
-			var h *Request
-			if st := &p.states; st.mu.Sequential() {
-				h = st.handles.take() // reqCache.handle's first case, without its call
-			} else {
-				h = st.handle()
-			}
-			return h.sentBy(p.sentDone, dest, tag, n), nil
+			return c.sentRequest(buf, dest, tag, n, Standard), nil
 		}
 	}
 	if p.tools == nil && c.sendsEager(dest, len(buf), mode) {
 		// Eager: the send completes in this call (as Send's does), so its
-		// handle needs no state of its own: it shares the rank's sentDone
-		// and keeps its status itself.
+		// state is complete from the start.
 		pb, hasPB := p.outgoingPB()
 		if err := p.sendEager(c, buf, dest, tag, mode, pb, hasPB); err != nil {
 			return nil, err
 		}
-		return p.states.handle().sentBy(p.sentDone, dest, tag, len(buf)), nil
+		return c.sentRequest(buf, dest, tag, len(buf), mode), nil
 	}
 	r, h := c.newSend(buf, dest, tag, mode, true)
 	if err := c.p.startSend(r); err != nil {
@@ -363,11 +356,29 @@ func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
 	return h, nil
 }
 
-// sentBy makes h the handle of a nonblocking eager send of n bytes to dest
-// that completed in its call: it shares its rank's sentDone (done) and keeps
-// its status itself (Request.sentStatus). It returns h.
-func (h *Request) sentBy(done *reqState, dest, tag, n int) *Request {
-	h.s, h.sentPeer, h.sentTag, h.sentBytes = done, int32(dest), int32(tag), n
+// sentRequest returns the handle of a nonblocking send in mode of n bytes
+// (buf, or its packed form) to dest with tag on c that completed in its call
+// (eager): its state comes from the cache complete from the start, with the
+// status a completed send's state has (reqState.complete), so every call that
+// reports requests treats it as any other. It takes no handle of its own
+// beyond the 8-byte one, and its state is recycled warm.
+func (c *Comm) sentRequest(buf []byte, dest, tag, n int, mode Mode) *Request {
+	st := &c.p.states
+	var r *reqState
+	var h *Request
+	if st.mu.Sequential() {
+		// reqCache.get's steps without its call or its lock (see irecv).
+		if r = st.free.pop(); r == nil {
+			r = st.newState()
+		}
+		h = st.handles.take()
+		h.s = r
+	} else {
+		r, h = st.get(true)
+	}
+	r.p, r.kind, r.mode, r.comm, r.peer, r.tag, r.buf = c.p, kindSend, mode, c, dest, tag, buf
+	r.status = Status{Source: dest, Tag: tag, Bytes: n}
+	r.done.Store(true) // nothing can wait on it before the handle is returned
 	return h
 }
 

@@ -56,12 +56,14 @@ func (c *Comm) isendLay(mem []byte, lay *layout, mt msgType, dest, tag int, mode
 	}
 	p := c.p
 	if lay != nil && !c.checking() && p.tools == nil && c.sendsEager(dest, lay.n, mode) {
-		// Eager: complete in this call, with a handle that shares the
-		// rank's sentDone, as Isend's (isend).
+		// Eager: complete in this call, with a state complete from the
+		// start, as Isend's (isend).
 		if err := c.sendPacked(mem, lay, dest, tag, mode); err != nil {
 			return nil, err
 		}
-		return p.states.handle().sentBy(p.sentDone, dest, tag, lay.n), nil
+		h := c.sentRequest(mem, dest, tag, lay.n, mode)
+		h.s.lay = lay
+		return h, nil
 	}
 	r, h := c.newSend(mem, dest, tag, mode, true)
 	r.lay = lay

@@ -216,7 +216,6 @@ type proc struct {
 	throttleOff  atomic.Bool    // some recvThrottle has an "off" to send
 	states       reqCache       // idle operation states and request handles (reqcache.go)
 	recvStates   recvStack      // states and handles of nonblocking receives, under mu (reqcache.go)
-	sentDone     *reqState      // the shared state of eager sends that completed in their call (Request.sentStatus)
 
 	bsend bsendBuffer
 
@@ -325,8 +324,6 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 			return nil, err
 		}
 	}
-	p.sentDone = &reqState{reqHot: reqHot{p: p, kind: kindSend, shared: true}}
-	p.sentDone.done.Store(true)
 	p.world = p.newComm(0, ep.Rank(), ep.Size(), nil)
 	// With a progress goroutine (AMGO_PROGRESS), deferred protocol work
 	// (rendezvous stores, clear-to-sends) also runs while the program computes.

@@ -13,9 +13,9 @@ import (
 const reqCacheMax = 1024
 
 // handleSlab is how many Request handles are allocated at once: a handle is
-// never reused (stale copies of a *Request must stay null), but 64 of them in
-// one allocation cost one 512-byte allocation instead of 64 small ones.
-const handleSlab = 64
+// never reused (stale copies of a *Request must stay null), but 512 of them
+// in one allocation cost one 4 KiB allocation instead of 512 small ones.
+const handleSlab = 512
 
 // reqCache recycles a rank's operation states and hands out request handles.
 // Any goroutine may use it (MPI_THREAD_MULTIPLE). States of blocking calls
@@ -118,18 +118,6 @@ func (c *reqCache) get(handle bool) (*reqState, *Request) {
 	}
 	h.s = s
 	return s, h
-}
-
-// handle returns a new handle without a state (an eager send that
-// completed in its call: Request.sentStatus).
-func (c *reqCache) handle() *Request {
-	if c.mu.Sequential() {
-		return c.handles.take() // one goroutine in the library (see irecv)
-	}
-	c.mu.Lock()
-	h := c.handleLocked()
-	c.mu.Unlock()
-	return h
 }
 
 // handleLocked takes the next handle; c.mu held (or a single-threaded

@@ -57,27 +57,19 @@ func (m Mode) String() string {
 // element to nil). Persistent requests (SendInit, RecvInit) become inactive on
 // completion and can be started again.
 //
-// A Request is a 24-byte handle: the operation's state lives apart and, once
+// A Request is an 8-byte handle: the operation's state lives apart and, once
 // its completion is reported (and no tool is attached, see Info), is recycled
-// for a later operation, so that a stream of Isend/Irecv/Waitall allocates 24
-// bytes per operation instead of the whole state (docs/performance.md), and
-// handles come 64 to an allocation (reqcache.go). An eager send that
-// completes in its call (Isend up to the eager limit with no tool attached)
-// takes no state at all: its handle keeps its status.
+// for a later operation, so that a stream of Isend/Irecv/Waitall allocates 8
+// bytes per operation instead of the whole state, and handles come 512 to an
+// allocation (reqcache.go). Fresh memory is what a handle costs: each new
+// line is a cache miss, and a window of small messages ran a quarter slower
+// with 24-byte handles than with none (docs/performance.md). An eager send
+// that completes in its call (Isend up to the eager limit with no tool
+// attached) takes a state that is complete from the start.
 // A handle is never reused: every copy of a *Request points to the same
 // handle, so all of them see it become null.
 type Request struct {
 	s *reqState // nil: null (reported and recycled, or freed)
-	// An eager send that completed in its call (Isend of a small message,
-	// no tool attached) has no state of its own: s is its rank's sentDone,
-	// shared and never changed, and its status is here.
-	sentPeer, sentTag int32
-	sentBytes         int
-}
-
-// sentStatus is the status of an eager send that completed in its call.
-func (r *Request) sentStatus() Status {
-	return Status{Source: int(r.sentPeer), Tag: int(r.sentTag), Bytes: r.sentBytes}
 }
 
 // state returns the operation behind r; nil for a null handle.
@@ -99,10 +91,6 @@ func (r *Request) null() bool { return r.state().null() }
 // handles while any tool is attached.
 func (r *Request) detach() *reqState {
 	s := r.state()
-	if s != nil && s.shared {
-		r.s = nil // reported: null from now on; the shared state stays as it is
-		return nil
-	}
 	if s == nil || !s.reported || s.persistent || s.p.tools != nil {
 		return nil
 	}
@@ -153,9 +141,6 @@ func (r *Request) waitKeep() (Status, error) {
 	if s.null() {
 		return emptyStatus, nil
 	}
-	if s.shared {
-		return r.sentStatus(), nil
-	}
 	if err := s.p.waitDone(&s.done); err != nil {
 		return Status{Err: err}, err
 	}
@@ -168,11 +153,6 @@ func (r *Request) test() (bool, Status, error) {
 	s := r.state()
 	if s.null() {
 		return true, emptyStatus, nil
-	}
-	if s.shared {
-		st := r.sentStatus()
-		r.s = nil
-		return true, st, nil
 	}
 	done, st, err := s.test()
 	if done {
@@ -215,11 +195,7 @@ type reqHot struct {
 	reported   bool // completion reported by Wait/Test: now null
 	persistent bool
 	active     bool // persistent: started and not yet completed
-	// shared marks a rank's sentDone: the state of every eager send that
-	// completed in its call, complete from the start, never reported,
-	// recycled or changed (Request.sentStatus has each one's status).
-	shared bool
-	hasSig bool
+	hasSig     bool
 	// coldUsed: a reqCold field may have been written (useCold), so reset
 	// zeroes that part too.
 	coldUsed bool
@@ -398,10 +374,6 @@ func (r *Request) Free() error {
 	if s == nil {
 		return nil
 	}
-	if s.shared {
-		r.s = nil
-		return nil
-	}
 	s.reported = true
 	s.persistent = false
 	r.s = nil
@@ -428,15 +400,6 @@ func waitall(reqs []*Request, statuses []Status) error {
 	var spent stateBatch
 	for i, r := range reqs {
 		s := r.state()
-		if s != nil && s.shared {
-			// An eager send that completed in its call: nothing to recycle.
-			if statuses != nil {
-				statuses[i] = r.sentStatus()
-			}
-			r.s = nil
-			reqs[i] = nil
-			continue
-		}
 		if s != nil && !s.persistent && !s.reported && s.p.tools == nil && s.done.Load() {
 			// Complete already (a window of eager sends): report and recycle
 			// without the wait's status copies; the same steps as below.

@@ -370,11 +370,6 @@ func (r *Request) Info() RequestInfo {
 	if s == nil {
 		return RequestInfo{}
 	}
-	if s.shared {
-		// An eager send that completed in its call, made while no tool was
-		// attached: its communicator was not kept.
-		return RequestInfo{Send: true, Peer: int(r.sentPeer), Tag: int(r.sentTag), Bytes: r.sentBytes}
-	}
 	return RequestInfo{Send: s.kind == kindSend, Collective: s.kind == kindColl, Mode: s.mode, Comm: s.comm,
 		Peer: s.peer, Tag: s.tag, Bytes: s.size(), Persistent: s.persistent}
 }
@@ -384,7 +379,7 @@ func (r *Request) Info() RequestInfo {
 // request returns an empty status at once.
 func (r *Request) Wait() (Status, error) {
 	s := r.state()
-	if s == nil || s.p == nil || s.p.tools == nil || s.shared {
+	if s == nil || s.p == nil || s.p.tools == nil {
 		return r.wait()
 	}
 	e := Event{Call: CallWait, Comm: s.comm, Request: r, Requests: []*Request{r}}
@@ -403,7 +398,7 @@ func (r *Request) Wait() (Status, error) {
 // an empty status.
 func (r *Request) Test() (bool, Status, error) {
 	s := r.state()
-	if s == nil || s.p == nil || s.p.tools == nil || s.shared {
+	if s == nil || s.p == nil || s.p.tools == nil {
 		return r.test()
 	}
 	e := Event{Call: CallTest, Comm: s.comm, Request: r, Requests: []*Request{r}}
@@ -425,7 +420,7 @@ func (r *Request) Test() (bool, Status, error) {
 // completes normally, so Wait never hangs on it.
 func (r *Request) Cancel() error {
 	s := r.state()
-	if s == nil || s.p == nil || s.p.tools == nil || s.shared {
+	if s == nil || s.p == nil || s.p.tools == nil {
 		return r.cancel()
 	}
 	return s.p.hookErr(&Event{Call: CallCancel, Comm: s.comm, Request: r}, r.cancel)

@@ -43,9 +43,10 @@ var heapFloor []byte
 // pointer-free object that stays reachable and is never written. Go starts
 // a collection when the heap has grown by GOGC percent (100) of what the
 // last one left live, and at 4 MiB at least; an MPI rank's live heap is
-// small, and a window of nonblocking calls allocates a 24-byte handle per
-// operation (osu bibw over shm: some 300 MB/s), so the collector ran every
-// 12 ms and kept its write barrier on for 40 % of the time. With a floor of
+// small, and a window of nonblocking calls allocates a request handle per
+// operation (osu bibw over shm, with the 24-byte handles of the time: some
+// 300 MB/s), so the collector ran every 12 ms and kept its write barrier on
+// for 40 % of the time. With a floor of
 // F bytes it runs once the heap has grown by F at least. The floor itself
 // costs no memory (its pages come fresh from the kernel, which maps them
 // only when touched, and nothing touches them), but a rank that allocates
