@@ -176,6 +176,46 @@ func TestNonblockingWindowAllocs(t *testing.T) {
 	}
 }
 
+// An eager Isend freed rather than waited (MPI_Request_free on a send that
+// completed in its call) gives its state back to the cache: a stream of
+// them allocates handles alone, as a window completed with Waitall does,
+// not a 384-byte state per message for the collector.
+func TestFreedEagerSendRecycled(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	const window = 64
+	runJob(t, "loop", 1, Config{}, func(r *rk, w *Comm) {
+		sbuf := make([]byte, 8)
+		rbuf := make([]byte, 8*window)
+		rreqs := make([]*Request, window)
+		round := func() {
+			for j := range rreqs {
+				var err error
+				rreqs[j], err = Irecv(w, rbuf[8*j:8*j+8], 0, 1)
+				r.NoError(err)
+			}
+			for range window {
+				h, err := Isend(w, sbuf, 0, 1)
+				r.NoError(err)
+				r.NoError(h.Free())
+				r.True(h.null())
+			}
+			r.NoError(Waitall(rreqs, nil))
+		}
+		for range 20 {
+			round()
+		}
+		const rounds = 50
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		testing.AllocsPerRun(rounds, round)
+		runtime.ReadMemStats(&after)
+		bytes := float64(after.TotalAlloc-before.TotalAlloc) / float64((rounds+1)*window)
+		r.LessOrEqual(bytes, 30.0, "bytes allocated per message (16 of them handles)")
+	})
+}
+
 // BenchmarkPingPong measures a blocking Send+Recv round trip between two
 // goroutine ranks, over loop and over shm, at 8 B (eager), 16 KiB (just past
 // the eager limit: rendezvous, packets on shm) and 1 MiB (rendezvous,

@@ -62,10 +62,11 @@ func (m Mode) String() string {
 // for a later operation, so that a stream of Isend/Irecv/Waitall allocates 8
 // bytes per operation instead of the whole state, and handles come 512 to an
 // allocation (reqcache.go). Fresh memory is what a handle costs: each new
-// line is a cache miss, and a window of small messages ran a quarter slower
-// with 24-byte handles than with none (docs/performance.md). An eager send
-// that completes in its call (Isend up to the eager limit with no tool
-// attached) takes a state that is complete from the start.
+// line of handles is a cache miss on the path of the call that takes it
+// (docs/performance.md, "Handles of 8 bytes"). An eager send that completes
+// in its call (Isend up to the eager limit with no tool attached) takes a
+// state that is complete from the start, as a request object of an MPI
+// library in C is: an outstanding one holds its 384 bytes until reported.
 // A handle is never reused: every copy of a *Request points to the same
 // handle, so all of them see it become null.
 type Request struct {
@@ -374,8 +375,16 @@ func (r *Request) Free() error {
 	if s == nil {
 		return nil
 	}
+	// A point-to-point operation that has completed (an eager Isend, freed
+	// rather than waited, completes in its call) goes back to the cache as
+	// a reported one would; anything else is left to the collector, since
+	// its operation may still touch it.
+	recycle := !s.persistent && s.kind != kindColl && s.done.Load()
 	s.reported = true
 	s.persistent = false
+	if recycle {
+		r.recycle()
+	}
 	r.s = nil
 	return nil
 }
