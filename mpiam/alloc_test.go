@@ -138,11 +138,7 @@ func TestNonblockingWindowAllocs(t *testing.T) {
 				sreqs := make([]*Request, window)
 				rreqs := make([]*Request, window)
 				round := func() {
-					for j := range rreqs {
-						var err error
-						rreqs[j], err = Irecv(w, rbuf[8*j:8*j+8], 0, 1)
-						r.NoError(err)
-					}
+					postWindow(r, w, rbuf, rreqs)
 					for j := range sreqs {
 						var err error
 						sreqs[j], err = Isend(w, sbuf, 0, 1)
@@ -151,16 +147,8 @@ func TestNonblockingWindowAllocs(t *testing.T) {
 					r.NoError(Waitall(rreqs, nil))
 					r.NoError(Waitall(sreqs, nil))
 				}
-				for range 20 {
-					round()
-				}
-				const rounds = 50
-				var before, after runtime.MemStats
-				runtime.ReadMemStats(&before)
-				allocs := testing.AllocsPerRun(rounds, round)
-				runtime.ReadMemStats(&after)
+				allocs, bytes := windowAllocs(round, window)
 				r.LessOrEqual(allocs, float64((2*window+handleSlab-1)/handleSlab), "allocations per window of %d messages", window)
-				bytes := float64(after.TotalAlloc-before.TotalAlloc) / float64((rounds+1)*window)
 				// The fault-injecting sim network copies every packet into
 				// a 2 KiB buffer of its own, and its pool grows whenever a
 				// burst of reordered and duplicated packets sets a new high
@@ -174,6 +162,31 @@ func TestNonblockingWindowAllocs(t *testing.T) {
 			})
 		})
 	}
+}
+
+// postWindow posts an 8-byte Irecv from rank 0 with tag 1 into each
+// 8-byte piece of rbuf, its handle into reqs.
+func postWindow(r *rk, w *Comm, rbuf []byte, reqs []*Request) {
+	for j := range reqs {
+		var err error
+		reqs[j], err = Irecv(w, rbuf[8*j:8*j+8], 0, 1)
+		r.NoError(err)
+	}
+}
+
+// windowAllocs runs round, a window of window messages, 20 times to warm
+// up and then 50 times measured: the allocations per round
+// (testing.AllocsPerRun) and the bytes allocated per message.
+func windowAllocs(round func(), window int) (allocs, bytes float64) {
+	for range 20 {
+		round()
+	}
+	const rounds = 50
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	allocs = testing.AllocsPerRun(rounds, round)
+	runtime.ReadMemStats(&after)
+	return allocs, float64(after.TotalAlloc-before.TotalAlloc) / float64((rounds+1)*window)
 }
 
 // An eager Isend freed rather than waited (MPI_Request_free on a send that
@@ -190,11 +203,7 @@ func TestFreedEagerSendRecycled(t *testing.T) {
 		rbuf := make([]byte, 8*window)
 		rreqs := make([]*Request, window)
 		round := func() {
-			for j := range rreqs {
-				var err error
-				rreqs[j], err = Irecv(w, rbuf[8*j:8*j+8], 0, 1)
-				r.NoError(err)
-			}
+			postWindow(r, w, rbuf, rreqs)
 			for range window {
 				h, err := Isend(w, sbuf, 0, 1)
 				r.NoError(err)
@@ -203,15 +212,7 @@ func TestFreedEagerSendRecycled(t *testing.T) {
 			}
 			r.NoError(Waitall(rreqs, nil))
 		}
-		for range 20 {
-			round()
-		}
-		const rounds = 50
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		testing.AllocsPerRun(rounds, round)
-		runtime.ReadMemStats(&after)
-		bytes := float64(after.TotalAlloc-before.TotalAlloc) / float64((rounds+1)*window)
+		_, bytes := windowAllocs(round, window)
 		r.LessOrEqual(bytes, 30.0, "bytes allocated per message (16 of them handles)")
 	})
 }
