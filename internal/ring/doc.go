@@ -72,24 +72,31 @@
 //
 // The consumer polls the word at its position; it must read either zero
 // (nothing yet) or a header published for this lap, never an old header or old
-// payload bytes from an earlier lap. The producer therefore keeps an invariant:
-// every word from its position up to a frontier is zero, and the frontier stays
-// within free space (at most tail+Capacity). Push writes the record's data,
-// then publishes its header with an atomic store; the word right after the
-// record, the next record's header, is below the frontier and so already
-// zero, and was zeroed before this publication. The consumer reads that word
-// only after it has seen this header, so it reads zero or a newer header.
+// payload bytes from an earlier lap. The producer therefore makes sure, before
+// it publishes a record, that the 8 bytes right after it, where the next
+// record's header goes, are zero (and so are bytes 4..7 of a wide record).
+// Usually they already are: the producer keeps every word from its position
+// up to a frontier zeroed, the frontier within free space (at most
+// tail+Capacity); where the frontier does not reach that far, it writes
+// those words itself before the header (zeroNext). Push writes the record's
+// data, then publishes its header with an atomic store; the consumer reads
+// the next word only after it has seen this header, so it reads zero or a
+// newer header.
 //
-// The frontier is pushed ahead after publishing (a few hundred bytes at a
-// time), not before: an atomic store on amd64 waits for every earlier store,
-// and taking the next cache line away from the consumer, which it may have
-// read or prefetched, would otherwise delay the message. After a record of
-// more than 4 KiB the frontier goes at least twice that record's size ahead,
-// so that the next such record finds its lines already this core's rather
-// than waiting for each to come back from the consumer's cache as it is
-// written. Zeroing costs one extra pass of plain stores over the ring per
-// lap. The producer keeps 8 bytes
-// of slack so that the next header never lands on unconsumed data.
+// The frontier is a matter of speed, not of correctness. It is pushed ahead
+// after publishing (a few hundred bytes at a time), not before: an atomic
+// store on amd64 waits for every earlier store, and taking the next cache
+// line away from the consumer, which it may have read or prefetched, would
+// otherwise delay the message. After a record of more than 4 KiB the
+// frontier goes at least twice that record's size ahead, so that the next
+// such record finds its lines already this core's rather than waiting for
+// each to come back from the consumer's cache as it is written. Zeroing
+// ahead is a second pass of stores over the ring, paid for in idle time
+// between messages but not in a stream, where the producer bounds the rate:
+// when its caller says records go back to back (Producer.Streaming),
+// records of more than 256 bytes and at most 4 KiB skip it. The producer
+// keeps 8 bytes of slack so that the next header never lands on unconsumed
+// data.
 //
 // # Memory ordering
 //

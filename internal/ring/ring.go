@@ -215,16 +215,19 @@ type Producer struct {
 	mask    uint64
 	cap     uint64
 	maxData uint64
-	pos     uint64         // position of the next record
-	tail    uint64         // last tail seen
-	zeroed  uint64         // every word in [pos, zeroed) is zero; zeroed <= tail+cap
-	ahead   uint64         // how far past pos Push keeps the area zeroed
-	base    unsafe.Pointer // &data[0]
-	tailp   *atomic.Uint64
-	headp   *uint64 // the control block's published position (Pending)
-	err     error
-	fence   atomic.Uint64 // a word of this producer's own for Fence
-	_       [64]byte
+	pos     uint64 // position of the next record
+	tail    uint64 // last tail seen
+	zeroed  uint64 // every word in [pos, zeroed) is zero when zeroed > pos; zeroed <= tail+cap
+	ahead   uint64 // how far past pos Push keeps the area zeroed
+	// streaming: the caller said that records go back to back (Streaming),
+	// so those between smallRecord and bigRecord bytes skip zeroing ahead.
+	streaming bool
+	base      unsafe.Pointer // &data[0]
+	tailp     *atomic.Uint64
+	headp     *uint64 // the control block's published position (Pending)
+	err       error
+	fence     atomic.Uint64 // a word of this producer's own for Fence
+	_         [64]byte
 }
 
 // NewProducer attaches the sending side to the initialized ring in mem. The
@@ -276,10 +279,13 @@ func (p *Producer) Push(hdr, payload []byte) bool {
 	// does not inline).
 	p.copyIn(off+at, hdr, payload)
 	end := p.pos + size
+	if end+8 > p.zeroed {
+		p.zeroNext(off, at, end) // the area ahead is not zeroed that far
+	}
 	release.Store32((*uint32)(unsafe.Add(p.base, off)), validBit|wideOf(at)|uint32(n))
 	p.pos = end
 	release.Store64(p.headp, end) // for Pending, which must not read the data area
-	if p.zeroed-end < p.ahead || size > bigRecord {
+	if size > bigRecord || (size <= smallRecord || !p.streaming) && p.zeroed < end+p.ahead {
 		p.zeroAhead(end, size)
 	}
 	return true
@@ -351,17 +357,16 @@ func (p *Producer) reserve(n, at uint64) (start uint64, ok bool) {
 // fits is reserve's common case: a record of n bytes (size with its
 // header, rounded) fits at off, p.pos's offset, before the ring's end,
 // needing no pad (it has an odd number of slots, or off starts a line), in
-// space known free and already zeroed up to the next record's header.
-// p.err is nil when it holds: a corrupt producer's tail check fails
-// (refreshTail).
+// space known free up to the next record's header. p.err is nil when it
+// holds: a corrupt producer's tail check fails (refreshTail).
 func (p *Producer) fits(n, off, size uint64) bool {
 	end := p.pos + size
 	return n <= p.maxData && (size&slotLen != 0 || off&slotLen == 0) && off+size <= p.cap &&
-		end+8-p.tail <= p.cap && end+8 <= p.zeroed
+		end+8-p.tail <= p.cap
 }
 
 // reserveSlow is reserve past its common case: a record too large, a pad,
-// a stale tail, an area not yet zeroed, a corrupt ring.
+// a stale tail, a corrupt ring.
 func (p *Producer) reserveSlow(n, at uint64) (start uint64, ok bool) {
 	if n > p.maxData || p.err != nil {
 		return 0, false
@@ -380,11 +385,6 @@ func (p *Producer) reserveSlow(n, at uint64) (start uint64, ok bool) {
 	if p.pos+need-p.tail > p.cap && !p.refreshTail(need) {
 		return 0, false
 	}
-	if end := p.pos + pad + size; end+8 > p.zeroed {
-		// The zeroed area ahead did not reach the next record's header:
-		// zero it now, before publishing (only after a full ring or a large record).
-		p.zeroTo(end + 8)
-	}
 	return start, true
 }
 
@@ -394,25 +394,59 @@ func (p *Producer) reserveSlow(n, at uint64) (start uint64, ok bool) {
 func (p *Producer) publish(start, n, at uint64) {
 	size := recordSize(n, at)
 	off := p.pos & p.mask
-	end := p.pos + size // the next record's position
+	end := p.pos + ((start-off)&p.mask + size) // the next record's position, past the pad
+	if end+8 > p.zeroed {
+		p.zeroNext(start, at, end)
+	}
 	release.Store32((*uint32)(unsafe.Add(p.base, start)), validBit|wideOf(at)|uint32(n))
 	if start != off {
-		pad := (start - off) & p.mask
-		release.Store32((*uint32)(unsafe.Add(p.base, off)), validBit|padBit|uint32(pad))
-		end += pad
+		release.Store32((*uint32)(unsafe.Add(p.base, off)), validBit|padBit|uint32((start-off)&p.mask))
 	}
 	p.pos = end
 	release.Store64(p.headp, end) // for Pending, which must not read the data area
-	if p.zeroed-end < p.ahead || size > bigRecord {
+	if size > bigRecord || (size <= smallRecord || !p.streaming) && p.zeroed < end+p.ahead {
 		p.zeroAhead(end, size)
 	}
 }
+
+// zeroNext writes the zeroes that the record at start (data at at) needs
+// before it is published, where the area ahead is not zeroed (after records
+// that skipped zeroing ahead, or a wrap): the next record's header at end
+// (8 bytes: its header and, if it is wide, its zero word) and this record's
+// own zero word if it is wide. Plain stores: the header's publication,
+// which follows, orders them.
+func (p *Producer) zeroNext(start, at, end uint64) {
+	*(*uint64)(unsafe.Add(p.base, end&p.mask)) = 0
+	if at == 8 {
+		*(*uint32)(unsafe.Add(p.base, start+4)) = 0
+	}
+}
+
+// Streaming tells the producer whether its records now go back to back
+// (true: a run of sends with no poll between) or one at a time (false, the
+// default). Zeroing the area ahead takes its cache lines from the consumer
+// while the producer has nothing else to do, so that the next record's
+// stores find them here, which shortens a ping-pong of records of a few
+// hundred bytes to 4 KiB; in a stream it is a second pass of stores on the
+// side that bounds the rate (docs/performance.md, "Zeroing ahead only
+// between streams"). In a stream, records of more than smallRecord and at
+// most bigRecord bytes skip it; the zeroes correctness needs are written all
+// the same (zeroNext).
+func (p *Producer) Streaming(on bool) { p.streaming = on }
+
+// smallRecord is the record size, in bytes, up to which Push keeps the area
+// ahead zeroed even in a stream (a stream of them fills lines fast enough
+// that taking each line ahead pays).
+const smallRecord = 256
 
 // zeroAhead zeroes the area for the next records after the record of size
 // bytes that ends at end, once published, so that taking these cache lines
 // away from the consumer is off the critical path (the publishing store
 // waits for every earlier store).
 func (p *Producer) zeroAhead(end, size uint64) {
+	if p.zeroed < end {
+		p.zeroed = end // records that skipped zeroing ahead wrote zeroNext's words only
+	}
 	ahead := p.ahead
 	if size > bigRecord {
 		// Twice a big record ahead: the next one of its size finds its

@@ -20,6 +20,7 @@ import (
 	settings "github.com/amgo-hpc/amgo/am/transport/internal/opts"
 	"github.com/amgo-hpc/amgo/internal/futex"
 	"github.com/amgo-hpc/amgo/internal/membarrier"
+	"github.com/amgo-hpc/amgo/internal/release"
 	"github.com/amgo-hpc/amgo/internal/ring"
 )
 
@@ -131,6 +132,10 @@ type Transport struct {
 	// takes one record and returns (see Poll).
 	streak []bool
 	idle   int // empty Polls since the last dead-peer check
+	// polls counts Polls (written by each, loaded by Sends): a Send to a
+	// peer that finds it where the last Send to that peer left it is part
+	// of a stream (streamTo).
+	polls uint64
 	// recv is Poll's receiver as a ring.Receiver, converted once.
 	recv ring.ReceiverOf[transport.Receiver]
 	_    [80]byte
@@ -153,6 +158,7 @@ type peer struct {
 	pid   int
 	state *atomic.Uint32 // in its file header
 	full  int            // consecutive full Sends
+	polls uint64         // Transport.polls at the last Send to it (streamTo)
 	dead  atomic.Bool
 	noPut atomic.Bool // cross memory attach refused (puts and gets)
 }
@@ -404,7 +410,7 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 		// live peer whose ring takes the record.
 		p := &t.peers[dst]
 		if out := p.out; out != nil && !t.closed.Load() && !p.dead.Load() &&
-			len(hdr)+len(payload) <= t.caps.MaxPacket && out.Push(hdr, payload) {
+			len(hdr)+len(payload) <= t.caps.MaxPacket && t.streamTo(p, out) && out.Push(hdr, payload) {
 			p.full = 0
 			if t.fence {
 				out.Fence() // the record visible before the sleep check (ring.Producer.Fence)
@@ -433,7 +439,19 @@ func (t *Transport) SendFill(dst int, hdr []byte, n int, f transport.Filler) err
 	if err != nil {
 		return err
 	}
+	t.streamTo(p, p.out)
 	return t.pushed(dst, p, p.out.PushFill(hdr, n, f))
+}
+
+// streamTo tells out, p's ring, whether the record about to go is part of a
+// stream: no Poll since the last Send to p (ring.Producer.Streaming, which
+// then spares the producer its zeroing ahead). It returns true, so that
+// Send's common case can call it within its condition.
+func (t *Transport) streamTo(p *peer, out *ring.Producer) bool {
+	polls := atomic.LoadUint64(&t.polls)
+	out.Streaming(polls == p.polls)
+	p.polls = polls
+	return true
 }
 
 // outTo checks a packet of n bytes to dst and returns dst's peer with its
@@ -579,6 +597,10 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 		}
 		n += got
 	}
+	// Counted once the deliveries are done, so that what a handler sent
+	// during them does not make the caller's next Send look like a stream's
+	// (streamTo). One goroutine polls at a time: a plain increment.
+	release.Store64(&t.polls, t.polls+1)
 	if n > 0 {
 		t.idle = 0
 		return n, nil
