@@ -379,7 +379,7 @@ func (r *Request) Free() error {
 	// rather than waited, completes in its call) goes back to the cache as
 	// a reported one would; anything else is left to the collector, since
 	// its operation may still touch it.
-	recycle := !s.persistent && s.kind != kindColl && s.done.Load()
+	recycle := !s.persistent && (s.kind == kindSend || s.kind == kindRecv) && s.done.Load()
 	s.reported = true
 	s.persistent = false
 	if recycle {
