@@ -291,8 +291,13 @@ func (p *proc) completePostedLocked(r *reqState, m *inMsg, env match.Envelope) e
 // recycle theirs, see Request.recycle).
 func (c *Comm) newSend(buf []byte, dest, tag int, mode Mode, handle bool) (*reqState, *Request) {
 	r, h := c.p.states.get(handle)
-	r.p, r.kind, r.mode, r.comm, r.peer, r.tag, r.buf = c.p, kindSend, mode, c, dest, tag, buf
+	c.setSend(r, buf, dest, tag, mode)
 	return r, h
+}
+
+// setSend fills state r for a send of buf to dest with tag on c in mode.
+func (c *Comm) setSend(r *reqState, buf []byte, dest, tag int, mode Mode) {
+	r.p, r.kind, r.mode, r.comm, r.peer, r.tag, r.buf = c.p, kindSend, mode, c, dest, tag, buf
 }
 
 // newRecv is newSend for a receive.
@@ -337,7 +342,7 @@ func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
 			if err != nil {
 				return nil, p.netErr(c, world, fmt.Sprintf("send to rank %d, tag %d", dest, tag), err)
 			}
-			return c.sentRequest(buf, dest, tag, n, Standard), nil
+			return c.sentRequest(buf, nil, dest, tag, Standard), nil
 		}
 	}
 	if p.tools == nil && c.sendsEager(dest, len(buf), mode) {
@@ -347,7 +352,7 @@ func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
 		if err := p.sendEager(c, buf, dest, tag, mode, pb, hasPB); err != nil {
 			return nil, err
 		}
-		return c.sentRequest(buf, dest, tag, len(buf), mode), nil
+		return c.sentRequest(buf, nil, dest, tag, mode), nil
 	}
 	r, h := c.newSend(buf, dest, tag, mode, true)
 	if err := c.p.startSend(r); err != nil {
@@ -356,13 +361,13 @@ func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
 	return h, nil
 }
 
-// sentRequest returns the handle of a nonblocking send in mode of n bytes
-// (buf, or its packed form) to dest with tag on c that completed in its call
-// (eager): its state comes from the cache complete from the start, with the
-// status a completed send's state has (reqState.complete), so every call that
-// reports requests treats it as any other. It takes no handle of its own
-// beyond the 8-byte one, and its state is recycled warm.
-func (c *Comm) sentRequest(buf []byte, dest, tag, n int, mode Mode) *Request {
+// sentRequest returns the handle of a nonblocking send in mode of buf (laid
+// out by lay, nil for contiguous bytes) to dest with tag on c that completed
+// in its call (eager): its state comes from the cache and is completed at
+// once, with the status reqState.complete gives a send, so every call that
+// reports requests treats it as any other. It takes no handle of its own beyond the 8-byte one, and its
+// state is recycled warm.
+func (c *Comm) sentRequest(buf []byte, lay *layout, dest, tag int, mode Mode) *Request {
 	st := &c.p.states
 	var r *reqState
 	var h *Request
@@ -376,9 +381,12 @@ func (c *Comm) sentRequest(buf []byte, dest, tag, n int, mode Mode) *Request {
 	} else {
 		r, h = st.get(true)
 	}
-	r.p, r.kind, r.mode, r.comm, r.peer, r.tag, r.buf = c.p, kindSend, mode, c, dest, tag, buf
-	r.status = Status{Source: dest, Tag: tag, Bytes: n}
-	r.done.Store(true) // nothing can wait on it before the handle is returned
+	c.setSend(r, buf, dest, tag, mode)
+	r.lay = lay
+	// reqState.complete's steps for a send with no completion callback,
+	// written out: its call does not inline, and this is every eager Isend.
+	r.status = Status{Source: dest, Tag: tag, Bytes: r.size()}
+	r.done.Store(true)
 	return h
 }
 

@@ -61,9 +61,7 @@ func (c *Comm) isendLay(mem []byte, lay *layout, mt msgType, dest, tag int, mode
 		if err := c.sendPacked(mem, lay, dest, tag, mode); err != nil {
 			return nil, err
 		}
-		h := c.sentRequest(mem, dest, tag, lay.n, mode)
-		h.s.lay = lay
-		return h, nil
+		return c.sentRequest(mem, lay, dest, tag, mode), nil
 	}
 	r, h := c.newSend(mem, dest, tag, mode, true)
 	r.lay = lay

@@ -285,7 +285,7 @@ func (p *Producer) Push(hdr, payload []byte) bool {
 	release.Store32((*uint32)(unsafe.Add(p.base, off)), validBit|wideOf(at)|uint32(n))
 	p.pos = end
 	release.Store64(p.headp, end) // for Pending, which must not read the data area
-	if size > bigRecord || (size <= smallRecord || !p.streaming) && p.zeroed < end+p.ahead {
+	if p.zeroAheadDue(end, size) {
 		p.zeroAhead(end, size)
 	}
 	return true
@@ -404,7 +404,7 @@ func (p *Producer) publish(start, n, at uint64) {
 	}
 	p.pos = end
 	release.Store64(p.headp, end) // for Pending, which must not read the data area
-	if size > bigRecord || (size <= smallRecord || !p.streaming) && p.zeroed < end+p.ahead {
+	if p.zeroAheadDue(end, size) {
 		p.zeroAhead(end, size)
 	}
 }
@@ -433,6 +433,14 @@ func (p *Producer) zeroNext(start, at, end uint64) {
 // most bigRecord bytes skip it; the zeroes correctness needs are written all
 // the same (zeroNext).
 func (p *Producer) Streaming(on bool) { p.streaming = on }
+
+// zeroAheadDue reports whether, after publishing a record of size bytes
+// that ends at end, the area ahead is to be zeroed now (zeroAhead): after
+// a big record always; after another, when the zeroed area is short of
+// Producer.ahead, unless the record is mid-sized in a stream (Streaming).
+func (p *Producer) zeroAheadDue(end, size uint64) bool {
+	return size > bigRecord || (size <= smallRecord || !p.streaming) && p.zeroed < end+p.ahead
+}
 
 // smallRecord is the record size, in bytes, up to which Push keeps the area
 // ahead zeroed even in a stream (a stream of them fills lines fast enough
