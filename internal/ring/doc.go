@@ -94,7 +94,10 @@
 // ahead is a second pass of stores over the ring, paid for in idle time
 // between messages but not in a stream, where the producer bounds the rate:
 // when its caller says records go back to back (Producer.Streaming),
-// records of more than 256 bytes and at most 4 KiB skip it. The producer
+// records of more than 256 bytes and at most 4 KiB skip it, and the
+// producer instead asks for the lines of the record four ahead for writing
+// (a prefetch, PREFETCHW on amd64, no stores), within the space it knows
+// free so that no line the consumer may still read is taken. The producer
 // keeps 8 bytes of slack so that the next header never lands on unconsumed
 // data.
 //

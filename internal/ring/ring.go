@@ -287,6 +287,8 @@ func (p *Producer) Push(hdr, payload []byte) bool {
 	release.Store64(p.headp, end) // for Pending, which must not read the data area
 	if p.zeroAheadDue(end, size) {
 		p.zeroAhead(end, size)
+	} else if p.streaming && size > smallRecord {
+		p.takeAhead(end, size)
 	}
 	return true
 }
@@ -406,6 +408,8 @@ func (p *Producer) publish(start, n, at uint64) {
 	release.Store64(p.headp, end) // for Pending, which must not read the data area
 	if p.zeroAheadDue(end, size) {
 		p.zeroAhead(end, size)
+	} else if p.streaming && size > smallRecord {
+		p.takeAhead(end, size)
 	}
 }
 
@@ -467,6 +471,38 @@ func (p *Producer) zeroAhead(end, size uint64) {
 		p.zeroTo(min(end+2*ahead, p.tail+p.cap))
 	}
 }
+
+// takeAhead asks for the cache lines where the record takeRecords records
+// of size bytes past the one that ends at end would go, for writing
+// (prefetchW, no stores), in a stream of records that skip zeroing ahead:
+// the lines come while the producer fills the records before it, rather
+// than one store at a time when it gets there. It stops at the end of the
+// data area and asks for nothing beyond the space known free, whose lines
+// the consumer may still be reading. Where a line between the two vCPUs
+// is slow it pays most (docs/performance.md, "What the waiting side and
+// the ring's size do").
+func (p *Producer) takeAhead(end, size uint64) {
+	if first, lines := p.takeSpan(end, size); lines > 0 {
+		prefetchW(uintptr(unsafe.Add(p.base, first)), lines)
+	}
+}
+
+// takeSpan is the area takeAhead asks for: the offset of its first line in
+// the data area and how many lines (0: none).
+func (p *Producer) takeSpan(end, size uint64) (first uint64, lines int) {
+	from := end + (takeRecords-1)*size
+	if from+size > p.tail+p.cap {
+		return 0, 0
+	}
+	off := from & p.mask
+	first = off &^ (lineLen - 1)
+	last := min(off+size, p.cap)
+	return first, int((last - first + lineLen - 1) / lineLen)
+}
+
+// takeRecords is how many records ahead of the one just published
+// takeAhead asks for lines.
+const takeRecords = 4
 
 // bigRecord is the record size, in bytes, above which Push keeps twice the
 // record's size zeroed ahead rather than Producer.ahead.

@@ -615,3 +615,35 @@ func TestPushFillNoAllocs(t *testing.T) {
 	})
 	require.Zero(t, allocs)
 }
+
+// In a stream of mid-sized records, the producer asks for the lines of the
+// record takeRecords ahead (takeAhead): the whole record's lines when they
+// are known free, clipped at the end of the data area, and none when the
+// consumer may still be reading them.
+func TestTakeSpan(t *testing.T) {
+	p, _, _ := newRing(t, 1<<14)
+	const size = 1000 // not a whole number of lines
+	lap := 3 * p.cap  // positions count on across laps
+
+	p.tail = lap // an empty ring: everything past end is free
+	end := lap + 40
+	first, lines := p.takeSpan(end, size)
+	from := 40 + (takeRecords-1)*size
+	require.Equal(t, uint64(from)&^(lineLen-1), first, "the line holding the record takeRecords ahead")
+	require.Equal(t, int((uint64(from+size)-first+lineLen-1)/lineLen), lines, "up to its last byte's line")
+
+	// A record that would run past the end of the data area: its lines up
+	// to that end.
+	p.tail = lap + p.cap/2
+	end = lap + p.cap - (takeRecords-1)*size - size/2
+	first, lines = p.takeSpan(end, size)
+	require.Equal(t, (p.cap-size/2)&^(lineLen-1), first)
+	require.Equal(t, p.cap, first+uint64(lines)*lineLen, "clipped at the end")
+
+	// Space the producer does not know to be free: nothing.
+	p.tail = lap
+	_, lines = p.takeSpan(lap+p.cap-takeRecords*size+1, size)
+	require.Zero(t, lines, "one byte past the known-free space")
+	_, lines = p.takeSpan(lap+p.cap-takeRecords*size, size)
+	require.NotZero(t, lines, "up to it")
+}
