@@ -285,6 +285,9 @@ func plan(bin, ref string, quick bool) []job {
 		}
 	}
 	jobs = append(jobs, job{Bench: "mbw_mr", Cfg: shmMT, Args: append([]string{"mbw_mr"}, sizes...)})
+	for _, c := range []config{all[3], all[5]} { // Open MPI and MPICH over shared memory
+		jobs = append(jobs, job{Bench: "mbw_mr", Cfg: c, Args: append([]string{"mbw_mr"}, sizes...)})
+	}
 	for _, net := range amgoNets {
 		c := amgo(net, 2)
 		jobs = append(jobs,
@@ -453,7 +456,7 @@ func planCluster(bin, ref string, c *cluster.Cluster, quick bool) []job {
 	prep = split
 	add("latency-other-node", append([]string{"latency"}, p2p...), across...)
 	add("bw-other-node", append([]string{"bw"}, p2p...), across...)
-	add("mbw_mr-other-node", append([]string{"mbw_mr"}, p2p...), across[:4]...) // osu_ref has no mbw_mr
+	add("mbw_mr-other-node", append([]string{"mbw_mr"}, p2p...), across...)
 	// One-sided communication between the nodes: OSU's seven tests with
 	// flush, and the put latency under the other synchronization modes
 	// and over a window from WinCreate.
@@ -490,7 +493,7 @@ func planCluster(bin, ref string, c *cluster.Cluster, quick bool) []job {
 	}
 	add("latency-pair", append([]string{"latency"}, p2p...), onPair...)
 	add("bw-pair", append([]string{"bw"}, p2p...), onPair...)
-	add("mbw_mr-pair", append([]string{"mbw_mr"}, p2p...), onPair[:3]...) // osu_ref has no mbw_mr
+	add("mbw_mr-pair", append([]string{"mbw_mr"}, p2p...), onPair...)
 	prep = shared
 	four := []config{amgo("amgo-2x2-two-level", "node1:2,node2:2", 4),
 		func() config {

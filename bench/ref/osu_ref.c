@@ -76,6 +76,12 @@ static void row(int size, double v) {
     fflush(stdout);
 }
 
+/* row2 is row with two figures (mbw_mr's MB/s and messages/s). */
+static void row2(int size, double a, double b) {
+    printf("%-*d%*.*f%*.*f\n", 10, size, 20, 2, a, 20, 2, b);
+    fflush(stdout);
+}
+
 /* libname names the MPI library this program was built with. */
 static const char *libname(void) {
 #if defined(OPEN_MPI)
@@ -333,11 +339,23 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &np);
     if (argc < 2 || np < 2) {
-        if (me == 0) fprintf(stderr, "usage: mpirun -np 2 osu_ref latency|bw|bibw [-m min:max] [-i n] [-x n] [-W n]\n");
+        if (me == 0) fprintf(stderr, "usage: mpirun -np 2 osu_ref latency|bw|bibw|mbw_mr [-m min:max] [-i n] [-x n] [-W n]\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     const char *test = argv[1];
     int lat = strcmp(test, "latency") == 0, bw = strcmp(test, "bw") == 0, bibw = strcmp(test, "bibw") == 0;
+    /* mbw_mr (osu_mbw_mr): np/2 pairs (i, i + np/2), each streaming as bw
+       does; the row is every pair's bytes over the slowest sender's time,
+       and the messages per second that makes. */
+    int mbw = strcmp(test, "mbw_mr") == 0;
+    if (mbw) {
+        if (np % 2 != 0) {
+            if (me == 0) fprintf(stderr, "osu_ref: mbw_mr needs an even number of ranks\n");
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        bw = 1;
+    }
+    int pairs = mbw ? np / 2 : 1;
     if (!lat && !bw && !bibw && is_coll(test)) {
         return collective(argc, argv, test, me, np);
     }
@@ -377,10 +395,16 @@ int main(int argc, char **argv) {
     char ack[4];
     const char *lib = libname();
     char title[128];
-    snprintf(title, sizeof title, "%s %s%s", lib, lat ? "Latency Test" : bw ? "Bandwidth Test" : "Bi-Directional Bandwidth Test",
+    snprintf(title, sizeof title, "%s %s%s", lib,
+             lat ? "Latency Test" : mbw ? "Multiple Bandwidth / Message Rate Test" : bw ? "Bandwidth Test" : "Bi-Directional Bandwidth Test",
              vector ? " (vector datatype)" : "");
-    if (me == 0) header(title, lat ? "Latency (us)" : "Bandwidth (MB/s)");
-    int peer = 1 - me;
+    if (me == 0 && mbw) {
+        printf("# amgo reference: %s\n# [ pairs: %d ] [ window size: %d ]\n", title, pairs, window);
+        printf("%-*s%*s%*s\n", 10, "# Size", 20, "MB/s", 20, "Messages/s");
+        fflush(stdout);
+    } else if (me == 0) header(title, lat ? "Latency (us)" : "Bandwidth (MB/s)");
+    int sender = me < pairs;
+    int peer = mbw ? (sender ? me + pairs : me - pairs) : 1 - me;
     for (int size = min_size; size <= max_size; size = size ? size * 2 : 1) {
         int n, w;
         counts(lat, size, &n, &w);
@@ -391,7 +415,7 @@ int main(int argc, char **argv) {
         }
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = 0;
-        if (me < 2) {
+        if (me < 2 * pairs) {
             for (int i = 0; i < n + w; i++) {
                 if (i == w) t0 = MPI_Wtime();
                 if (lat && vector) {
@@ -411,14 +435,14 @@ int main(int argc, char **argv) {
                         MPI_Send(sbuf, size, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
                     }
                 } else if (bw) {
-                    if (me == 0) {
-                        for (int j = 0; j < window; j++) MPI_Isend(sbuf, size, MPI_CHAR, 1, 1, MPI_COMM_WORLD, &reqs[j]);
+                    if (sender) {
+                        for (int j = 0; j < window; j++) MPI_Isend(sbuf, size, MPI_CHAR, peer, 1, MPI_COMM_WORLD, &reqs[j]);
                         MPI_Waitall(window, reqs, MPI_STATUSES_IGNORE);
-                        MPI_Recv(ack, 4, MPI_CHAR, 1, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                        MPI_Recv(ack, 4, MPI_CHAR, peer, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
                     } else {
-                        for (int j = 0; j < window; j++) MPI_Irecv(rbuf, size, MPI_CHAR, 0, 1, MPI_COMM_WORLD, &reqs[j]);
+                        for (int j = 0; j < window; j++) MPI_Irecv(rbuf, size, MPI_CHAR, peer, 1, MPI_COMM_WORLD, &reqs[j]);
                         MPI_Waitall(window, reqs, MPI_STATUSES_IGNORE);
-                        MPI_Send(ack, 4, MPI_CHAR, 0, 2, MPI_COMM_WORLD);
+                        MPI_Send(ack, 4, MPI_CHAR, peer, 2, MPI_COMM_WORLD);
                     }
                 } else {
                     for (int j = 0; j < window; j++) MPI_Irecv(rbuf, size, MPI_CHAR, peer, 1, MPI_COMM_WORLD, &reqs[j]);
@@ -427,7 +451,12 @@ int main(int argc, char **argv) {
                 }
             }
         }
-        if (me == 0) {
+        if (mbw) {
+            double el = sender ? MPI_Wtime() - t0 : 0, slowest = 0;
+            MPI_Reduce(&el, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+            double mbs = (double)pairs * size * (double)n * window / slowest / 1e6;
+            if (me == 0) row2(size, mbs, mbs * 1e6 / (size ? size : 1));
+        } else if (me == 0) {
             double el = MPI_Wtime() - t0;
             if (lat) row(size, el * 1e6 / (2.0 * n));
             else row(size, (bibw ? 2.0 : 1.0) * size * (double)n * window / el / 1e6);
