@@ -256,9 +256,10 @@ func plan(bin, ref string, quick bool) []job {
 	// amgo-shm-mt is the same over shm at ThreadMultiple.
 	shmMT := amgo("shm", 2)
 	shmMT.Name, shmMT.Flags = "amgo-shm-mt", []string{"-thread", "multiple"}
+	ompiShm, mpichShm := ompi("self,vader", "shm"), mpich("shm")
 	all := []config{amgo("loop", 2), amgo("shm", 2), amgo("tcp", 2),
-		ompi("self,vader", "shm"), ompi("self,tcp", "tcp"),
-		mpich("shm"), mpich("tcp", "MPIR_CVAR_NOLOCAL=1", "UCX_TLS=tcp,self")}
+		ompiShm, ompi("self,tcp", "tcp"),
+		mpichShm, mpich("tcp", "MPIR_CVAR_NOLOCAL=1", "UCX_TLS=tcp,self")}
 	p2p := append(all[:3:3], shmMT)
 	p2p = append(p2p, all[3:]...)
 	var sizes []string
@@ -285,7 +286,7 @@ func plan(bin, ref string, quick bool) []job {
 		}
 	}
 	jobs = append(jobs, job{Bench: "mbw_mr", Cfg: shmMT, Args: append([]string{"mbw_mr"}, sizes...)})
-	for _, c := range []config{all[3], all[5]} { // Open MPI and MPICH over shared memory
+	for _, c := range []config{ompiShm, mpichShm} {
 		jobs = append(jobs, job{Bench: "mbw_mr", Cfg: c, Args: append([]string{"mbw_mr"}, sizes...)})
 	}
 	for _, net := range amgoNets {

@@ -478,8 +478,8 @@ func (p *Producer) zeroAhead(end, size uint64) {
 // the lines come while the producer fills the records before it, rather
 // than one store at a time when it gets there. It stops at the end of the
 // data area and asks for nothing beyond the space known free, whose lines
-// the consumer may still be reading. Where a line between the two vCPUs
-// is slow it pays most (docs/performance.md, "What the waiting side and
+// the consumer may still be reading. It pays most where moving a line
+// between cores is slow (docs/performance.md, "What the waiting side and
 // the ring's size do").
 func (p *Producer) takeAhead(end, size uint64) {
 	if first, lines := p.takeSpan(end, size); lines > 0 {
