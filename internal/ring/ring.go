@@ -285,6 +285,8 @@ func (p *Producer) Push(hdr, payload []byte) bool {
 	release.Store32((*uint32)(unsafe.Add(p.base, off)), validBit|wideOf(at)|uint32(n))
 	p.pos = end
 	release.Store64(p.headp, end) // for Pending, which must not read the data area
+	// readyAhead's steps, written out: it does not inline, and its call
+	// would be on every message's way.
 	if p.zeroAheadDue(end, size) {
 		p.zeroAhead(end, size)
 	} else if p.streaming && size > smallRecord {
@@ -406,11 +408,7 @@ func (p *Producer) publish(start, n, at uint64) {
 	}
 	p.pos = end
 	release.Store64(p.headp, end) // for Pending, which must not read the data area
-	if p.zeroAheadDue(end, size) {
-		p.zeroAhead(end, size)
-	} else if p.streaming && size > smallRecord {
-		p.takeAhead(end, size)
-	}
+	p.readyAhead(end, size)
 }
 
 // zeroNext writes the zeroes that the record at start (data at at) needs
@@ -437,6 +435,18 @@ func (p *Producer) zeroNext(start, at, end uint64) {
 // most bigRecord bytes skip it; the zeroes correctness needs are written all
 // the same (zeroNext).
 func (p *Producer) Streaming(on bool) { p.streaming = on }
+
+// readyAhead readies the area past the record of size bytes that ends at
+// end for the records to come, once it is published: it zeroes it ahead
+// when that is due (zeroAheadDue), else, for a mid-sized record in a
+// stream, asks for the lines of the record takeRecords ahead (takeAhead).
+func (p *Producer) readyAhead(end, size uint64) {
+	if p.zeroAheadDue(end, size) {
+		p.zeroAhead(end, size)
+	} else if p.streaming && size > smallRecord {
+		p.takeAhead(end, size)
+	}
+}
 
 // zeroAheadDue reports whether, after publishing a record of size bytes
 // that ends at end, the area ahead is to be zeroed now (zeroAhead): after
