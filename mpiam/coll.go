@@ -822,7 +822,7 @@ func Gather[T any](c *Comm, send, recv []T, root int) error {
 }
 
 func gathervRoot[T any](x coll, recv []T, counts, displs []int) error {
-	reqs := make([]*Request, 0, x.size())
+	reqs := make([]Request, 0, x.size())
 	for i := 0; i < x.size(); i++ {
 		if i == x.rank() {
 			continue
@@ -905,7 +905,7 @@ func Scatter[T any](c *Comm, send, recv []T, root int) error {
 }
 
 func scattervRoot[T any](x coll, send []T, counts, displs []int) error {
-	reqs := make([]*Request, 0, x.size())
+	reqs := make([]Request, 0, x.size())
 	for i := 0; i < x.size(); i++ {
 		if i == x.rank() {
 			continue

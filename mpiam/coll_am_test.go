@@ -110,7 +110,7 @@ func TestIbarriersAtOnceOnNewComm(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		reqs := make([]*Request, 4)
+		reqs := make([]Request, 4)
 		for i := range reqs {
 			if reqs[i], err = d.Ibarrier(); err != nil {
 				return err

@@ -34,24 +34,24 @@ func BenchmarkIallreduce8B(b *testing.B) { benchStartWait(b, false, iallreduce8B
 func BenchmarkIallreduce8BArea(b *testing.B) { benchStartWait(b, true, iallreduce8B) }
 
 // iallreduce8B starts an Iallreduce of one float64 on buffers of its own.
-func iallreduce8B() func(w *Comm) (*Request, error) {
+func iallreduce8B() func(w *Comm) (Request, error) {
 	s, r := []float64{1}, []float64{0}
-	return func(w *Comm) (*Request, error) { return Iallreduce(w, s, r, Sum[float64]()) }
+	return func(w *Comm) (Request, error) { return Iallreduce(w, s, r, Sum[float64]()) }
 }
 
 // BenchmarkIalltoall8BArea is an Ialltoall of 8 bytes per rank through
 // the shared area, started and waited for.
 func BenchmarkIalltoall8BArea(b *testing.B) {
-	benchStartWait(b, true, func() func(w *Comm) (*Request, error) {
+	benchStartWait(b, true, func() func(w *Comm) (Request, error) {
 		s, r := []float64{1, 2}, []float64{0, 0}
-		return func(w *Comm) (*Request, error) { return Ialltoall(w, s, r) }
+		return func(w *Comm) (Request, error) { return Ialltoall(w, s, r) }
 	})
 }
 
 // benchStartWait times a call followed by a Wait on 2 in-process ranks,
 // after a Barrier that makes the shared area when area; mk gives each rank
 // its call, with buffers of its own.
-func benchStartWait(b *testing.B, area bool, mk func() func(w *Comm) (*Request, error)) {
+func benchStartWait(b *testing.B, area bool, mk func() func(w *Comm) (Request, error)) {
 	err := RunLocal(2, Config{}, func(w *Comm) error {
 		start := mk()
 		if area {

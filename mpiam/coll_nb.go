@@ -96,7 +96,7 @@ func (n *nbc) barrierSchedule() *sched.Schedule {
 // started BarrierInit (over messages it happens to match those too; through
 // the communicator's shared area, which a one-node communicator uses once
 // its first blocking collective has made it, it does not). Errors: ErrComm.
-func (c *Comm) Ibarrier() (*Request, error) {
+func (c *Comm) Ibarrier() (Request, error) {
 	if a := c.directArea(0); a != nil {
 		if h, ok := c.startAreaNB(a, CallIbarrier, shmNBOp{kind: nbBarrier}, nil); ok {
 			return h, nil
@@ -107,10 +107,10 @@ func (c *Comm) Ibarrier() (*Request, error) {
 		key := keyOf[byte](CallIbarrier, nil, nil, nil, 0).onArea(c)
 		return c.startSchedKey(key, CallIbarrier, AnySource, 0, ibarrierAreaSched, sigCheck{})
 	}
-	start := func() (*Request, error) {
+	start := func() (Request, error) {
 		x, err := c.startColl(CallIbarrier, true)
 		if err != nil {
-			return nil, err
+			return Request{}, err
 		}
 		n := newNBC(x, CallIbarrier, AnySource, 0, nil)
 		n.setSchedule(n.barrierSchedule())
@@ -139,10 +139,10 @@ func ibarrierAreaSched(x coll, b *sched.Builder) error {
 // MPI-4.1 §6.13): each Start begins a barrier, which matches a started
 // BarrierInit on the other ranks (and, being a barrier over messages,
 // Barrier and an Ibarrier over messages too). Errors: ErrComm.
-func (c *Comm) BarrierInit() (*Request, error) {
+func (c *Comm) BarrierInit() (Request, error) {
 	x, err := c.startColl(CallBarrierInit, true)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	n := newNBC(x, CallBarrierInit, AnySource, 0, nil)
 	n.setSchedule(n.barrierSchedule())
@@ -187,9 +187,9 @@ func buildBcast[T any](x coll, b *sched.Builder, buf []T, root int, shm bool) er
 
 // Ibcast starts a broadcast (MPI_Ibcast); see Bcast. Errors at the call:
 // ErrComm, ErrRoot, ErrType.
-func Ibcast[T any](c *Comm, buf []T, root int) (*Request, error) {
+func Ibcast[T any](c *Comm, buf []T, root int) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	if rb := raw(buf); len(rb) > 0 {
 		if a := c.directArea(len(rb)); a != nil && root >= 0 && root < c.size {
@@ -207,9 +207,9 @@ func Ibcast[T any](c *Comm, buf []T, root int) (*Request, error) {
 
 // BcastInit makes a persistent broadcast request (MPI_Bcast_init, MPI-4.1
 // §6.13); errors as Ibcast's.
-func BcastInit[T any](c *Comm, buf []T, root int) (*Request, error) {
+func BcastInit[T any](c *Comm, buf []T, root int) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.initSched(CallBcastInit, root, len(raw(buf)), checkedSched[T](c, CallIbcast, len(buf), bcastSched(buf, root)))
 }
@@ -240,18 +240,18 @@ func reduceSched[T any](send, recv []T, op Op[T], root int) func(x coll, b *sche
 
 // Ireduce starts a reduction to root (MPI_Ireduce); see Reduce. Errors at
 // the call: ErrComm, ErrRoot, ErrType, ErrCount.
-func Ireduce[T any](c *Comm, send, recv []T, op Op[T], root int) (*Request, error) {
+func Ireduce[T any](c *Comm, send, recv []T, op Op[T], root int) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startSchedKey(keyOf(CallIreduce, send, recv, &op, root), CallIreduce, root, len(raw(send)), reduceSched(send, recv, op, root), sigCheckOf[T](c, CallIreduce, max(len(send), len(recv)*btoi(send == nil))))
 }
 
 // ReduceInit makes a persistent reduction request (MPI_Reduce_init,
 // MPI-4.1 §6.13); errors as Ireduce's.
-func ReduceInit[T any](c *Comm, send, recv []T, op Op[T], root int) (*Request, error) {
+func ReduceInit[T any](c *Comm, send, recv []T, op Op[T], root int) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.initSched(CallReduceInit, root, len(raw(send)), checkedSched[T](c, CallIreduce, max(len(send), len(recv)*btoi(send == nil)), reduceSched(send, recv, op, root)))
 }
@@ -297,9 +297,9 @@ func buildAllreduce[T any](x coll, b *sched.Builder, send, recv []T, op Op[T], s
 
 // Iallreduce starts an allreduce (MPI_Iallreduce); see Allreduce. Errors at
 // the call: ErrComm, ErrType, ErrCount.
-func Iallreduce[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
+func Iallreduce[T any](c *Comm, send, recv []T, op Op[T]) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	if (send == nil || len(send) == len(recv)) && op.Fn != nil {
 		if a := c.directArea(len(raw(recv))); a != nil {
@@ -322,9 +322,9 @@ func Iallreduce[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
 
 // AllreduceInit makes a persistent allreduce request (MPI_Allreduce_init,
 // MPI-4.1 §6.13); errors as Iallreduce's.
-func AllreduceInit[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
+func AllreduceInit[T any](c *Comm, send, recv []T, op Op[T]) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.initSched(CallAllreduceInit, AnySource, len(raw(recv)), checkedSched[T](c, CallIallreduce, len(recv), allreduceSched(send, recv, op)))
 }
@@ -377,26 +377,26 @@ func gatherSched[T any](send, recv []T, counts, displs []int, root int, v bool) 
 
 // Igather starts a gather (MPI_Igather); see Gather. Errors at the call:
 // ErrComm, ErrRoot, ErrType, ErrCount.
-func Igather[T any](c *Comm, send, recv []T, root int) (*Request, error) {
+func Igather[T any](c *Comm, send, recv []T, root int) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startSchedKey(keyOf(CallIgather, send, recv, nil, root), CallIgather, root, len(raw(send)), gatherSched(send, recv, nil, nil, root, false), sigCheckOf[T](c, CallIgather, rootBlock(c, root, len(send), len(recv))))
 }
 
 // GatherInit makes a persistent gather request (MPI_Gather_init, MPI-4.1
 // §6.13); errors as Igather's.
-func GatherInit[T any](c *Comm, send, recv []T, root int) (*Request, error) {
+func GatherInit[T any](c *Comm, send, recv []T, root int) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.initSched(CallGatherInit, root, len(raw(send)), checkedSched[T](c, CallIgather, rootBlock(c, root, len(send), len(recv)), gatherSched(send, recv, nil, nil, root, false)))
 }
 
 // Igatherv starts a Gatherv (MPI_Igatherv); errors as Igather's.
-func Igatherv[T any](c *Comm, send, recv []T, counts, displs []int, root int) (*Request, error) {
+func Igatherv[T any](c *Comm, send, recv []T, counts, displs []int, root int) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startSched(CallIgatherv, root, len(raw(send)), gatherSched(send, recv, counts, displs, root, true))
 }
@@ -436,26 +436,26 @@ func scatterSched[T any](send []T, counts, displs []int, recv []T, root int, v b
 
 // Iscatter starts a scatter (MPI_Iscatter); see Scatter. Errors at the
 // call: ErrComm, ErrRoot, ErrType, ErrCount.
-func Iscatter[T any](c *Comm, send, recv []T, root int) (*Request, error) {
+func Iscatter[T any](c *Comm, send, recv []T, root int) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startSchedKey(keyOf(CallIscatter, send, recv, nil, root), CallIscatter, root, len(raw(recv)), scatterSched(send, nil, nil, recv, root, false), sigCheckOf[T](c, CallIscatter, rootBlock(c, root, len(recv), len(send))))
 }
 
 // ScatterInit makes a persistent scatter request (MPI_Scatter_init,
 // MPI-4.1 §6.13); errors as Iscatter's.
-func ScatterInit[T any](c *Comm, send, recv []T, root int) (*Request, error) {
+func ScatterInit[T any](c *Comm, send, recv []T, root int) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.initSched(CallScatterInit, root, len(raw(recv)), checkedSched[T](c, CallIscatter, rootBlock(c, root, len(recv), len(send)), scatterSched(send, nil, nil, recv, root, false)))
 }
 
 // Iscatterv starts a Scatterv (MPI_Iscatterv); errors as Iscatter's.
-func Iscatterv[T any](c *Comm, send []T, counts, displs []int, recv []T, root int) (*Request, error) {
+func Iscatterv[T any](c *Comm, send []T, counts, displs []int, recv []T, root int) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startSched(CallIscatterv, root, len(raw(recv)), scatterSched(send, counts, displs, recv, root, true))
 }
@@ -503,26 +503,26 @@ func allgatherSched[T any](send, recv []T, counts, displs []int, v bool) func(x 
 
 // Iallgather starts an allgather (MPI_Iallgather); see Allgather. Errors at
 // the call: ErrComm, ErrType, ErrCount.
-func Iallgather[T any](c *Comm, send, recv []T) (*Request, error) {
+func Iallgather[T any](c *Comm, send, recv []T) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startSchedKey(keyOf(CallIallgather, send, recv, nil, 0), CallIallgather, AnySource, len(raw(send)), allgatherSched(send, recv, nil, nil, false), sigCheckOf[T](c, CallIallgather, perRank(c, len(recv))))
 }
 
 // AllgatherInit makes a persistent allgather request (MPI_Allgather_init,
 // MPI-4.1 §6.13); errors as Iallgather's.
-func AllgatherInit[T any](c *Comm, send, recv []T) (*Request, error) {
+func AllgatherInit[T any](c *Comm, send, recv []T) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.initSched(CallAllgatherInit, AnySource, len(raw(send)), checkedSched[T](c, CallIallgather, perRank(c, len(recv)), allgatherSched(send, recv, nil, nil, false)))
 }
 
 // Iallgatherv starts an Allgatherv (MPI_Iallgatherv); errors as Iallgather's.
-func Iallgatherv[T any](c *Comm, send, recv []T, counts, displs []int) (*Request, error) {
+func Iallgatherv[T any](c *Comm, send, recv []T, counts, displs []int) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startSched(CallIallgatherv, AnySource, len(raw(send)), allgatherSched(send, recv, counts, displs, true))
 }
@@ -585,9 +585,9 @@ func alltoallSched[T any](send []T, scounts, sdispls []int, recv []T, rcounts, r
 
 // Ialltoall starts an all-to-all exchange (MPI_Ialltoall); see Alltoall.
 // Errors at the call: ErrComm, ErrType, ErrCount.
-func Ialltoall[T any](c *Comm, send, recv []T) (*Request, error) {
+func Ialltoall[T any](c *Comm, send, recv []T) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	if a := c.directArea(len(raw(recv))); a != nil && len(recv)%c.size == 0 && (send == nil || len(send) == len(recv)) {
 		rb, sb := raw(recv), raw(send)
@@ -607,18 +607,18 @@ func Ialltoall[T any](c *Comm, send, recv []T) (*Request, error) {
 
 // AlltoallInit makes a persistent all-to-all request (MPI_Alltoall_init,
 // MPI-4.1 §6.13); errors as Ialltoall's.
-func AlltoallInit[T any](c *Comm, send, recv []T) (*Request, error) {
+func AlltoallInit[T any](c *Comm, send, recv []T) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.initSched(CallAlltoallInit, AnySource, len(raw(send)), checkedSched[T](c, CallIalltoall, perRank(c, len(recv)), alltoallSched(send, nil, nil, recv, nil, nil)))
 }
 
 // Ialltoallv starts an Alltoallv (MPI_Ialltoallv); errors as Ialltoall's. A
 // nil send means in place (rcounts and rdispls describe both sides).
-func Ialltoallv[T any](c *Comm, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) (*Request, error) {
+func Ialltoallv[T any](c *Comm, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	if rcounts == nil {
 		rcounts = []int{} // not Alltoall's form: checkV reports the missing counts
@@ -695,9 +695,9 @@ func ReduceScatter[T any](c *Comm, send, recv []T, counts []int, op Op[T]) error
 
 // IreduceScatter starts a ReduceScatter (MPI_Ireduce_scatter); errors at the
 // call: ErrComm, ErrType, ErrCount.
-func IreduceScatter[T any](c *Comm, send, recv []T, counts []int, op Op[T]) (*Request, error) {
+func IreduceScatter[T any](c *Comm, send, recv []T, counts []int, op Op[T]) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	if counts == nil {
 		counts = []int{}
@@ -707,9 +707,9 @@ func IreduceScatter[T any](c *Comm, send, recv []T, counts []int, op Op[T]) (*Re
 
 // IreduceScatterBlock starts a ReduceScatterBlock
 // (MPI_Ireduce_scatter_block); errors as IreduceScatter's.
-func IreduceScatterBlock[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
+func IreduceScatterBlock[T any](c *Comm, send, recv []T, op Op[T]) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startSchedKey(keyOf(CallIreduceScatterBlock, send, recv, &op, 0), CallIreduceScatterBlock, AnySource, len(raw(send)), reduceScatterSched(send, recv, nil, op), sigCheckOf[T](c, CallIreduceScatterBlock, len(recv)/max(1, c.sizeIf(send == nil))))
 }
@@ -717,9 +717,9 @@ func IreduceScatterBlock[T any](c *Comm, send, recv []T, op Op[T]) (*Request, er
 // ReduceScatterBlockInit makes a persistent ReduceScatterBlock request
 // (MPI_Reduce_scatter_block_init, MPI-4.1 §6.13); errors as
 // IreduceScatter's.
-func ReduceScatterBlockInit[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
+func ReduceScatterBlockInit[T any](c *Comm, send, recv []T, op Op[T]) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.initSched(CallReduceScatterBlockInit, AnySource, len(raw(send)), checkedSched[T](c, CallIreduceScatterBlock, len(recv)/max(1, c.sizeIf(send == nil)), reduceScatterSched(send, recv, nil, op)))
 }
@@ -741,18 +741,18 @@ func scanSched[T any](send, recv []T, op Op[T], exclusive bool) func(x coll, b *
 
 // Iscan starts an inclusive prefix reduction (MPI_Iscan); see Scan. Errors
 // at the call: ErrComm, ErrType, ErrCount.
-func Iscan[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
+func Iscan[T any](c *Comm, send, recv []T, op Op[T]) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startSchedKey(keyOf(CallIscan, send, recv, &op, 0), CallIscan, AnySource, len(raw(recv)), scanSched(send, recv, op, false), sigCheckOf[T](c, CallIscan, len(recv)))
 }
 
 // Iexscan starts an exclusive prefix reduction (MPI_Iexscan); see Exscan;
 // errors as Iscan's.
-func Iexscan[T any](c *Comm, send, recv []T, op Op[T]) (*Request, error) {
+func Iexscan[T any](c *Comm, send, recv []T, op Op[T]) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startSchedKey(keyOf(CallIexscan, send, recv, &op, 0), CallIexscan, AnySource, len(raw(recv)), scanSched(send, recv, op, true), sigCheckOf[T](c, CallIexscan, len(recv)))
 }

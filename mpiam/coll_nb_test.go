@@ -24,7 +24,7 @@ func affineOf(r, i int) affine { return affine{int64((r+i)%3 + 1), int64(r*7 + i
 // every rank with the same arguments.
 type nbCase struct {
 	name string
-	run  func(w *Comm, nb bool) (result func() any, req *Request, err error)
+	run  func(w *Comm, nb bool) (result func() any, req Request, err error)
 }
 
 // nbCases are every nonblocking collective of MPI-4.1 §6.12 against its
@@ -47,14 +47,14 @@ func nbCases(m int) []nbCase {
 	}
 	done := func(out any) func() any { return func() any { return out } }
 	return []nbCase{
-		{"Barrier", func(w *Comm, nb bool) (func() any, *Request, error) {
+		{"Barrier", func(w *Comm, nb bool) (func() any, Request, error) {
 			if nb {
 				r, err := w.Ibarrier()
 				return done(nil), r, err
 			}
-			return done(nil), nil, w.Barrier()
+			return done(nil), Request{}, w.Barrier()
 		}},
-		{"Bcast", func(w *Comm, nb bool) (func() any, *Request, error) {
+		{"Bcast", func(w *Comm, nb bool) (func() any, Request, error) {
 			buf := make([]float64, m)
 			root := w.Size() / 2
 			if w.Rank() == root {
@@ -64,17 +64,17 @@ func nbCases(m int) []nbCase {
 				r, err := Ibcast(w, buf, root)
 				return done(buf), r, err
 			}
-			return done(buf), nil, Bcast(w, buf, root)
+			return done(buf), Request{}, Bcast(w, buf, root)
 		}},
-		{"Reduce/sum", func(w *Comm, nb bool) (func() any, *Request, error) {
+		{"Reduce/sum", func(w *Comm, nb bool) (func() any, Request, error) {
 			out := make([]float64, m)
 			if nb {
 				r, err := Ireduce(w, vec(w, 2), out, Sum[float64](), w.Size()-1)
 				return done(out), r, err
 			}
-			return done(out), nil, Reduce(w, vec(w, 2), out, Sum[float64](), w.Size()-1)
+			return done(out), Request{}, Reduce(w, vec(w, 2), out, Sum[float64](), w.Size()-1)
 		}},
-		{"Reduce/affine/inplace", func(w *Comm, nb bool) (func() any, *Request, error) {
+		{"Reduce/affine/inplace", func(w *Comm, nb bool) (func() any, Request, error) {
 			root := w.Size() / 2
 			out := aff(w)
 			send := aff(w)
@@ -85,33 +85,33 @@ func nbCases(m int) []nbCase {
 				r, err := Ireduce(w, send, out, affineOp, root)
 				return done(out), r, err
 			}
-			return done(out), nil, Reduce(w, send, out, affineOp, root)
+			return done(out), Request{}, Reduce(w, send, out, affineOp, root)
 		}},
-		{"Allreduce/sum", func(w *Comm, nb bool) (func() any, *Request, error) {
+		{"Allreduce/sum", func(w *Comm, nb bool) (func() any, Request, error) {
 			out := make([]float64, m)
 			if nb {
 				r, err := Iallreduce(w, vec(w, 3), out, Sum[float64]())
 				return done(out), r, err
 			}
-			return done(out), nil, Allreduce(w, vec(w, 3), out, Sum[float64]())
+			return done(out), Request{}, Allreduce(w, vec(w, 3), out, Sum[float64]())
 		}},
-		{"Allreduce/affine/inplace", func(w *Comm, nb bool) (func() any, *Request, error) {
+		{"Allreduce/affine/inplace", func(w *Comm, nb bool) (func() any, Request, error) {
 			out := aff(w)
 			if nb {
 				r, err := Iallreduce(w, nil, out, affineOp)
 				return done(out), r, err
 			}
-			return done(out), nil, Allreduce(w, nil, out, affineOp)
+			return done(out), Request{}, Allreduce(w, nil, out, affineOp)
 		}},
-		{"Gather", func(w *Comm, nb bool) (func() any, *Request, error) {
+		{"Gather", func(w *Comm, nb bool) (func() any, Request, error) {
 			out := make([]float64, m*w.Size())
 			if nb {
 				r, err := Igather(w, vec(w, 4), out, 0)
 				return done(out), r, err
 			}
-			return done(out), nil, Gather(w, vec(w, 4), out, 0)
+			return done(out), Request{}, Gather(w, vec(w, 4), out, 0)
 		}},
-		{"Gatherv", func(w *Comm, nb bool) (func() any, *Request, error) {
+		{"Gatherv", func(w *Comm, nb bool) (func() any, Request, error) {
 			counts, displs := vCounts(w.Size(), m)
 			out := make([]float64, displs[w.Size()-1]+counts[w.Size()-1]+1)
 			send := vecN(w, 5, counts[w.Rank()])
@@ -119,9 +119,9 @@ func nbCases(m int) []nbCase {
 				r, err := Igatherv(w, send, out, counts, displs, w.Size()-1)
 				return done(out), r, err
 			}
-			return done(out), nil, Gatherv(w, send, out, counts, displs, w.Size()-1)
+			return done(out), Request{}, Gatherv(w, send, out, counts, displs, w.Size()-1)
 		}},
-		{"Scatter", func(w *Comm, nb bool) (func() any, *Request, error) {
+		{"Scatter", func(w *Comm, nb bool) (func() any, Request, error) {
 			out := make([]float64, m)
 			send := make([]float64, m*w.Size())
 			for i := range send {
@@ -131,9 +131,9 @@ func nbCases(m int) []nbCase {
 				r, err := Iscatter(w, send, out, 0)
 				return done(out), r, err
 			}
-			return done(out), nil, Scatter(w, send, out, 0)
+			return done(out), Request{}, Scatter(w, send, out, 0)
 		}},
-		{"Scatterv", func(w *Comm, nb bool) (func() any, *Request, error) {
+		{"Scatterv", func(w *Comm, nb bool) (func() any, Request, error) {
 			counts, displs := vCounts(w.Size(), m)
 			send := make([]float64, displs[w.Size()-1]+counts[w.Size()-1])
 			for i := range send {
@@ -144,17 +144,17 @@ func nbCases(m int) []nbCase {
 				r, err := Iscatterv(w, send, counts, displs, out, 1%w.Size())
 				return done(out), r, err
 			}
-			return done(out), nil, Scatterv(w, send, counts, displs, out, 1%w.Size())
+			return done(out), Request{}, Scatterv(w, send, counts, displs, out, 1%w.Size())
 		}},
-		{"Allgather", func(w *Comm, nb bool) (func() any, *Request, error) {
+		{"Allgather", func(w *Comm, nb bool) (func() any, Request, error) {
 			out := make([]float64, m*w.Size())
 			if nb {
 				r, err := Iallgather(w, vec(w, 6), out)
 				return done(out), r, err
 			}
-			return done(out), nil, Allgather(w, vec(w, 6), out)
+			return done(out), Request{}, Allgather(w, vec(w, 6), out)
 		}},
-		{"Allgatherv/inplace", func(w *Comm, nb bool) (func() any, *Request, error) {
+		{"Allgatherv/inplace", func(w *Comm, nb bool) (func() any, Request, error) {
 			counts, displs := vCounts(w.Size(), m)
 			out := make([]float64, displs[w.Size()-1]+counts[w.Size()-1])
 			copy(out[displs[w.Rank()]:], vecN(w, 7, counts[w.Rank()]))
@@ -162,9 +162,9 @@ func nbCases(m int) []nbCase {
 				r, err := Iallgatherv(w, nil, out, counts, displs)
 				return done(out), r, err
 			}
-			return done(out), nil, Allgatherv(w, nil, out, counts, displs)
+			return done(out), Request{}, Allgatherv(w, nil, out, counts, displs)
 		}},
-		{"Alltoall", func(w *Comm, nb bool) (func() any, *Request, error) {
+		{"Alltoall", func(w *Comm, nb bool) (func() any, Request, error) {
 			send := vec(w, 8)
 			send = slices.Repeat(send, w.Size())
 			for i := range send {
@@ -175,9 +175,9 @@ func nbCases(m int) []nbCase {
 				r, err := Ialltoall(w, send, out)
 				return done(out), r, err
 			}
-			return done(out), nil, Alltoall(w, send, out)
+			return done(out), Request{}, Alltoall(w, send, out)
 		}},
-		{"Alltoall/inplace", func(w *Comm, nb bool) (func() any, *Request, error) {
+		{"Alltoall/inplace", func(w *Comm, nb bool) (func() any, Request, error) {
 			out := slices.Repeat(vec(w, 9), w.Size())
 			for i := range out {
 				out[i] += float64(i * w.Rank())
@@ -186,9 +186,9 @@ func nbCases(m int) []nbCase {
 				r, err := Ialltoall(w, nil, out)
 				return done(out), r, err
 			}
-			return done(out), nil, Alltoall(w, nil, out)
+			return done(out), Request{}, Alltoall(w, nil, out)
 		}},
-		{"Alltoallv", func(w *Comm, nb bool) (func() any, *Request, error) {
+		{"Alltoallv", func(w *Comm, nb bool) (func() any, Request, error) {
 			p, me := w.Size(), w.Rank()
 			sc, sd, rc, rd := make([]int, p), make([]int, p), make([]int, p), make([]int, p)
 			st, rt := 0, 0
@@ -207,41 +207,41 @@ func nbCases(m int) []nbCase {
 				r, err := Ialltoallv(w, send, sc, sd, out, rc, rd)
 				return done(out), r, err
 			}
-			return done(out), nil, Alltoallv(w, send, sc, sd, out, rc, rd)
+			return done(out), Request{}, Alltoallv(w, send, sc, sd, out, rc, rd)
 		}},
-		{"ReduceScatterBlock", func(w *Comm, nb bool) (func() any, *Request, error) {
+		{"ReduceScatterBlock", func(w *Comm, nb bool) (func() any, Request, error) {
 			out := make([]float64, m)
 			send := slices.Repeat(vec(w, 10), w.Size())
 			if nb {
 				r, err := IreduceScatterBlock(w, send, out, Sum[float64]())
 				return done(out), r, err
 			}
-			return done(out), nil, ReduceScatterBlock(w, send, out, Sum[float64]())
+			return done(out), Request{}, ReduceScatterBlock(w, send, out, Sum[float64]())
 		}},
-		{"ReduceScatterBlock/affine", func(w *Comm, nb bool) (func() any, *Request, error) {
+		{"ReduceScatterBlock/affine", func(w *Comm, nb bool) (func() any, Request, error) {
 			out := make([]affine, m)
 			send := slices.Repeat(aff(w), w.Size())
 			if nb {
 				r, err := IreduceScatterBlock(w, send, out, affineOp)
 				return done(out), r, err
 			}
-			return done(out), nil, ReduceScatterBlock(w, send, out, affineOp)
+			return done(out), Request{}, ReduceScatterBlock(w, send, out, affineOp)
 		}},
-		{"Scan/affine", func(w *Comm, nb bool) (func() any, *Request, error) {
+		{"Scan/affine", func(w *Comm, nb bool) (func() any, Request, error) {
 			out := make([]affine, m)
 			if nb {
 				r, err := Iscan(w, aff(w), out, affineOp)
 				return done(out), r, err
 			}
-			return done(out), nil, Scan(w, aff(w), out, affineOp)
+			return done(out), Request{}, Scan(w, aff(w), out, affineOp)
 		}},
-		{"Exscan/sum", func(w *Comm, nb bool) (func() any, *Request, error) {
+		{"Exscan/sum", func(w *Comm, nb bool) (func() any, Request, error) {
 			out := make([]float64, m)
 			if nb {
 				r, err := Iexscan(w, vec(w, 11), out, Sum[float64]())
 				return done(out), r, err
 			}
-			return done(out), nil, Exscan(w, vec(w, 11), out, Sum[float64]())
+			return done(out), Request{}, Exscan(w, vec(w, 11), out, Sum[float64]())
 		}},
 	}
 }
@@ -276,7 +276,7 @@ func TestNonblockingAgainstBlocking(t *testing.T) {
 						want[i] = res()
 					}
 					got := make([]func() any, len(cases))
-					reqs := make([]*Request, 0, 2*len(cases))
+					reqs := make([]Request, 0, 2*len(cases))
 					me := w.Rank()
 					ring := make([]int, len(cases))
 					for i, c := range cases {
@@ -361,7 +361,7 @@ func manyIallreduces(t *testing.T, k int, area bool) {
 				return err
 			}
 		}
-		reqs := make([]*Request, k)
+		reqs := make([]Request, k)
 		out := make([]int, k)
 		for i := range k {
 			var err error
@@ -502,11 +502,11 @@ func TestPersistentCollectives(t *testing.T) {
 			rsbsend, rsbrecv := make([]float64, m*p), make([]float64, m)
 			type pair struct {
 				name string
-				req  *Request
+				req  Request
 				err  error
 			}
-			mk := func(name string) func(*Request, error) pair {
-				return func(r *Request, err error) pair { return pair{name, r, err} }
+			mk := func(name string) func(Request, error) pair {
+				return func(r Request, err error) pair { return pair{name, r, err} }
 			}
 			reqs := []pair{
 				mk("Barrier")(w.BarrierInit()),
@@ -519,7 +519,7 @@ func TestPersistentCollectives(t *testing.T) {
 				mk("Alltoall")(AlltoallInit(w, a2send, a2recv)),
 				mk("ReduceScatterBlock")(ReduceScatterBlockInit(w, rsbsend, rsbrecv, Sum[float64]())),
 			}
-			all := make([]*Request, len(reqs))
+			all := make([]Request, len(reqs))
 			for i, r := range reqs {
 				if r.err != nil {
 					return fmt.Errorf("%sInit: %w", r.name, r.err)
@@ -555,8 +555,8 @@ func TestPersistentCollectives(t *testing.T) {
 				if err := Waitall(all, nil); err != nil {
 					return err
 				}
-				if slices.ContainsFunc(all, func(r *Request) bool { return r == nil }) {
-					return fmt.Errorf("Waitall set a persistent request to nil")
+				if slices.ContainsFunc(all, func(r Request) bool { return r == Request{} }) {
+					return fmt.Errorf("Waitall set a persistent request to null")
 				}
 				checks := []struct {
 					name      string
@@ -721,8 +721,8 @@ func TestPersistentVariants(t *testing.T) {
 			cart, err := w.CartCreate([]int{p}, []bool{true}, false)
 			r.NoError(err)
 			nsend, nrecv := make([]float64, 2), make([]float64, 4)
-			mk := func(req *Request, err error) *Request { r.NoError(err); return req }
-			reqs := []*Request{
+			mk := func(req Request, err error) Request { r.NoError(err); return req }
+			reqs := []Request{
 				mk(GathervInit(w, gsend, grecv, counts, displs, p-1)),
 				mk(ScattervInit(w, ssend, counts, displs, srecv, 0)),
 				mk(AllgathervInit(w, gsend, agrecv, counts, displs)),

@@ -206,7 +206,7 @@ func inOrder(n int) int64 {
 // same known answers, several in flight at once.
 func checkNodeNB(r *rk, w *Comm) {
 	n, me := w.Size(), w.Rank()
-	wait := func(q *Request, err error) {
+	wait := func(q Request, err error) {
 		r.NoError(err)
 		_, err = q.Wait()
 		r.NoError(err)

@@ -28,7 +28,7 @@ type nbc struct {
 	run         sched.Run
 	msgs        []*reqState // by step index: the message posted for it, kept for reuse
 	req         *reqState   // the user's request
-	h           *Request    // and its handle
+	h           Request     // and its handle
 	id          uint64      // collBegin's id
 	key         schedKey    // the arguments a one-shot schedule was built for (zero: not cached)
 	queued      atomic.Bool // on the engine's ready list
@@ -264,7 +264,7 @@ func (n *nbc) publish() {
 				n.msgs[i] = nil
 			}
 		}
-		n.req, n.h = nil, nil
+		n.req, n.h = nil, Request{}
 	}
 	req.complete(n.x.status(err))
 }
@@ -397,16 +397,16 @@ func (p *proc) progressColls() {
 
 // startSched starts collective call on c as a schedule built by build, and
 // returns its request; build's error (bad arguments) is returned at once.
-func (c *Comm) startSched(call Call, peer, bytes int, build func(x coll, b *sched.Builder) error) (*Request, error) {
+func (c *Comm) startSched(call Call, peer, bytes int, build func(x coll, b *sched.Builder) error) (Request, error) {
 	return c.startSchedKey(schedKey{}, call, peer, bytes, build, sigCheck{})
 }
 
 // startSchedKey is startSched for a call whose schedule may come from c's
 // cache (key's call set): a kept operation built for the same arguments runs
 // again on the call's new tag base.
-func (c *Comm) startSchedKey(key schedKey, call Call, peer, bytes int, build func(x coll, b *sched.Builder) error, chk sigCheck) (*Request, error) {
+func (c *Comm) startSchedKey(key schedKey, call Call, peer, bytes int, build func(x coll, b *sched.Builder) error, chk sigCheck) (Request, error) {
 	if c.hooked() {
-		return c.p.hookReq(&Event{Call: call, Comm: c, Peer: peer, Bytes: bytes}, func() (*Request, error) {
+		return c.p.hookReq(&Event{Call: call, Comm: c, Peer: peer, Bytes: bytes}, func() (Request, error) {
 			return c.startSchedUnhooked(key, call, peer, bytes, build, chk)
 		})
 	}
@@ -417,10 +417,10 @@ func (c *Comm) startSchedKey(key schedKey, call Call, peer, bytes int, build fun
 // calls build, so a caller that calls it directly when c has no tools
 // keeps its builder's closure on its stack: a call served from the cache
 // then allocates nothing for it.
-func (c *Comm) startSchedUnhooked(key schedKey, call Call, peer, bytes int, build func(x coll, b *sched.Builder) error, chk sigCheck) (*Request, error) {
+func (c *Comm) startSchedUnhooked(key schedKey, call Call, peer, bytes int, build func(x coll, b *sched.Builder) error, chk sigCheck) (Request, error) {
 	x, err := c.startColl(call, true)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	if key.call != 0 && x.pb == nil {
 		if n := c.cachedSched(key); n != nil {
@@ -434,7 +434,7 @@ func (c *Comm) startSchedUnhooked(key schedKey, call Call, peer, bytes int, buil
 	var b sched.Builder
 	chk.add(x, &b)
 	if err := build(x, &b); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	n := newNBC(x, call, peer, bytes, b.Schedule())
 	if x.pb == nil {
@@ -472,14 +472,14 @@ func (c *Comm) runSched(call Call, peer, bytes int, build func(x coll, b *sched.
 // initSched makes a persistent collective request (MPI-4.1 §6.13): the
 // schedule is built once, here, on a tag base of its own, and every Start
 // runs it again.
-func (c *Comm) initSched(call Call, peer, bytes int, build func(x coll, b *sched.Builder) error) (*Request, error) {
+func (c *Comm) initSched(call Call, peer, bytes int, build func(x coll, b *sched.Builder) error) (Request, error) {
 	x, err := c.startColl(call, true)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	var b sched.Builder
 	if err := build(x, &b); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	n := newNBC(x, call, peer, bytes, b.Schedule())
 	n.persistent = true

@@ -518,13 +518,13 @@ func (c *Comm) directArea(n int) *shmColl {
 // false, having done nothing, when a collective on the schedule engine is
 // under way on c: a later one must complete after it, which the engine's
 // order of completions gives.
-func (c *Comm) startAreaNB(a *shmColl, call Call, o shmNBOp, red func(a *shmColl) *sched.Reduction) (*Request, bool) {
+func (c *Comm) startAreaNB(a *shmColl, call Call, o shmNBOp, red func(a *shmColl) *sched.Reduction) (Request, bool) {
 	p := c.p
 	e := &p.nbc
 	e.mu.Lock()
 	if c.nbcHead != len(c.nbcq) {
 		e.mu.Unlock()
-		return nil, false
+		return Request{}, false
 	}
 	// Take the numbers every rank's call takes on either path (startColl):
 	// whether a call goes directly differs between ranks.

@@ -152,7 +152,7 @@ func TestNonblockingCollectivesThroughSharedMemory(t *testing.T) {
 				entered := e.(*[calls]atomic.Int32)
 				r.NoError(c.Barrier()) // makes the area, where the node allows
 				cat, catWant := concatOp(), concatOf(n)
-				reqs := make([]*Request, calls)
+				reqs := make([]Request, calls)
 				checks := make([]func(), calls)
 				for i := range calls {
 					if rng.Intn(10) == 0 {
@@ -335,7 +335,7 @@ func TestNonblockingCollectivesDirectAndScheduled(t *testing.T) {
 				g := make([]int64, 2)
 				rg, err := Iallgather(c, []int64{int64(me + 100)}, g)
 				r.NoError(err)
-				r.NoError(Waitall([]*Request{rr, rx, rg}, nil))
+				r.NoError(Waitall([]Request{rr, rx, rg}, nil))
 				if me == 0 {
 					r.EqualValues(21, sum[0])
 				}

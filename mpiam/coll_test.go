@@ -575,7 +575,7 @@ func TestNonblockingCollectives(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if err := Waitall([]*Request{r1, r2, r3, r4, r5, r6}, nil); err != nil {
+			if err := Waitall([]Request{r1, r2, r3, r4, r5, r6}, nil); err != nil {
 				return err
 			}
 			for i := range b {

@@ -52,7 +52,7 @@ func (a typedArg) staged() []byte {
 
 // startOrInit starts nonblocking collective call, or with init makes the
 // persistent request of initCall, on the schedule build makes.
-func (c *Comm) startOrInit(init bool, call, initCall Call, peer, bytes int, build func(x coll, b *sched.Builder) error) (*Request, error) {
+func (c *Comm) startOrInit(init bool, call, initCall Call, peer, bytes int, build func(x coll, b *sched.Builder) error) (Request, error) {
 	if init {
 		return c.initSched(initCall, peer, bytes, build)
 	}
@@ -152,24 +152,24 @@ func BcastTyped[T any](c *Comm, buf []T, count int, d *Datatype, root int) error
 
 // IbcastTyped starts a BcastTyped (MPI_Ibcast with a datatype); errors at
 // the call as BcastTyped's.
-func IbcastTyped[T any](c *Comm, buf []T, count int, d *Datatype, root int) (*Request, error) {
+func IbcastTyped[T any](c *Comm, buf []T, count int, d *Datatype, root int) (Request, error) {
 	return ibcastTyped(c, buf, count, d, root, false)
 }
 
 // BcastInitTyped makes a persistent request of the same operation (MPI_Bcast_init
 // with datatypes, MPI-4.1 §6.13): the staging and the schedule are set up
 // once, each Start packs, runs and unpacks again. Errors as IbcastTyped's.
-func BcastInitTyped[T any](c *Comm, buf []T, count int, d *Datatype, root int) (*Request, error) {
+func BcastInitTyped[T any](c *Comm, buf []T, count int, d *Datatype, root int) (Request, error) {
 	return ibcastTyped(c, buf, count, d, root, true)
 }
 
-func ibcastTyped[T any](c *Comm, buf []T, count int, d *Datatype, root int, init bool) (*Request, error) {
+func ibcastTyped[T any](c *Comm, buf []T, count int, d *Datatype, root int, init bool) (Request, error) {
 	if err := checkRoot(c, root); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	a, err := argOf(buf, count, d)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	st := a.staged()
 	inner := bcastSched(st, root)
@@ -236,24 +236,24 @@ func ReduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T
 
 // IreduceTyped starts a ReduceTyped (MPI_Ireduce with a datatype); errors
 // at the call as ReduceTyped's.
-func IreduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T], root int) (*Request, error) {
+func IreduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T], root int) (Request, error) {
 	return ireduceTyped(c, send, recv, count, d, op, root, false)
 }
 
 // ReduceInitTyped makes a persistent request of the same operation (MPI_Reduce_init
 // with datatypes, MPI-4.1 §6.13): the staging and the schedule are set up
 // once, each Start packs, runs and unpacks again. Errors as IreduceTyped's.
-func ReduceInitTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T], root int) (*Request, error) {
+func ReduceInitTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T], root int) (Request, error) {
 	return ireduceTyped(c, send, recv, count, d, op, root, true)
 }
 
-func ireduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T], root int, init bool) (*Request, error) {
+func ireduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T], root int, init bool) (Request, error) {
 	if err := checkRoot(c, root); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	s, r, sst, rst, err := reduceArgs(send, recv, count, d, c.rank == root)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startOrInit(init, CallIreduce, CallReduceInit, root, len(sst), buildStaged(s, sst, r, rst, reduceSched(fromRaw[T](sst), fromRaw[T](rst), op, root)))
 }
@@ -278,24 +278,24 @@ func AllreduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op O
 
 // IallreduceTyped starts an AllreduceTyped (MPI_Iallreduce with a
 // datatype); errors at the call as AllreduceTyped's.
-func IallreduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T]) (*Request, error) {
+func IallreduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T]) (Request, error) {
 	return iallreduceTyped(c, send, recv, count, d, op, false)
 }
 
 // AllreduceInitTyped makes a persistent request of the same operation (MPI_Allreduce_init
 // with datatypes, MPI-4.1 §6.13): the staging and the schedule are set up
 // once, each Start packs, runs and unpacks again. Errors as IallreduceTyped's.
-func AllreduceInitTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T]) (*Request, error) {
+func AllreduceInitTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T]) (Request, error) {
 	return iallreduceTyped(c, send, recv, count, d, op, true)
 }
 
-func iallreduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T], init bool) (*Request, error) {
+func iallreduceTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T], init bool) (Request, error) {
 	if err := c.valid(); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	s, r, sst, rst, err := reduceArgs(send, recv, count, d, true)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startOrInit(init, CallIallreduce, CallAllreduceInit, AnySource, len(rst), buildStaged(s, sst, r, rst, allreduceSched(fromRaw[T](sst), fromRaw[T](rst), op)))
 }
@@ -369,24 +369,24 @@ func GatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R
 
 // IgatherTyped starts a GatherTyped (MPI_Igather with datatypes); errors
 // at the call as GatherTyped's.
-func IgatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int) (*Request, error) {
+func IgatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int) (Request, error) {
 	return igatherTyped(c, send, scount, sd, recv, rcount, rd, root, false)
 }
 
 // GatherInitTyped makes a persistent request of the same operation (MPI_Gather_init
 // with datatypes, MPI-4.1 §6.13): the staging and the schedule are set up
 // once, each Start packs, runs and unpacks again. Errors as IgatherTyped's.
-func GatherInitTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int) (*Request, error) {
+func GatherInitTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int) (Request, error) {
 	return igatherTyped(c, send, scount, sd, recv, rcount, rd, root, true)
 }
 
-func igatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int, init bool) (*Request, error) {
+func igatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int, init bool) (Request, error) {
 	if err := checkRoot(c, root); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	s, r, sst, rst, err := gatherArgs(c, send, scount, sd, recv, rcount, rd, c.rank == root)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startOrInit(init, CallIgather, CallGatherInit, root, len(sst), buildStaged(s, sst, r, rst, gatherSched(sst, rst, nil, nil, root, false)))
 }
@@ -430,24 +430,24 @@ func ScatterTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []
 
 // IscatterTyped starts a ScatterTyped (MPI_Iscatter with datatypes); errors
 // at the call as ScatterTyped's.
-func IscatterTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int) (*Request, error) {
+func IscatterTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int) (Request, error) {
 	return iscatterTyped(c, send, scount, sd, recv, rcount, rd, root, false)
 }
 
 // ScatterInitTyped makes a persistent request of the same operation (MPI_Scatter_init
 // with datatypes, MPI-4.1 §6.13): the staging and the schedule are set up
 // once, each Start packs, runs and unpacks again. Errors as IscatterTyped's.
-func ScatterInitTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int) (*Request, error) {
+func ScatterInitTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int) (Request, error) {
 	return iscatterTyped(c, send, scount, sd, recv, rcount, rd, root, true)
 }
 
-func iscatterTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int, init bool) (*Request, error) {
+func iscatterTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int, init bool) (Request, error) {
 	if err := checkRoot(c, root); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	s, r, sst, rst, err := scatterArgs(c, send, scount, sd, recv, rcount, rd, c.rank == root)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startOrInit(init, CallIscatter, CallScatterInit, root, len(rst), buildStaged(s, sst, r, rst, scatterSched(sst, nil, nil, rst, root, false)))
 }
@@ -488,24 +488,24 @@ func AllgatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv 
 
 // IallgatherTyped starts an AllgatherTyped (MPI_Iallgather with
 // datatypes); errors at the call as AllgatherTyped's.
-func IallgatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype) (*Request, error) {
+func IallgatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype) (Request, error) {
 	return iallgatherTyped(c, send, scount, sd, recv, rcount, rd, false)
 }
 
 // AllgatherInitTyped makes a persistent request of the same operation (MPI_Allgather_init
 // with datatypes, MPI-4.1 §6.13): the staging and the schedule are set up
 // once, each Start packs, runs and unpacks again. Errors as IallgatherTyped's.
-func AllgatherInitTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype) (*Request, error) {
+func AllgatherInitTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype) (Request, error) {
 	return iallgatherTyped(c, send, scount, sd, recv, rcount, rd, true)
 }
 
-func iallgatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, init bool) (*Request, error) {
+func iallgatherTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, init bool) (Request, error) {
 	if err := c.valid(); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	s, r, sst, rst, err := allArgs(c, send, scount, 1, sd, recv, rcount, rd)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startOrInit(init, CallIallgather, CallAllgatherInit, AnySource, len(sst), buildStaged(s, sst, r, rst, allgatherSched(sst, rst, nil, nil, false)))
 }
@@ -528,24 +528,24 @@ func AlltoallTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv [
 
 // IalltoallTyped starts an AlltoallTyped (MPI_Ialltoall with datatypes);
 // errors at the call as AlltoallTyped's.
-func IalltoallTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype) (*Request, error) {
+func IalltoallTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype) (Request, error) {
 	return ialltoallTyped(c, send, scount, sd, recv, rcount, rd, false)
 }
 
 // AlltoallInitTyped makes a persistent request of the same operation (MPI_Alltoall_init
 // with datatypes, MPI-4.1 §6.13): the staging and the schedule are set up
 // once, each Start packs, runs and unpacks again. Errors as IalltoallTyped's.
-func AlltoallInitTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype) (*Request, error) {
+func AlltoallInitTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype) (Request, error) {
 	return ialltoallTyped(c, send, scount, sd, recv, rcount, rd, true)
 }
 
-func ialltoallTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, init bool) (*Request, error) {
+func ialltoallTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcount int, rd *Datatype, init bool) (Request, error) {
 	if err := c.valid(); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	s, r, sst, rst, err := allArgs(c, send, scount, c.size, sd, recv, rcount, rd)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startOrInit(init, CallIalltoall, CallAlltoallInit, AnySource, len(sst), buildStaged(s, sst, r, rst, alltoallSched(sst, nil, nil, rst, nil, nil)))
 }
@@ -654,13 +654,13 @@ func alltoallwArgs[S, R any](n int, send []S, scounts, sdispls []int, stypes []*
 
 // Ialltoallw starts an Alltoallw (MPI_Ialltoallw); errors at the call as
 // Alltoallw's.
-func Ialltoallw[S, R any](c *Comm, send []S, scounts, sdispls []int, stypes []*Datatype, recv []R, rcounts, rdispls []int, rtypes []*Datatype) (*Request, error) {
+func Ialltoallw[S, R any](c *Comm, send []S, scounts, sdispls []int, stypes []*Datatype, recv []R, rcounts, rdispls []int, rtypes []*Datatype) (Request, error) {
 	if err := c.valid(); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	s, r, err := alltoallwArgs(c.size, send, scounts, sdispls, stypes, recv, rcounts, rdispls, rtypes)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startSched(CallIalltoallw, AnySource, len(s.st), staged(s, r, alltoallSched(s.st, s.counts, s.displs, r.st, r.counts, r.displs)))
 }
@@ -725,10 +725,10 @@ func argsBytes(args []typedArg) int {
 
 // IneighborAlltoallw starts a NeighborAlltoallw (MPI_Ineighbor_alltoallw);
 // errors at the call as NeighborAlltoallw's.
-func IneighborAlltoallw[S, R any](c *Comm, send []S, scounts, sdispls []int, stypes []*Datatype, recv []R, rcounts, rdispls []int, rtypes []*Datatype) (*Request, error) {
+func IneighborAlltoallw[S, R any](c *Comm, send []S, scounts, sdispls []int, stypes []*Datatype, recv []R, rcounts, rdispls []int, rtypes []*Datatype) (Request, error) {
 	in, out, sargs, rargs, err := neighborWArgs(c, send, scounts, sdispls, stypes, recv, rcounts, rdispls, rtypes)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startNeighbor(CallIneighborAlltoallw, argsBytes(sargs), func(x coll, b *sched.Builder) error {
 		neighborSchedule(b, c, in, rargs, out, sargs)

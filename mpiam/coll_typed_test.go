@@ -20,7 +20,7 @@ func strided(r *rk, n int) *Datatype {
 func typedCollectives(r *rk, w *Comm, nb bool, n int) {
 	p, me := w.Size(), w.Rank()
 	vec := strided(r, n)
-	run := func(name string, blocking func() error, start func() (*Request, error)) {
+	run := func(name string, blocking func() error, start func() (Request, error)) {
 		runForm(r, nb, name, blocking, start)
 	}
 	const gap = -1.0
@@ -42,7 +42,7 @@ func typedCollectives(r *rk, w *Comm, nb bool, n int) {
 		}
 	}
 	run("BcastTyped", func() error { return BcastTyped(w, buf, 1, vec, root) },
-		func() (*Request, error) { return IbcastTyped(w, buf, 1, vec, root) })
+		func() (Request, error) { return IbcastTyped(w, buf, 1, vec, root) })
 	for j := range n {
 		r.Equal(val(root, j), buf[2*j], "BcastTyped element %d", j)
 		if j < n-1 {
@@ -64,13 +64,13 @@ func typedCollectives(r *rk, w *Comm, nb bool, n int) {
 	}
 	out := gapped(n)
 	run("AllreduceTyped", func() error { return AllreduceTyped(w, send, out, 1, vec, Sum[float64]()) },
-		func() (*Request, error) { return IallreduceTyped(w, send, out, 1, vec, Sum[float64]()) })
+		func() (Request, error) { return IallreduceTyped(w, send, out, 1, vec, Sum[float64]()) })
 	for j := range n {
 		r.Equal(sum(j), out[2*j], "AllreduceTyped element %d", j)
 	}
 	out = gapped(n)
 	run("ReduceTyped", func() error { return ReduceTyped(w, send, out, 1, vec, Sum[float64](), 0) },
-		func() (*Request, error) { return IreduceTyped(w, send, out, 1, vec, Sum[float64](), 0) })
+		func() (Request, error) { return IreduceTyped(w, send, out, 1, vec, Sum[float64](), 0) })
 	if me == 0 {
 		for j := range n {
 			r.Equal(sum(j), out[2*j], "ReduceTyped element %d", j)
@@ -79,7 +79,7 @@ func typedCollectives(r *rk, w *Comm, nb bool, n int) {
 	// In place: the contribution in recv.
 	inpl := append([]float64(nil), send...)
 	run("AllreduceTyped in place", func() error { return AllreduceTyped(w, nil, inpl, 1, vec, Sum[float64]()) },
-		func() (*Request, error) { return IallreduceTyped(w, nil, inpl, 1, vec, Sum[float64]()) })
+		func() (Request, error) { return IallreduceTyped(w, nil, inpl, 1, vec, Sum[float64]()) })
 	for j := range n {
 		r.Equal(sum(j), inpl[2*j], "AllreduceTyped in place element %d", j)
 	}
@@ -87,7 +87,7 @@ func typedCollectives(r *rk, w *Comm, nb bool, n int) {
 	// Gather: strided send, contiguous receive at root.
 	all := make([]float64, p*n)
 	run("GatherTyped", func() error { return GatherTyped(w, send, 1, vec, all, n, Float64, root) },
-		func() (*Request, error) { return IgatherTyped(w, send, 1, vec, all, n, Float64, root) })
+		func() (Request, error) { return IgatherTyped(w, send, 1, vec, all, n, Float64, root) })
 	if me == root {
 		for i := range p {
 			for j := range n {
@@ -102,7 +102,7 @@ func typedCollectives(r *rk, w *Comm, nb bool, n int) {
 	}
 	got := gapped(n)
 	run("ScatterTyped", func() error { return ScatterTyped(w, all, n, Float64, got, 1, vec, root) },
-		func() (*Request, error) { return IscatterTyped(w, all, n, Float64, got, 1, vec, root) })
+		func() (Request, error) { return IscatterTyped(w, all, n, Float64, got, 1, vec, root) })
 	for j := range n {
 		r.Equal(float64(me*n+j), got[2*j], "ScatterTyped element %d", j)
 	}
@@ -116,7 +116,7 @@ func typedCollectives(r *rk, w *Comm, nb bool, n int) {
 	ext := 2*n - 1
 	ag := make([]float64, p*ext)
 	run("AllgatherTyped", func() error { return AllgatherTyped(w, mine, n, Float64, ag, 1, vec) },
-		func() (*Request, error) { return IallgatherTyped(w, mine, n, Float64, ag, 1, vec) })
+		func() (Request, error) { return IallgatherTyped(w, mine, n, Float64, ag, 1, vec) })
 	for i := range p {
 		for j := range n {
 			r.Equal(val(i, j), ag[i*ext+2*j], "AllgatherTyped block %d element %d", i, j)
@@ -129,7 +129,7 @@ func typedCollectives(r *rk, w *Comm, nb bool, n int) {
 		a2s[i] = float64(me*100000 + i)
 	}
 	run("AlltoallTyped", func() error { return AlltoallTyped(w, a2s, 1, vec, a2r, 1, vec) },
-		func() (*Request, error) { return IalltoallTyped(w, a2s, 1, vec, a2r, 1, vec) })
+		func() (Request, error) { return IalltoallTyped(w, a2s, 1, vec, a2r, 1, vec) })
 	for i := range p {
 		for j := range n {
 			r.Equal(float64(i*100000+me*ext+2*j), a2r[i*ext+2*j], "AlltoallTyped from %d element %d", i, j)
@@ -159,7 +159,7 @@ func typedCollectives(r *rk, w *Comm, nb bool, n int) {
 	rvec := strided(r, me+1)
 	rtypes := types(p, func(int) *Datatype { return rvec })
 	run("Alltoallw", func() error { return Alltoallw(w, ws, sc, sdp, stypes, wr, rc, rdp, rtypes) },
-		func() (*Request, error) { return Ialltoallw(w, ws, sc, sdp, stypes, wr, rc, rdp, rtypes) })
+		func() (Request, error) { return Ialltoallw(w, ws, sc, sdp, stypes, wr, rc, rdp, rtypes) })
 	for i := range p {
 		for k := range me + 1 {
 			// Rank i sent me+1 values from its float64 index me².
@@ -170,7 +170,7 @@ func typedCollectives(r *rk, w *Comm, nb bool, n int) {
 
 // runForm runs the blocking form of a collective, or with nb starts the
 // nonblocking one and waits for it.
-func runForm(r *rk, nb bool, name string, blocking func() error, start func() (*Request, error)) {
+func runForm(r *rk, nb bool, name string, blocking func() error, start func() (Request, error)) {
 	if !nb {
 		r.NoError(blocking(), name)
 		return
@@ -292,7 +292,7 @@ func typedVCollectives(r *rk, w *Comm, nb bool) {
 	ev, err := TypeCreateResized(Float64, 0, 16)
 	r.NoError(err)
 	r.NoError(ev.Commit())
-	run := func(name string, blocking func() error, start func() (*Request, error)) {
+	run := func(name string, blocking func() error, start func() (Request, error)) {
 		runForm(r, nb, name, blocking, start)
 	}
 	val := func(rank, j int) float64 { return float64(rank*100 + j) }
@@ -310,7 +310,7 @@ func typedVCollectives(r *rk, w *Comm, nb bool) {
 	root := p - 1
 	got := make([]float64, 2*total)
 	run("GathervTyped", func() error { return GathervTyped(w, mine, me+1, Float64, got, counts, displs, ev, root) },
-		func() (*Request, error) { return IgathervTyped(w, mine, me+1, Float64, got, counts, displs, ev, root) })
+		func() (Request, error) { return IgathervTyped(w, mine, me+1, Float64, got, counts, displs, ev, root) })
 	check := func(name string, got []float64) {
 		for i := range p {
 			for j := range i + 1 {
@@ -323,7 +323,7 @@ func typedVCollectives(r *rk, w *Comm, nb bool) {
 	}
 	all := make([]float64, 2*total)
 	run("AllgathervTyped", func() error { return AllgathervTyped(w, mine, me+1, Float64, all, counts, displs, ev) },
-		func() (*Request, error) { return IallgathervTyped(w, mine, me+1, Float64, all, counts, displs, ev) })
+		func() (Request, error) { return IallgathervTyped(w, mine, me+1, Float64, all, counts, displs, ev) })
 	check("AllgathervTyped", all)
 	// Scatterv: strided blocks at root, contiguous receives.
 	src := make([]float64, 2*total)
@@ -334,7 +334,7 @@ func typedVCollectives(r *rk, w *Comm, nb bool) {
 	}
 	part := make([]float64, me+1)
 	run("ScattervTyped", func() error { return ScattervTyped(w, src, counts, displs, ev, part, me+1, Float64, 0) },
-		func() (*Request, error) { return IscattervTyped(w, src, counts, displs, ev, part, me+1, Float64, 0) })
+		func() (Request, error) { return IscattervTyped(w, src, counts, displs, ev, part, me+1, Float64, 0) })
 	r.Equal(mine, part, "ScattervTyped")
 	// Alltoallv: to rank j, j+1 strided values; from rank i, me+1 values
 	// received contiguous.
@@ -351,7 +351,7 @@ func typedVCollectives(r *rk, w *Comm, nb bool) {
 		a2s[2*i] = float64(me*1000 + i)
 	}
 	run("AlltoallvTyped", func() error { return AlltoallvTyped(w, a2s, sc, sd, ev, a2r, rc, rd, Float64) },
-		func() (*Request, error) { return IalltoallvTyped(w, a2s, sc, sd, ev, a2r, rc, rd, Float64) })
+		func() (Request, error) { return IalltoallvTyped(w, a2s, sc, sd, ev, a2r, rc, rd, Float64) })
 	for i := range p {
 		for k := range me + 1 {
 			// Rank i's block for me starts at instance sum_{j<me}(j+1).
@@ -365,9 +365,9 @@ func typedVCollectives(r *rk, w *Comm, nb bool) {
 	}
 	sr, er := make([]float64, 6), []float64{-1, -1, -1, -1, -1, -1}
 	run("ScanTyped", func() error { return ScanTyped(w, ss, sr, 3, ev, Sum[float64]()) },
-		func() (*Request, error) { return IscanTyped(w, ss, sr, 3, ev, Sum[float64]()) })
+		func() (Request, error) { return IscanTyped(w, ss, sr, 3, ev, Sum[float64]()) })
 	run("ExscanTyped", func() error { return ExscanTyped(w, ss, er, 3, ev, Sum[float64]()) },
-		func() (*Request, error) { return IexscanTyped(w, ss, er, 3, ev, Sum[float64]()) })
+		func() (Request, error) { return IexscanTyped(w, ss, er, 3, ev, Sum[float64]()) })
 	for j := range 3 {
 		in, ex := 0.0, 0.0
 		for k := range me + 1 {
@@ -396,7 +396,7 @@ func typedVCollectives(r *rk, w *Comm, nb bool) {
 	}
 	rsr := make([]float64, 2*rcounts[me])
 	run("ReduceScatterTyped", func() error { return ReduceScatterTyped(w, rss, rsr, rcounts, ev, Sum[float64]()) },
-		func() (*Request, error) { return IreduceScatterTyped(w, rss, rsr, rcounts, ev, Sum[float64]()) })
+		func() (Request, error) { return IreduceScatterTyped(w, rss, rsr, rcounts, ev, Sum[float64]()) })
 	at := 0
 	for i := range me {
 		at += rcounts[i]
@@ -442,8 +442,8 @@ func TestPersistentTyped(t *testing.T) {
 			ars, arr := make([]float64, 2*n), make([]float64, 2*n)
 			ag := make([]float64, 2*n*p) // in place: this rank's block is in it
 			a2s, a2r := make([]float64, 2*n*p), make([]float64, 2*n*p)
-			mk := func(q *Request, err error) *Request { r.NoError(err); return q }
-			reqs := []*Request{
+			mk := func(q Request, err error) Request { r.NoError(err); return q }
+			reqs := []Request{
 				mk(BcastInitTyped(w, bb, n, ev, 0)),
 				mk(AllreduceInitTyped(w, ars, arr, n, ev, Sum[float64]())),
 				mk(AllgatherInitTyped[float64](w, nil, n, ev, ag, n, ev)),
@@ -500,8 +500,8 @@ func TestPersistentTypedV(t *testing.T) {
 				rcounts[i] = 1
 			}
 			rss, rsr := make([]float64, 2*p), make([]float64, 2)
-			mk := func(q *Request, err error) *Request { r.NoError(err); return q }
-			reqs := []*Request{
+			mk := func(q Request, err error) Request { r.NoError(err); return q }
+			reqs := []Request{
 				mk(AllgathervInitTyped[float64](w, nil, 0, nil, ag, counts, displs, ev)),
 				mk(ScanInitTyped(w, sc, sr, 1, ev, Sum[float64]())),
 				mk(ReduceScatterInitTyped(w, rss, rsr, rcounts, ev, Sum[float64]())),

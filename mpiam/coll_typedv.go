@@ -55,20 +55,20 @@ func GathervTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []
 
 // IgathervTyped starts a GathervTyped (MPI_Igatherv with datatypes);
 // errors at the call as GathervTyped's.
-func IgathervTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcounts, displs []int, rd *Datatype, root int) (*Request, error) {
+func IgathervTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcounts, displs []int, rd *Datatype, root int) (Request, error) {
 	return igathervTyped(c, send, scount, sd, recv, rcounts, displs, rd, root, false)
 }
 
 // GathervInitTyped makes a persistent request of the same operation (MPI_Gatherv_init
 // with datatypes, MPI-4.1 §6.13); errors as IgathervTyped's.
-func GathervInitTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcounts, displs []int, rd *Datatype, root int) (*Request, error) {
+func GathervInitTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcounts, displs []int, rd *Datatype, root int) (Request, error) {
 	return igathervTyped(c, send, scount, sd, recv, rcounts, displs, rd, root, true)
 }
 
-func igathervTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcounts, displs []int, rd *Datatype, root int, init bool) (*Request, error) {
+func igathervTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcounts, displs []int, rd *Datatype, root int, init bool) (Request, error) {
 	s, r, sst, err := gathervArgs(c, send, scount, sd, recv, rcounts, displs, rd, root)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	inner := gatherSched(sst, r.st, r.counts, r.displs, root, true)
 	return c.startOrInit(init, CallIgatherv, CallGathervInit, root, len(sst), func(x coll, b *sched.Builder) error {
@@ -118,20 +118,20 @@ func ScattervTyped[S, R any](c *Comm, send []S, scounts, displs []int, sd *Datat
 
 // IscattervTyped starts a ScattervTyped (MPI_Iscatterv with datatypes);
 // errors at the call as ScattervTyped's.
-func IscattervTyped[S, R any](c *Comm, send []S, scounts, displs []int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int) (*Request, error) {
+func IscattervTyped[S, R any](c *Comm, send []S, scounts, displs []int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int) (Request, error) {
 	return iscattervTyped(c, send, scounts, displs, sd, recv, rcount, rd, root, false)
 }
 
 // ScattervInitTyped makes a persistent request of the same operation (MPI_Scatterv_init
 // with datatypes, MPI-4.1 §6.13); errors as IscattervTyped's.
-func ScattervInitTyped[S, R any](c *Comm, send []S, scounts, displs []int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int) (*Request, error) {
+func ScattervInitTyped[S, R any](c *Comm, send []S, scounts, displs []int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int) (Request, error) {
 	return iscattervTyped(c, send, scounts, displs, sd, recv, rcount, rd, root, true)
 }
 
-func iscattervTyped[S, R any](c *Comm, send []S, scounts, displs []int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int, init bool) (*Request, error) {
+func iscattervTyped[S, R any](c *Comm, send []S, scounts, displs []int, sd *Datatype, recv []R, rcount int, rd *Datatype, root int, init bool) (Request, error) {
 	s, r, rst, err := scattervArgs(c, send, scounts, displs, sd, recv, rcount, rd, root)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	inner := staged(s, blocksW{}, scatterSched(s.st, s.counts, s.displs, rst, root, true))
 	return c.startOrInit(init, CallIscatterv, CallScattervInit, root, len(rst), func(x coll, b *sched.Builder) error {
@@ -184,20 +184,20 @@ func AllgathervTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv
 
 // IallgathervTyped starts an AllgathervTyped (MPI_Iallgatherv with
 // datatypes); errors at the call as AllgathervTyped's.
-func IallgathervTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcounts, displs []int, rd *Datatype) (*Request, error) {
+func IallgathervTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcounts, displs []int, rd *Datatype) (Request, error) {
 	return iallgathervTyped(c, send, scount, sd, recv, rcounts, displs, rd, false)
 }
 
 // AllgathervInitTyped makes a persistent request of the same operation (MPI_Allgatherv_init
 // with datatypes, MPI-4.1 §6.13); errors as IallgathervTyped's.
-func AllgathervInitTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcounts, displs []int, rd *Datatype) (*Request, error) {
+func AllgathervInitTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcounts, displs []int, rd *Datatype) (Request, error) {
 	return iallgathervTyped(c, send, scount, sd, recv, rcounts, displs, rd, true)
 }
 
-func iallgathervTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcounts, displs []int, rd *Datatype, init bool) (*Request, error) {
+func iallgathervTyped[S, R any](c *Comm, send []S, scount int, sd *Datatype, recv []R, rcounts, displs []int, rd *Datatype, init bool) (Request, error) {
 	s, r, sst, err := allgathervArgs(c, send, scount, sd, recv, rcounts, displs, rd)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	inner := staged(blocksW{}, r, allgatherSched(sst, r.st, r.counts, r.displs, true))
 	return c.startOrInit(init, CallIallgatherv, CallAllgathervInit, AnySource, len(sst), func(x coll, b *sched.Builder) error {
@@ -246,20 +246,20 @@ func AlltoallvTyped[S, R any](c *Comm, send []S, scounts, sdispls []int, sd *Dat
 
 // IalltoallvTyped starts an AlltoallvTyped (MPI_Ialltoallv with
 // datatypes); errors at the call as AlltoallvTyped's.
-func IalltoallvTyped[S, R any](c *Comm, send []S, scounts, sdispls []int, sd *Datatype, recv []R, rcounts, rdispls []int, rd *Datatype) (*Request, error) {
+func IalltoallvTyped[S, R any](c *Comm, send []S, scounts, sdispls []int, sd *Datatype, recv []R, rcounts, rdispls []int, rd *Datatype) (Request, error) {
 	return ialltoallvTyped(c, send, scounts, sdispls, sd, recv, rcounts, rdispls, rd, false)
 }
 
 // AlltoallvInitTyped makes a persistent request of the same operation (MPI_Alltoallv_init
 // with datatypes, MPI-4.1 §6.13); errors as IalltoallvTyped's.
-func AlltoallvInitTyped[S, R any](c *Comm, send []S, scounts, sdispls []int, sd *Datatype, recv []R, rcounts, rdispls []int, rd *Datatype) (*Request, error) {
+func AlltoallvInitTyped[S, R any](c *Comm, send []S, scounts, sdispls []int, sd *Datatype, recv []R, rcounts, rdispls []int, rd *Datatype) (Request, error) {
 	return ialltoallvTyped(c, send, scounts, sdispls, sd, recv, rcounts, rdispls, rd, true)
 }
 
-func ialltoallvTyped[S, R any](c *Comm, send []S, scounts, sdispls []int, sd *Datatype, recv []R, rcounts, rdispls []int, rd *Datatype, init bool) (*Request, error) {
+func ialltoallvTyped[S, R any](c *Comm, send []S, scounts, sdispls []int, sd *Datatype, recv []R, rcounts, rdispls []int, rd *Datatype, init bool) (Request, error) {
 	s, r, err := alltoallvArgs(c, send, scounts, sdispls, sd, recv, rcounts, rdispls, rd)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startOrInit(init, CallIalltoallv, CallAlltoallvInit, AnySource, len(s.st), staged(s, r, alltoallSched(s.st, s.counts, s.displs, r.st, r.counts, r.displs)))
 }
@@ -312,35 +312,35 @@ func scanTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T],
 
 // IscanTyped starts a ScanTyped (MPI_Iscan with a datatype); errors at the
 // call as ScanTyped's.
-func IscanTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T]) (*Request, error) {
+func IscanTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T]) (Request, error) {
 	return iscanTyped(c, send, recv, count, d, op, false, false)
 }
 
 // ScanInitTyped makes a persistent ScanTyped request (MPI_Scan_init with a
 // datatype, MPI-4.1 §6.13); errors as ScanTyped's.
-func ScanInitTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T]) (*Request, error) {
+func ScanInitTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T]) (Request, error) {
 	return iscanTyped(c, send, recv, count, d, op, false, true)
 }
 
 // IexscanTyped starts an ExscanTyped (MPI_Iexscan with a datatype); errors
 // at the call as ScanTyped's.
-func IexscanTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T]) (*Request, error) {
+func IexscanTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T]) (Request, error) {
 	return iscanTyped(c, send, recv, count, d, op, true, false)
 }
 
 // ExscanInitTyped makes a persistent ExscanTyped request (MPI_Exscan_init
 // with a datatype); errors as ScanTyped's.
-func ExscanInitTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T]) (*Request, error) {
+func ExscanInitTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T]) (Request, error) {
 	return iscanTyped(c, send, recv, count, d, op, true, true)
 }
 
-func iscanTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T], exclusive, init bool) (*Request, error) {
+func iscanTyped[T any](c *Comm, send, recv []T, count int, d *Datatype, op Op[T], exclusive, init bool) (Request, error) {
 	if err := c.valid(); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	s, r, sst, rst, err := reduceArgs(send, recv, count, d, true)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	call, initCall := CallIscan, CallScanInit
 	if exclusive {
@@ -375,20 +375,20 @@ func ReduceScatterTyped[T any](c *Comm, send, recv []T, rcounts []int, d *Dataty
 
 // IreduceScatterTyped starts a ReduceScatterTyped (MPI_Ireduce_scatter
 // with a datatype); errors at the call as ReduceScatterTyped's.
-func IreduceScatterTyped[T any](c *Comm, send, recv []T, rcounts []int, d *Datatype, op Op[T]) (*Request, error) {
+func IreduceScatterTyped[T any](c *Comm, send, recv []T, rcounts []int, d *Datatype, op Op[T]) (Request, error) {
 	return ireduceScatterTyped(c, send, recv, rcounts, d, op, false)
 }
 
 // ReduceScatterInitTyped makes a persistent request of the same operation (MPI_Reduce_scatter_init
 // with datatypes, MPI-4.1 §6.13); errors as IreduceScatterTyped's.
-func ReduceScatterInitTyped[T any](c *Comm, send, recv []T, rcounts []int, d *Datatype, op Op[T]) (*Request, error) {
+func ReduceScatterInitTyped[T any](c *Comm, send, recv []T, rcounts []int, d *Datatype, op Op[T]) (Request, error) {
 	return ireduceScatterTyped(c, send, recv, rcounts, d, op, true)
 }
 
-func ireduceScatterTyped[T any](c *Comm, send, recv []T, rcounts []int, d *Datatype, op Op[T], init bool) (*Request, error) {
+func ireduceScatterTyped[T any](c *Comm, send, recv []T, rcounts []int, d *Datatype, op Op[T], init bool) (Request, error) {
 	s, r, sst, rst, counts, err := reduceScatterArgs(c, send, recv, rcounts, d)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startOrInit(init, CallIreduceScatter, CallReduceScatterInit, AnySource, len(sst), buildStaged(s, sst, r, rst, reduceScatterSched(fromRaw[T](sst), fromRaw[T](rst), counts, op)))
 }

@@ -159,7 +159,7 @@ func column(t testing.TB, n int) (*Datatype, int, int) {
 func persistentColumn(r *rk, w *Comm, n, rounds, tag int) {
 	col, _, _ := column(r.t, n)
 	buf := make([]float64, 2*n)
-	var req *Request
+	var req Request
 	var err error
 	if w.Rank() == 0 {
 		req, err = SendInitTyped(w, buf, 1, col, 1, tag, Standard)

@@ -38,7 +38,7 @@
 //
 // The MPI standard's names map to Go names without the MPI_ prefix; functions
 // that take a buffer are generic functions, the others methods of *Comm or
-// *Request:
+// Request (a value; its zero value is MPI_REQUEST_NULL):
 //
 //	MPI_Init, MPI_Init_thread, MPI_Finalize    Init, InitThread, Finalize; or Run, RunLocal
 //	MPI_COMM_WORLD                             the *Comm that Run (or Init) hands you
@@ -48,7 +48,7 @@
 //	MPI_Comm_split_type, MPI_COMM_TYPE_SHARED  (*Comm).SplitType, CommTypeShared
 //	MPI_Comm_group, MPI_Group_*                (*Comm).Group; Group methods
 //	MPI_Send, MPI_Bsend, MPI_Ssend, MPI_Rsend  Send, Bsend, Ssend, Rsend
-//	MPI_Isend, MPI_Ibsend, MPI_Issend, ...     Isend, Ibsend, Issend, Irsend: *Request
+//	MPI_Isend, MPI_Ibsend, MPI_Issend, ...     Isend, Ibsend, Issend, Irsend: Request
 //	MPI_Recv, MPI_Irecv                        Recv (returns Status), Irecv
 //	MPI_Wait, MPI_Test                         (*Request).Wait, Test
 //	MPI_Waitall, _any, _some; MPI_Testall, ... Waitall, Waitany, Waitsome, Testall, ...

@@ -94,7 +94,7 @@ func TestUnmatchedIsendsPastTheLimitDoNotBlockABarrier(t *testing.T) {
 			}
 			eachNetwork(t, 2, func(r *rk, w *Comm) {
 				if w.Rank() == 0 {
-					reqs := make([]*Request, c.msgs)
+					reqs := make([]Request, c.msgs)
 					for i := range reqs {
 						buf := make([]byte, c.size)
 						buf[0], buf[len(buf)-1] = byte(i), byte(i>>8)
@@ -132,7 +132,7 @@ func TestUnregistrableReceiveBufferDoesNotHangSender(t *testing.T) {
 			r.NoError(err)
 			s2, err := Isend(w, make([]byte, n), 1, 2)
 			r.NoError(err)
-			r.NoError(Waitall([]*Request{s1, s2}, nil))
+			r.NoError(Waitall([]Request{s1, s2}, nil))
 			return
 		}
 		// Both requests-to-send are waiting before the receives are posted, so

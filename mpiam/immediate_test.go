@@ -90,7 +90,7 @@ func TestEagerIsendCompletesInItsCall(t *testing.T) {
 			}
 			return
 		}
-		send := func(i int) *Request {
+		send := func(i int) Request {
 			q, err := Isend(w, patterned(10+i, i), peer, i)
 			r.NoError(err)
 			return q
@@ -124,27 +124,27 @@ func TestEagerIsendCompletesInItsCall(t *testing.T) {
 		r.NoError(err)
 		r.True(ok)
 
-		reqs := []*Request{nil, send(3)} // Waitany, then Testany finds none active
+		reqs := []Request{Request{}, send(3)} // Waitany, then Testany finds none active
 		idx, st, err := Waitany(reqs)
 		r.NoError(err)
 		r.Equal(1, idx)
 		r.Equal(want(3), st)
-		r.Nil(reqs[1])
+		r.Zero(reqs[1])
 		idx, ok, _, err = Testany(reqs)
 		r.NoError(err)
 		r.True(ok)
 		r.Equal(Undefined, idx)
 
-		reqs = []*Request{send(4), send(5)} // Waitsome, Waitall with statuses
+		reqs = []Request{send(4), send(5)} // Waitsome, Waitall with statuses
 		got, sts, err := Waitsome(reqs)
 		r.NoError(err)
 		r.Equal([]int{0, 1}, got)
 		r.Equal([]Status{want(4), want(5)}, sts)
-		reqs = []*Request{send(6)}
+		reqs = []Request{send(6)}
 		statuses := make([]Status, 1)
 		r.NoError(Waitall(reqs, statuses))
 		r.Equal(want(6), statuses[0])
-		r.Nil(reqs[0])
+		r.Zero(reqs[0])
 
 		q = send(7) // a tool attached after the call
 		tool := &countTool{}

@@ -10,14 +10,14 @@ import (
 type sendFn struct {
 	name  string
 	mode  Mode
-	start func(c *Comm, buf []byte, dest, tag int) (*Request, error)
+	start func(c *Comm, buf []byte, dest, tag int) (Request, error)
 }
 
 var sendFns = []sendFn{
-	{"Send", Standard, func(c *Comm, b []byte, d, t int) (*Request, error) { return nil, Send(c, b, d, t) }},
-	{"Bsend", Buffered, func(c *Comm, b []byte, d, t int) (*Request, error) { return nil, Bsend(c, b, d, t) }},
-	{"Ssend", Synchronous, func(c *Comm, b []byte, d, t int) (*Request, error) { return nil, Ssend(c, b, d, t) }},
-	{"Rsend", Ready, func(c *Comm, b []byte, d, t int) (*Request, error) { return nil, Rsend(c, b, d, t) }},
+	{"Send", Standard, func(c *Comm, b []byte, d, t int) (Request, error) { return Request{}, Send(c, b, d, t) }},
+	{"Bsend", Buffered, func(c *Comm, b []byte, d, t int) (Request, error) { return Request{}, Bsend(c, b, d, t) }},
+	{"Ssend", Synchronous, func(c *Comm, b []byte, d, t int) (Request, error) { return Request{}, Ssend(c, b, d, t) }},
+	{"Rsend", Ready, func(c *Comm, b []byte, d, t int) (Request, error) { return Request{}, Rsend(c, b, d, t) }},
 	{"Isend", Standard, Isend[byte]},
 	{"Ibsend", Buffered, Ibsend[byte]},
 	{"Issend", Synchronous, Issend[byte]},
@@ -59,7 +59,7 @@ func TestSendModes_MPI41_3_4(t *testing.T) {
 						}
 					case 1:
 						buf := make([]byte, n)
-						var req *Request
+						var req Request
 						var err error
 						if posted {
 							req, err = Irecv(w, buf, 0, tag)

@@ -432,9 +432,9 @@ func (c *Comm) recvOrder(in []int, rblocks []typedArg) ([]int, []typedArg) {
 // startNeighbor starts a nonblocking neighborhood collective: a missing
 // topology is reported at once; the exchange runs on the schedule engine
 // as the other nonblocking collectives do (coll_sched.go).
-func (c *Comm) startNeighbor(call Call, bytes int, build func(x coll, b *sched.Builder) error) (*Request, error) {
+func (c *Comm) startNeighbor(call Call, bytes int, build func(x coll, b *sched.Builder) error) (Request, error) {
 	if _, _, err := c.neighbors(); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startSched(call, AnySource, bytes, build)
 }
@@ -461,27 +461,27 @@ func neighborSchedule(b *sched.Builder, c *Comm, in []int, rblocks []typedArg, o
 // MPI-4.1 §8.7): the request completes when it has. Buffers must not be
 // touched until then. Errors at the call: ErrComm, ErrTopology, ErrType; the
 // others of NeighborAllgather come with the request's completion.
-func IneighborAllgather[T any](c *Comm, send, recv []T) (*Request, error) {
+func IneighborAllgather[T any](c *Comm, send, recv []T) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startNeighbor(CallIneighborAllgather, len(raw(send)), func(x coll, b *sched.Builder) error { return neighborAllgather(c, x, b, send, recv) })
 }
 
 // IneighborAlltoall starts a NeighborAlltoall (MPI_Ineighbor_alltoall,
 // MPI-4.1 §8.7); errors as IneighborAllgather's.
-func IneighborAlltoall[T any](c *Comm, send, recv []T) (*Request, error) {
+func IneighborAlltoall[T any](c *Comm, send, recv []T) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startNeighbor(CallIneighborAlltoall, len(raw(send)), func(x coll, b *sched.Builder) error { return neighborAlltoall(c, x, b, send, recv) })
 }
 
 // IneighborAllgatherv starts a NeighborAllgatherv
 // (MPI_Ineighbor_allgatherv, MPI-4.1 §8.7); errors as IneighborAllgather's.
-func IneighborAllgatherv[T any](c *Comm, send, recv []T, counts, displs []int) (*Request, error) {
+func IneighborAllgatherv[T any](c *Comm, send, recv []T, counts, displs []int) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startNeighbor(CallIneighborAllgatherv, len(raw(send)), func(x coll, b *sched.Builder) error {
 		return neighborAllgatherv(c, x, b, send, recv, counts, displs)
@@ -490,9 +490,9 @@ func IneighborAllgatherv[T any](c *Comm, send, recv []T, counts, displs []int) (
 
 // IneighborAlltoallv starts a NeighborAlltoallv (MPI_Ineighbor_alltoallv,
 // MPI-4.1 §8.7); errors as IneighborAllgather's.
-func IneighborAlltoallv[T any](c *Comm, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) (*Request, error) {
+func IneighborAlltoallv[T any](c *Comm, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return c.startNeighbor(CallIneighborAlltoallv, len(raw(send)), func(x coll, b *sched.Builder) error {
 		return neighborAlltoallv(c, x, b, send, scounts, sdispls, recv, rcounts, rdispls)

@@ -218,7 +218,7 @@ func TestIneighbor_MPI41_8_7(t *testing.T) {
 		_, err = Sendrecv(w, []int64{int64(me)}, right, 3, in, left, 3)
 		r.NoError(err)
 		r.Equal(int64(left), in[0])
-		err = Waitall([]*Request{r4, r2, r3, r1}, nil)
+		err = Waitall([]Request{r4, r2, r3, r1}, nil)
 		r.NoError(err)
 		r.Equal([]int64{int64(left), int64(right)}, ag)
 		r.Equal([]int64{int64(10*left + 1), int64(10 * right)}, aa, "the left neighbor's block for its right, the right's for its left")

@@ -26,7 +26,7 @@ func TestNonOvertakingMixedSizes_MPI41_3_5(t *testing.T) {
 			case 0:
 				// Blocking sends of rendezvous size need their receive: post
 				// nothing on rank 1 until all are sent, using Isend.
-				reqs := make([]*Request, len(sizes))
+				reqs := make([]Request, len(sizes))
 				for i, n := range sizes {
 					var err error
 					reqs[i], err = Isend(w, patterned(n, i), 1, 9)
@@ -69,7 +69,7 @@ func TestNonOvertakingPostedReceives_MPI41_3_5(t *testing.T) {
 		sizes := mixedSizes(r.eagerLimit(w))
 		switch w.Rank() {
 		case 1:
-			reqs := make([]*Request, len(sizes))
+			reqs := make([]Request, len(sizes))
 			bufs := make([][]byte, len(sizes))
 			for i := range sizes {
 				bufs[i] = make([]byte, 100_000+4*r.eagerLimit(w))
@@ -227,7 +227,7 @@ func TestSelfSend_MPI41_3_2(t *testing.T) {
 		for k, sendFirst := range []bool{true, false} {
 			n := 3*e + k
 			big := make([]byte, n)
-			var sreq, rreq *Request
+			var sreq, rreq Request
 			if sendFirst {
 				sreq, err = Isend(w, patterned(n, k), me, 2)
 				r.NoError(err)
@@ -243,7 +243,7 @@ func TestSelfSend_MPI41_3_2(t *testing.T) {
 				r.NoError(err)
 			}
 			sts := make([]Status, 2)
-			r.NoError(Waitall([]*Request{rreq, sreq}, sts))
+			r.NoError(Waitall([]Request{rreq, sreq}, sts))
 			r.Equal(Status{Source: me, Tag: 2, Bytes: n}, sts[0])
 			r.NoError(checkPattern(big, k))
 		}

@@ -289,7 +289,7 @@ func (p *proc) completePostedLocked(r *reqState, m *inMsg, env match.Envelope) e
 // newSend takes an operation state from the cache, with a handle for it when
 // handle is set (blocking calls put theirs back once wait returns; handles
 // recycle theirs, see Request.recycle).
-func (c *Comm) newSend(buf []byte, dest, tag int, mode Mode, handle bool) (*reqState, *Request) {
+func (c *Comm) newSend(buf []byte, dest, tag int, mode Mode, handle bool) (*reqState, Request) {
 	r, h := c.p.states.get(handle)
 	c.setSend(r, buf, dest, tag, mode)
 	return r, h
@@ -301,7 +301,7 @@ func (c *Comm) setSend(r *reqState, buf []byte, dest, tag int, mode Mode) {
 }
 
 // newRecv is newSend for a receive.
-func (c *Comm) newRecv(buf []byte, src, tag int, handle bool) (*reqState, *Request) {
+func (c *Comm) newRecv(buf []byte, src, tag int, handle bool) (*reqState, Request) {
 	r, h := c.p.states.get(handle)
 	c.setRecv(r, buf, src, tag)
 	return r, h
@@ -319,10 +319,10 @@ func (c *Comm) sendsEager(dest, n int, mode Mode) bool {
 }
 
 // isend starts a nonblocking send and returns its handle.
-func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
+func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (Request, error) {
 	if !c.argsOK(dest, tag) {
 		if err := c.checkSendSlow(dest, tag); err != nil {
-			return nil, err
+			return Request{}, err
 		}
 	}
 	p := c.p
@@ -340,7 +340,7 @@ func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
 				err = p.ep.RequestMediumWith(world, hEager, buf, handlers.Piggyback{}, a0, a1)
 			}
 			if err != nil {
-				return nil, p.netErr(c, world, fmt.Sprintf("send to rank %d, tag %d", dest, tag), err)
+				return Request{}, p.netErr(c, world, fmt.Sprintf("send to rank %d, tag %d", dest, tag), err)
 			}
 			return c.sentRequest(buf, nil, dest, tag, Standard), nil
 		}
@@ -350,13 +350,13 @@ func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
 		// state is complete from the start.
 		pb, hasPB := p.outgoingPB()
 		if err := p.sendEager(c, buf, dest, tag, mode, pb, hasPB); err != nil {
-			return nil, err
+			return Request{}, err
 		}
 		return c.sentRequest(buf, nil, dest, tag, mode), nil
 	}
 	r, h := c.newSend(buf, dest, tag, mode, true)
 	if err := c.p.startSend(r); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return h, nil
 }
@@ -367,17 +367,16 @@ func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (*Request, error) {
 // once, with the status reqState.complete gives a send, so every call that
 // reports requests treats it as any other. It takes no handle of its own beyond the 8-byte one, and its
 // state is recycled warm.
-func (c *Comm) sentRequest(buf []byte, lay *layout, dest, tag int, mode Mode) *Request {
+func (c *Comm) sentRequest(buf []byte, lay *layout, dest, tag int, mode Mode) Request {
 	st := &c.p.states
 	var r *reqState
-	var h *Request
+	var h Request
 	if st.mu.Sequential() {
 		// reqCache.get's steps without its call or its lock (see irecv).
 		if r = st.free.pop(); r == nil {
 			r = st.newState()
 		}
-		h = st.handles.take()
-		h.s = r
+		h = handleOf(r)
 	} else {
 		r, h = st.get(true)
 	}
@@ -419,25 +418,25 @@ func (c *Comm) send(buf []byte, dest, tag int, mode Mode) error {
 }
 
 // irecv posts a nonblocking receive and returns its handle.
-func (c *Comm) irecv(buf []byte, src, tag int) (*Request, error) {
+func (c *Comm) irecv(buf []byte, src, tag int) (Request, error) {
 	if !c.argsOK(src, tag) {
 		if err := c.checkRecvSlow(src, tag); err != nil {
-			return nil, err
+			return Request{}, err
 		}
 	}
 	p := c.p
 	if src == ProcNull {
 		r, h := c.newRecv(buf, src, tag, true)
 		if err := p.startRecv(r); err != nil {
-			return nil, err
+			return Request{}, err
 		}
 		return h, nil
 	}
 	var r *reqState
-	var h *Request
+	var h Request
 	if p.mu.Sequential() {
-		// One goroutine in the library: the state and handle straight off
-		// the cache's stack and slab (p.mu's flag, taken below, is what
+		// One goroutine in the library: the state straight off the
+		// cache's stack (p.mu's flag, taken below, is what
 		// catches a second goroutine). Through newRecv and reqCache.get,
 		// neither of which inlines, this costs about 50 instructions more
 		// per message (SelfWindow).
@@ -445,22 +444,22 @@ func (c *Comm) irecv(buf []byte, src, tag int) (*Request, error) {
 		if r = st.free.pop(); r == nil {
 			r = st.newState()
 		}
-		h = st.handles.take()
-		h.s = r
+		h = handleOf(r)
 		c.setRecv(r, buf, src, tag)
 		p.syncDeaths()
 		p.mu.Lock()
 	} else {
-		// With locks: the state and handle are taken under the matching
-		// lock that posting takes anyway (recvStack).
+		// With locks: the state is taken under the matching lock that
+		// posting takes anyway (recvStack).
 		p.syncDeaths()
 		p.mu.Lock()
-		r, h = p.recvStates.getLocked(&p.states)
+		r = p.recvStates.getLocked(&p.states)
+		h = handleOf(r)
 		c.setRecv(r, buf, src, tag)
 	}
 	if p.fail.any.Load() {
 		if err := p.postRecv(r, true); err != nil {
-			return nil, err
+			return Request{}, err
 		}
 		return h, nil
 	}
@@ -474,7 +473,7 @@ func (c *Comm) irecv(buf []byte, src, tag int) (*Request, error) {
 		return h, nil
 	}
 	if err := p.completePostedLocked(r, m, env); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return h, nil
 }
@@ -520,10 +519,10 @@ func (c *Comm) sendCall(call Call, b []byte, dest, tag int, mode Mode) error {
 }
 
 // isendCall starts a send in mode, under the tools' hooks when any.
-func (c *Comm) isendCall(call Call, b []byte, dest, tag int, mode Mode) (*Request, error) {
+func (c *Comm) isendCall(call Call, b []byte, dest, tag int, mode Mode) (Request, error) {
 	if c.hooked() {
 		return c.p.hookReq(&Event{Call: call, Comm: c, Peer: dest, Tag: tag, Bytes: len(b), Mode: mode},
-			func() (*Request, error) { return c.isend(b, dest, tag, mode) })
+			func() (Request, error) { return c.isend(b, dest, tag, mode) })
 	}
 	return c.isend(b, dest, tag, mode)
 }
@@ -576,7 +575,7 @@ func Rsend[T Elem](c *Comm, buf []T, dest, tag int) error {
 
 // Isend starts a standard-mode send (MPI_Isend) and returns its request. buf
 // must not be modified until the request completes.
-func Isend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+func Isend[T Elem](c *Comm, buf []T, dest, tag int) (Request, error) {
 	if c.checking() {
 		return c.isendLayCall(CallIsend, bytesOf(buf), nil, sliceType[T](len(buf)), dest, tag, Standard)
 	}
@@ -587,7 +586,7 @@ func Isend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
 }
 
 // Ibsend starts a buffered-mode send (MPI_Ibsend); see Bsend.
-func Ibsend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+func Ibsend[T Elem](c *Comm, buf []T, dest, tag int) (Request, error) {
 	if c.checking() {
 		return c.isendLayCall(CallIbsend, bytesOf(buf), nil, sliceType[T](len(buf)), dest, tag, Buffered)
 	}
@@ -596,7 +595,7 @@ func Ibsend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
 
 // Issend starts a synchronous-mode send (MPI_Issend); it completes once the
 // matching receive has started.
-func Issend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+func Issend[T Elem](c *Comm, buf []T, dest, tag int) (Request, error) {
 	if c.checking() {
 		return c.isendLayCall(CallIssend, bytesOf(buf), nil, sliceType[T](len(buf)), dest, tag, Synchronous)
 	}
@@ -604,7 +603,7 @@ func Issend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
 }
 
 // Irsend starts a ready-mode send (MPI_Irsend); see Rsend.
-func Irsend[T Elem](c *Comm, buf []T, dest, tag int) (*Request, error) {
+func Irsend[T Elem](c *Comm, buf []T, dest, tag int) (Request, error) {
 	if c.checking() {
 		return c.isendLayCall(CallIrsend, bytesOf(buf), nil, sliceType[T](len(buf)), dest, tag, Ready)
 	}
@@ -634,10 +633,10 @@ func Recv[T Elem](c *Comm, buf []T, src, tag int) (Status, error) {
 
 // Irecv posts a receive (MPI_Irecv) and returns its request; buf must not be
 // read or modified until it completes.
-func Irecv[T Elem](c *Comm, buf []T, src, tag int) (*Request, error) {
+func Irecv[T Elem](c *Comm, buf []T, src, tag int) (Request, error) {
 	if c.checking() {
 		b, mt := bytesOf(buf), sliceType[T](len(buf))
-		f := func() (*Request, error) { return c.irecvLay(b, nil, mt, src, tag) }
+		f := func() (Request, error) { return c.irecvLay(b, nil, mt, src, tag) }
 		if c.hooked() {
 			return c.p.hookReq(&Event{Call: CallIrecv, Comm: c, Peer: src, Tag: tag, Bytes: len(b)}, f)
 		}
@@ -646,7 +645,7 @@ func Irecv[T Elem](c *Comm, buf []T, src, tag int) (*Request, error) {
 	if c.hooked() {
 		b := bytesOf(buf)
 		return c.p.hookReq(&Event{Call: CallIrecv, Comm: c, Peer: src, Tag: tag, Bytes: len(b)},
-			func() (*Request, error) { return c.irecv(b, src, tag) })
+			func() (Request, error) { return c.irecv(b, src, tag) })
 	}
 	return c.irecv(bytesOf(buf), src, tag)
 }
@@ -706,28 +705,28 @@ func sendrecvReplace[T Elem](c *Comm, buf []T, dest, sendtag, src, recvtag int) 
 
 // SendInit creates an inactive persistent send request (MPI_Send_init and the
 // mode variants, MPI-4.1 §3.9); Start begins each send.
-func SendInit[T Elem](c *Comm, buf []T, dest, tag int, mode Mode) (*Request, error) {
+func SendInit[T Elem](c *Comm, buf []T, dest, tag int, mode Mode) (Request, error) {
 	if err := c.checkSend(dest, tag); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	if mode > Ready {
-		return nil, fmt.Errorf("%w: send mode %d", ErrArg, mode)
+		return Request{}, fmt.Errorf("%w: send mode %d", ErrArg, mode)
 	}
 	r, _ := c.newSend(bytesOf(buf), dest, tag, mode, false)
 	r.setType(sliceType[T](len(buf)))
 	r.persistent = true
-	return &Request{s: r}, nil
+	return handleOf(r), nil
 }
 
 // RecvInit creates an inactive persistent receive request (MPI_Recv_init).
-func RecvInit[T Elem](c *Comm, buf []T, src, tag int) (*Request, error) {
+func RecvInit[T Elem](c *Comm, buf []T, src, tag int) (Request, error) {
 	if err := c.checkRecv(src, tag); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	r, _ := c.newRecv(bytesOf(buf), src, tag, false)
 	r.setType(sliceType[T](len(buf)))
 	r.persistent = true
-	return &Request{s: r}, nil
+	return handleOf(r), nil
 }
 
 // start is Start without tool hooks.
@@ -752,7 +751,7 @@ func (r *reqState) start() error {
 }
 
 // startall is Startall without tool hooks.
-func startall(reqs []*Request) error {
+func startall(reqs []Request) error {
 	for i, r := range reqs {
 		if err := r.start(); err != nil {
 			return fmt.Errorf("request %d: %w", i, err)
@@ -868,7 +867,7 @@ func (c *Comm) mprobe(src, tag int) (*Message, Status, error) {
 }
 
 // imrecv is Imrecv without tool hooks.
-func imrecv[T Elem](m *Message, buf []T) (*Request, error) {
+func imrecv[T Elem](m *Message, buf []T) (Request, error) {
 	var mt msgType
 	if m != nil && m.comm.checking() {
 		mt = sliceType[T](len(buf))
@@ -877,9 +876,9 @@ func imrecv[T Elem](m *Message, buf []T) (*Request, error) {
 }
 
 // imrecvLay is imrecv of mem, laid out by lay (nil: contiguous).
-func imrecvLay(m *Message, mem []byte, lay *layout, mt msgType) (*Request, error) {
+func imrecvLay(m *Message, mem []byte, lay *layout, mt msgType) (Request, error) {
 	if m == nil || (m.msg == nil && !m.null) {
-		return nil, fmt.Errorf("%w: message already received or nil", ErrRequest)
+		return Request{}, fmt.Errorf("%w: message already received or nil", ErrRequest)
 	}
 	c := m.comm
 	r, h := c.newRecv(mem, int(m.env.Source), int(m.env.Tag), true)
@@ -893,7 +892,7 @@ func imrecvLay(m *Message, mem []byte, lay *layout, mt msgType) (*Request, error
 	m.msg = nil
 	c.p.mu.Lock()
 	if err := c.p.completePostedLocked(r, msg, m.env); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return h, nil
 }

@@ -30,11 +30,11 @@ func (r *Request) Start() error {
 	if s == nil || s.p == nil || s.p.tools == nil {
 		return r.start()
 	}
-	return s.p.hookErr(&Event{Call: CallStart, Comm: s.comm, Request: r, Peer: s.peer, Tag: s.tag, Bytes: s.size(), Mode: s.mode}, r.start)
+	return s.p.hookErr(&Event{Call: CallStart, Comm: s.comm, Request: *r, Peer: s.peer, Tag: s.tag, Bytes: s.size(), Mode: s.mode}, r.start)
 }
 
 // Startall starts every request (MPI_Startall).
-func Startall(reqs []*Request) error {
+func Startall(reqs []Request) error {
 	var p *proc
 	for _, r := range reqs {
 		if s := r.state(); s != nil && s.p != nil {
@@ -45,7 +45,7 @@ func Startall(reqs []*Request) error {
 	if p == nil || p.tools == nil {
 		return startall(reqs)
 	}
-	return p.hookErr(&Event{Call: CallStartall, Requests: append([]*Request(nil), reqs...)}, func() error { return startall(reqs) })
+	return p.hookErr(&Event{Call: CallStartall, Requests: append([]Request(nil), reqs...)}, func() error { return startall(reqs) })
 }
 
 // Iprobe reports whether a message matching (src, tag) can be received on c
@@ -95,12 +95,12 @@ func (c *Comm) Mprobe(src, tag int) (*Message, Status, error) {
 
 // Imrecv starts receiving a message taken by Mprobe or Improbe into buf
 // (MPI_Imrecv). Errors: ErrRequest for a nil or already received message.
-func Imrecv[T Elem](m *Message, buf []T) (*Request, error) {
+func Imrecv[T Elem](m *Message, buf []T) (Request, error) {
 	if m == nil || !m.comm.hooked() {
 		return imrecv(m, buf)
 	}
 	return m.comm.p.hookReq(&Event{Call: CallImrecv, Comm: m.comm, Peer: int(m.env.Source), Tag: int(m.env.Tag), Bytes: len(bytesOf(buf))},
-		func() (*Request, error) { return imrecv(m, buf) })
+		func() (Request, error) { return imrecv(m, buf) })
 }
 
 // Mrecv receives a message taken by Mprobe or Improbe into buf (MPI_Mrecv).

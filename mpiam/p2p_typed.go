@@ -50,16 +50,16 @@ func (c *Comm) sendLay(mem []byte, lay *layout, mt msgType, dest, tag int, mode 
 }
 
 // isendLay starts a send of non-contiguous data in mode.
-func (c *Comm) isendLay(mem []byte, lay *layout, mt msgType, dest, tag int, mode Mode) (*Request, error) {
+func (c *Comm) isendLay(mem []byte, lay *layout, mt msgType, dest, tag int, mode Mode) (Request, error) {
 	if err := c.checkSend(dest, tag); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	p := c.p
 	if lay != nil && !c.checking() && p.tools == nil && c.sendsEager(dest, lay.n, mode) {
 		// Eager: complete in this call, with a state complete from the
 		// start, as Isend's (isend).
 		if err := c.sendPacked(mem, lay, dest, tag, mode); err != nil {
-			return nil, err
+			return Request{}, err
 		}
 		return c.sentRequest(mem, lay, dest, tag, mode), nil
 	}
@@ -67,7 +67,7 @@ func (c *Comm) isendLay(mem []byte, lay *layout, mt msgType, dest, tag int, mode
 	r.lay = lay
 	r.setType(mt)
 	if err := c.p.startSend(r); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return h, nil
 }
@@ -130,15 +130,15 @@ type packFiller struct {
 func (f *packFiller) Fill(p []byte) { f.lay.pack(p, f.mem, 0) }
 
 // irecvLay posts a receive of non-contiguous data.
-func (c *Comm) irecvLay(mem []byte, lay *layout, mt msgType, src, tag int) (*Request, error) {
+func (c *Comm) irecvLay(mem []byte, lay *layout, mt msgType, src, tag int) (Request, error) {
 	if err := c.checkRecv(src, tag); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	r, h := c.newRecv(mem, src, tag, true)
 	r.lay = lay
 	r.setType(mt)
 	if err := c.p.startRecv(r); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return h, nil
 }
@@ -184,13 +184,13 @@ func (c *Comm) sendLayCall(call Call, mem []byte, lay *layout, mt msgType, dest,
 }
 
 // isendTyped starts the typed send in mode, under the tools' hooks.
-func isendTyped[T any](call Call, c *Comm, buf []T, count int, d *Datatype, dest, tag int, mode Mode) (*Request, error) {
+func isendTyped[T any](call Call, c *Comm, buf []T, count int, d *Datatype, dest, tag int, mode Mode) (Request, error) {
 	if err := c.valid(); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	mem, lay, err := typed(buf, count, d)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	if lay == nil && !c.checking() {
 		return c.isendCall(call, mem, dest, tag, mode)
@@ -199,10 +199,10 @@ func isendTyped[T any](call Call, c *Comm, buf []T, count int, d *Datatype, dest
 }
 
 // isendLayCall is isendLay under the tools' hooks when any.
-func (c *Comm) isendLayCall(call Call, mem []byte, lay *layout, mt msgType, dest, tag int, mode Mode) (*Request, error) {
+func (c *Comm) isendLayCall(call Call, mem []byte, lay *layout, mt msgType, dest, tag int, mode Mode) (Request, error) {
 	if c.hooked() {
 		return c.p.hookReq(&Event{Call: call, Comm: c, Peer: dest, Tag: tag, Bytes: packedLen(mem, lay), Mode: mode},
-			func() (*Request, error) { return c.isendLay(mem, lay, mt, dest, tag, mode) })
+			func() (Request, error) { return c.isendLay(mem, lay, mt, dest, tag, mode) })
 	}
 	return c.isendLay(mem, lay, mt, dest, tag, mode)
 }
@@ -233,22 +233,22 @@ func RsendTyped[T any](c *Comm, buf []T, count int, d *Datatype, dest, tag int) 
 
 // IsendTyped is MPI_Isend with a datatype; see Isend and SendTyped. buf
 // must not change until the request completes.
-func IsendTyped[T any](c *Comm, buf []T, count int, d *Datatype, dest, tag int) (*Request, error) {
+func IsendTyped[T any](c *Comm, buf []T, count int, d *Datatype, dest, tag int) (Request, error) {
 	return isendTyped(CallIsend, c, buf, count, d, dest, tag, Standard)
 }
 
 // IbsendTyped is MPI_Ibsend with a datatype; see Ibsend and SendTyped.
-func IbsendTyped[T any](c *Comm, buf []T, count int, d *Datatype, dest, tag int) (*Request, error) {
+func IbsendTyped[T any](c *Comm, buf []T, count int, d *Datatype, dest, tag int) (Request, error) {
 	return isendTyped(CallIbsend, c, buf, count, d, dest, tag, Buffered)
 }
 
 // IssendTyped is MPI_Issend with a datatype; see Issend and SendTyped.
-func IssendTyped[T any](c *Comm, buf []T, count int, d *Datatype, dest, tag int) (*Request, error) {
+func IssendTyped[T any](c *Comm, buf []T, count int, d *Datatype, dest, tag int) (Request, error) {
 	return isendTyped(CallIssend, c, buf, count, d, dest, tag, Synchronous)
 }
 
 // IrsendTyped is MPI_Irsend with a datatype; see Irsend and SendTyped.
-func IrsendTyped[T any](c *Comm, buf []T, count int, d *Datatype, dest, tag int) (*Request, error) {
+func IrsendTyped[T any](c *Comm, buf []T, count int, d *Datatype, dest, tag int) (Request, error) {
 	return isendTyped(CallIrsend, c, buf, count, d, dest, tag, Ready)
 }
 
@@ -280,16 +280,16 @@ func RecvTyped[T any](c *Comm, buf []T, count int, d *Datatype, src, tag int) (S
 
 // IrecvTyped is MPI_Irecv with a datatype; see RecvTyped. buf must not be
 // read or changed until the request completes.
-func IrecvTyped[T any](c *Comm, buf []T, count int, d *Datatype, src, tag int) (*Request, error) {
+func IrecvTyped[T any](c *Comm, buf []T, count int, d *Datatype, src, tag int) (Request, error) {
 	if err := c.valid(); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	mem, lay, err := typed(buf, count, d)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	n := packedLen(mem, lay)
-	f := func() (*Request, error) {
+	f := func() (Request, error) {
 		if lay == nil && !c.checking() {
 			return c.irecv(mem, src, tag)
 		}
@@ -330,39 +330,39 @@ func SendrecvTyped[S, R any](c *Comm, sendbuf []S, sendcount int, sendtype *Data
 // SendInitTyped is MPI_Send_init with a datatype (and the mode variants):
 // an inactive persistent send of count instances of d from buf; Start
 // begins each send. Errors as SendTyped, and ErrArg for a bad mode.
-func SendInitTyped[T any](c *Comm, buf []T, count int, d *Datatype, dest, tag int, mode Mode) (*Request, error) {
+func SendInitTyped[T any](c *Comm, buf []T, count int, d *Datatype, dest, tag int, mode Mode) (Request, error) {
 	if err := c.checkSend(dest, tag); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	if mode > Ready {
-		return nil, fmt.Errorf("%w: send mode %d", ErrArg, mode)
+		return Request{}, fmt.Errorf("%w: send mode %d", ErrArg, mode)
 	}
 	mem, lay, err := typed(buf, count, d)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	r, _ := c.newSend(mem, dest, tag, mode, false)
 	r.lay = lay
 	r.setType(typeOf(d, count))
 	r.persistent = true
-	return &Request{s: r}, nil
+	return handleOf(r), nil
 }
 
 // RecvInitTyped is MPI_Recv_init with a datatype: an inactive persistent
 // receive of up to count instances of d into buf. Errors as RecvTyped.
-func RecvInitTyped[T any](c *Comm, buf []T, count int, d *Datatype, src, tag int) (*Request, error) {
+func RecvInitTyped[T any](c *Comm, buf []T, count int, d *Datatype, src, tag int) (Request, error) {
 	if err := c.checkRecv(src, tag); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	mem, lay, err := typed(buf, count, d)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	r, _ := c.newRecv(mem, src, tag, false)
 	r.lay = lay
 	r.setType(typeOf(d, count))
 	r.persistent = true
-	return &Request{s: r}, nil
+	return handleOf(r), nil
 }
 
 // MrecvTyped is MPI_Mrecv with a datatype: it receives the message Mprobe
@@ -377,15 +377,15 @@ func MrecvTyped[T any](m *Message, buf []T, count int, d *Datatype) (Status, err
 }
 
 // ImrecvTyped is MPI_Imrecv with a datatype; see MrecvTyped.
-func ImrecvTyped[T any](m *Message, buf []T, count int, d *Datatype) (*Request, error) {
+func ImrecvTyped[T any](m *Message, buf []T, count int, d *Datatype) (Request, error) {
 	mem, lay, err := typed(buf, count, d)
 	if err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	if m == nil || !m.comm.hooked() {
 		return imrecvLay(m, mem, lay, typeOf(d, count))
 	}
 	n := packedLen(mem, lay)
 	return m.comm.p.hookReq(&Event{Call: CallImrecv, Comm: m.comm, Peer: int(m.env.Source), Tag: int(m.env.Tag), Bytes: n},
-		func() (*Request, error) { return imrecvLay(m, mem, lay, typeOf(d, count)) })
+		func() (Request, error) { return imrecvLay(m, mem, lay, typeOf(d, count)) })
 }

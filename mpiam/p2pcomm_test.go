@@ -175,7 +175,7 @@ func TestDupSeparatesContexts_MPI41_7_4_2(t *testing.T) {
 		e := r.eagerLimit(w)
 		switch w.Rank() {
 		case 0:
-			var reqs []*Request
+			var reqs []Request
 			for _, n := range []int{8, 2 * e} {
 				for _, x := range []struct {
 					c    *Comm

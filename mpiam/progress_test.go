@@ -18,7 +18,7 @@ func TestUnexpectedMessageDoesNotStallSender_MPI41_3_7(t *testing.T) {
 		big := 3 * r.eagerLimit(w)
 		switch w.Rank() {
 		case 0:
-			var reqs []*Request
+			var reqs []Request
 			req, err := Isend(w, patterned(8, 1), 1, 1) // waits unexpected
 			r.NoError(err)
 			reqs = append(reqs, req)
@@ -54,7 +54,7 @@ func TestIsendIsLocal_MPI41_3_7(t *testing.T) {
 	const n = 2000
 	eachNetwork(t, 2, func(r *rk, w *Comm) {
 		peer := 1 - w.Rank()
-		reqs := make([]*Request, 0, 2*n)
+		reqs := make([]Request, 0, 2*n)
 		for i := range n {
 			req, err := Isend(w, []int64{int64(i)}, peer, 5)
 			r.NoError(err)

@@ -12,18 +12,12 @@ import (
 // to the garbage collector.
 const reqCacheMax = 1024
 
-// handleSlab is how many Request handles are allocated at once: a handle is
-// never reused (stale copies of a *Request must stay null), but 512 of them
-// in one allocation cost one 4 KiB allocation instead of 512 small ones.
-const handleSlab = 512
-
-// reqCache recycles a rank's operation states and hands out request handles.
+// reqCache recycles a rank's operation states.
 // Any goroutine may use it (MPI_THREAD_MULTIPLE). States of blocking calls
 // (one at a time per goroutine) go through a sync.Pool, whose per-P private
 // slot costs no atomic operation; states behind handles, many outstanding at
-// once (osu_bw's window of 64), through a mutex-guarded stack that also hands
-// out the handle in the same critical section and takes a Waitall's states back
-// in one (a sync.Pool keeps all but one of them in per-P dequeues at ~20 ns per
+// once (osu_bw's window of 64), through a mutex-guarded stack that takes a
+// Waitall's states back in one critical section (a sync.Pool keeps all but one of them in per-P dequeues at ~20 ns per
 // Get or Put here). At a single-threaded level (thread.go) blocking calls use
 // the stack too; there Irecv and an eager Isend take their state and
 // handle, and spent states go back, without the lock's flag (the matching
@@ -32,11 +26,10 @@ const handleSlab = 512
 type reqCache struct {
 	pool sync.Pool // states of blocking calls
 
-	mu      locks.Mutex // a plain flag at a single-threaded level
-	free    stateStack  // idle states of nonblocking calls
-	handles handleSlabs
-	slab    []reqState // the current slab's unused states (under slabMu)
-	slabMu  sync.Mutex // newState runs outside mu
+	mu     locks.Mutex // a plain flag at a single-threaded level
+	free   stateStack  // idle states of nonblocking calls
+	slab   []reqState  // the current slab's unused states (under slabMu)
+	slabMu sync.Mutex  // newState runs outside mu
 }
 
 // stateStack is a stack of idle operation states.
@@ -52,22 +45,6 @@ func (st *stateStack) pop() *reqState {
 	(*st)[n-1] = nil
 	*st = (*st)[:n-1]
 	return s
-}
-
-// handleSlabs hands out request handles from slabs of handleSlab.
-type handleSlabs struct {
-	slab []Request // the current slab, used up to next
-	next int
-}
-
-// take returns the next handle, starting a new slab when this one is spent.
-func (hs *handleSlabs) take() *Request {
-	if hs.next == len(hs.slab) {
-		hs.slab, hs.next = make([]Request, handleSlab), 0
-	}
-	h := &hs.slab[hs.next]
-	hs.next++
-	return h
 }
 
 // stateSlab is how many operation states are allocated at once: 96 × 384
@@ -91,10 +68,10 @@ func (c *reqCache) newState() *reqState {
 	return s
 }
 
-// get returns a zeroed state and, with handle, a new handle for it (nil
-// without). States for a handle are reused from the stack, others from the
-// pool.
-func (c *reqCache) get(handle bool) (*reqState, *Request) {
+// get returns a zeroed state and, with handle, a new handle for it (the
+// null one without). States for a handle are reused from the stack, others
+// from the pool.
+func (c *reqCache) get(handle bool) (*reqState, Request) {
 	if !handle {
 		var s *reqState
 		if c.mu.Sequential() {
@@ -107,22 +84,16 @@ func (c *reqCache) get(handle bool) (*reqState, *Request) {
 		if s == nil {
 			s = c.newState()
 		}
-		return s, nil
+		return s, Request{}
 	}
 	c.mu.Lock()
 	s := c.popLocked()
-	h := c.handleLocked()
 	c.mu.Unlock()
 	if s == nil {
 		s = c.newState()
 	}
-	h.s = s
-	return s, h
+	return s, handleOf(s)
 }
-
-// handleLocked takes the next handle; c.mu held (or a single-threaded
-// level).
-func (c *reqCache) handleLocked() *Request { return c.handles.take() }
 
 // popLocked takes an idle state off the stack, nil if it is empty; c.mu
 // held (or a single-threaded level).
@@ -199,27 +170,23 @@ func (c *reqCache) putAll(ss []*reqState) {
 // recvBatch is how many states a recvStack takes from the cache at a time.
 const recvBatch = 16
 
-// recvStack holds a few states and a slab of handles for the nonblocking
-// receives of a rank running with locks (ThreadMultiple), guarded by the
-// rank's matching lock: an Irecv takes its state and handle under the lock
-// it posts with, one locked instruction instead of two. The states come
+// recvStack holds a few states for the nonblocking receives of a rank
+// running with locks (ThreadMultiple), guarded by the rank's matching lock:
+// an Irecv takes its state under the lock it posts with, one locked
+// instruction instead of two. The states come
 // from the rank's cache recvBatch at a time (lock order: proc.mu, then
 // reqCache.mu, which is a leaf), and go back to it when their requests
 // are freed, as every state does.
 type recvStack struct {
-	free    stateStack
-	handles handleSlabs
+	free stateStack
 }
 
-// getLocked returns a state and a handle for a receive; p.mu is held.
-func (rs *recvStack) getLocked(c *reqCache) (*reqState, *Request) {
+// getLocked returns a state for a receive; p.mu is held.
+func (rs *recvStack) getLocked(c *reqCache) *reqState {
 	if len(rs.free) == 0 {
 		rs.free = c.getMany(rs.free, recvBatch)
 	}
-	s := rs.free.pop()
-	h := rs.handles.take()
-	h.s = s
-	return s, h
+	return rs.free.pop()
 }
 
 // getMany appends n idle states to dst, new ones where the cache has too

@@ -49,33 +49,46 @@ func (m Mode) String() string {
 	return fmt.Sprintf("mode(%d)", m)
 }
 
-// Request is the handle of a nonblocking operation (MPI_Request). A nil
-// *Request is MPI_REQUEST_NULL: Wait and Test on it return at once with an
-// empty status. A completed non-persistent request that Wait or Test has
-// reported behaves as a null request from then on (in C the call sets the
-// handle to MPI_REQUEST_NULL; the slice forms Waitall/Testall/... also set the
-// element to nil). Persistent requests (SendInit, RecvInit) become inactive on
-// completion and can be started again.
+// Request is the handle of a nonblocking operation (MPI_Request), a value
+// of 16 bytes that is copied freely. Its zero value is MPI_REQUEST_NULL: Wait
+// and Test on it return at once with an empty status, and IsNull reports it.
+// Wait, Test and the slice forms (Waitall, Testall, ...) set the handle they
+// report a completed non-persistent request through to the zero value, as
+// MPI_Wait sets its argument to MPI_REQUEST_NULL. Persistent requests
+// (SendInit, RecvInit, the persistent collectives) become inactive on
+// completion instead and can be started again.
 //
-// A Request is an 8-byte handle: the operation's state lives apart and, once
-// its completion is reported (and no tool is attached, see Info), is recycled
-// for a later operation, so that a stream of Isend/Irecv/Waitall allocates 8
-// bytes per operation instead of the whole state, and handles come 512 to an
-// allocation (reqcache.go). Fresh memory is what a handle costs: each new
-// line of handles is a cache miss on the path of the call that takes it
-// (docs/performance.md, "Handles of 8 bytes"). An eager send that completes
-// in its call (Isend up to the eager limit with no tool attached) takes a
-// state that is complete from the start, as a request object of an MPI
-// library in C is: an outstanding one holds its 384 bytes until reported.
-// A handle is never reused: every copy of a *Request points to the same
-// handle, so all of them see it become null.
+// The operation's state lives apart and, once its completion is reported
+// (and no tool is attached, see Info), is recycled for a later operation, so
+// that a stream of Isend/Irecv/Waitall allocates nothing; the handle carries
+// the generation of the state it was made for, and every recycle moves the
+// state's generation on, so any other copy of a reported handle acts as a
+// null one from then on, whatever operation the state serves next. A handle
+// kept in the caller's slice is reused with it: a window of requests writes
+// the same cache lines every round (docs/performance.md, "Handles as
+// values"). An eager send that completes in its call (Isend up to the eager
+// limit with no tool attached) takes a state that is complete from the
+// start, as a request object of an MPI library in C is.
 type Request struct {
-	s *reqState // nil: null (reported and recycled, or freed)
+	s   *reqState // nil: null
+	gen uint64    // s's generation when the handle was made (reqState.gen)
 }
 
-// state returns the operation behind r; nil for a null handle.
+// handleOf returns a new handle for the operation state s.
+func handleOf(s *reqState) Request { return Request{s: s, gen: s.gen} }
+
+// IsNull reports whether r is MPI_REQUEST_NULL: the zero Request, a handle
+// Wait or Test has reported through, a freed one, or a copy of any of those
+// taken before. An inactive persistent request is not null (MPI-4.1 §3.7.3).
+func (r *Request) IsNull() bool {
+	s := r.state()
+	return s == nil || s.reported
+}
+
+// state returns the operation behind r; nil for a null handle or a stale
+// copy of a reported one.
 func (r *Request) state() *reqState {
-	if r == nil {
+	if r == nil || r.s == nil || r.s.gen != r.gen {
 		return nil
 	}
 	return r.s
@@ -95,7 +108,7 @@ func (r *Request) detach() *reqState {
 	if s == nil || !s.reported || s.persistent || s.p.tools != nil {
 		return nil
 	}
-	r.s = nil
+	*r = Request{}
 	return s
 }
 
@@ -180,13 +193,10 @@ func (r *Request) start() error { return r.state().start() }
 type reqState struct {
 	reqHot
 	reqCold
-	_ [reqPad]byte
+	// gen counts the state's recycles (reset): a Request made for it
+	// carries the count of its time, so stale copies see it move on.
+	gen uint64
 }
-
-// reqPad rounds a reqState up to 384 bytes on 64-bit platforms, so that the
-// states of a slab (reqCache.newState) each start a cache line;
-// TestReqStateLayout checks it.
-const reqPad = 8
 
 // reqHot is the part of a reqState that every operation uses.
 type reqHot struct {
@@ -261,8 +271,9 @@ type reqCold struct {
 // then zero. Call it before the first such write.
 func (r *reqState) useCold() { r.coldUsed = true }
 
-// reset zeroes r for reuse, dropping what it references: the reqCold part
-// only when useCold was called. Race builds check that it was whenever a
+// reset zeroes r for reuse, dropping what it references (the reqCold part
+// only when useCold was called), and moves its generation on, so that every
+// handle made for its last operation becomes null. Race builds check that it was whenever a
 // reqCold field is set.
 func (r *reqState) reset() {
 	if r.coldUsed {
@@ -271,6 +282,7 @@ func (r *reqState) reset() {
 		checkColdZero(r)
 	}
 	r.reqHot = reqHot{}
+	r.gen++
 }
 
 // size is the request's data in bytes (packed bytes for a typed layout).
@@ -385,12 +397,12 @@ func (r *Request) Free() error {
 	if recycle {
 		r.recycle()
 	}
-	r.s = nil
+	*r = Request{}
 	return nil
 }
 
 // persistent reports whether r is a persistent request (its handle stays
-// non-nil in the slice forms).
+// as it is in the slice forms).
 func (r *Request) persistent() bool {
 	s := r.state()
 	return s != nil && s.persistent
@@ -400,14 +412,15 @@ func (r *Request) persistent() bool {
 func (r *Request) completed() bool { return r.s.done.Load() }
 
 // waitall is Waitall without tool hooks.
-func waitall(reqs []*Request, statuses []Status) error {
+func waitall(reqs []Request, statuses []Status) error {
 	if statuses != nil && len(statuses) != len(reqs) {
 		return fmt.Errorf("%w: %d statuses for %d requests", ErrArg, len(statuses), len(reqs))
 	}
 	var failed int
 	var firstErr error
 	var spent stateBatch
-	for i, r := range reqs {
+	for i := range reqs {
+		r := &reqs[i]
 		s := r.state()
 		if s != nil && !s.persistent && !s.reported && s.p.tools == nil && s.done.Load() {
 			// Complete already (a window of eager sends): report and recycle
@@ -422,14 +435,13 @@ func waitall(reqs []*Request, statuses []Status) error {
 			if statuses != nil {
 				statuses[i] = s.status
 			}
-			r.s = nil
 			if c := &s.p.states; c.mu.Sequential() && len(c.free) < reqCacheMax {
 				s.reset() // reqCache.put's common case, without its call
 				c.free = append(c.free, s)
 			} else {
 				spent.add(s)
 			}
-			reqs[i] = nil
+			reqs[i] = Request{}
 			continue
 		}
 		st, err := r.waitKeep()
@@ -445,8 +457,8 @@ func waitall(reqs []*Request, statuses []Status) error {
 				firstErr = err
 			}
 		}
-		if r != nil && !r.persistent() {
-			reqs[i] = nil
+		if !r.persistent() {
+			*r = Request{}
 		}
 	}
 	spent.flush()
@@ -457,7 +469,7 @@ func waitall(reqs []*Request, statuses []Status) error {
 }
 
 // testall is Testall without tool hooks.
-func testall(reqs []*Request, statuses []Status) (bool, error) {
+func testall(reqs []Request, statuses []Status) (bool, error) {
 	if statuses != nil && len(statuses) != len(reqs) {
 		return false, fmt.Errorf("%w: %d statuses for %d requests", ErrArg, len(statuses), len(reqs))
 	}
@@ -480,7 +492,7 @@ func testall(reqs []*Request, statuses []Status) (bool, error) {
 }
 
 // waitany is Waitany without tool hooks.
-func waitany(reqs []*Request) (int, Status, error) {
+func waitany(reqs []Request) (int, Status, error) {
 	p := activeProc(reqs)
 	if p == nil {
 		return Undefined, emptyStatus, nil
@@ -500,13 +512,13 @@ func waitany(reqs []*Request) (int, Status, error) {
 	}
 	st, err := reqs[idx].wait()
 	if !reqs[idx].persistent() {
-		reqs[idx] = nil
+		reqs[idx] = Request{}
 	}
 	return idx, st, err
 }
 
 // testany is Testany without tool hooks.
-func testany(reqs []*Request) (int, bool, Status, error) {
+func testany(reqs []Request) (int, bool, Status, error) {
 	p := activeProc(reqs)
 	if p == nil {
 		return Undefined, true, emptyStatus, nil
@@ -516,7 +528,7 @@ func testany(reqs []*Request) (int, bool, Status, error) {
 		if !r.null() && r.completed() {
 			st, err := r.wait()
 			if !r.persistent() {
-				reqs[i] = nil
+				reqs[i] = Request{}
 			}
 			return i, true, st, err
 		}
@@ -525,7 +537,7 @@ func testany(reqs []*Request) (int, bool, Status, error) {
 }
 
 // waitsome is Waitsome without tool hooks.
-func waitsome(reqs []*Request) (indices []int, statuses []Status, err error) {
+func waitsome(reqs []Request) (indices []int, statuses []Status, err error) {
 	p := activeProc(reqs)
 	if p == nil {
 		return nil, nil, nil
@@ -537,7 +549,7 @@ func waitsome(reqs []*Request) (indices []int, statuses []Status, err error) {
 }
 
 // testsome is Testsome without tool hooks.
-func testsome(reqs []*Request) (indices []int, statuses []Status, err error) {
+func testsome(reqs []Request) (indices []int, statuses []Status, err error) {
 	p := activeProc(reqs)
 	if p == nil {
 		return nil, nil, nil
@@ -546,7 +558,7 @@ func testsome(reqs []*Request) (indices []int, statuses []Status, err error) {
 	return collectDone(reqs)
 }
 
-func activeProc(reqs []*Request) *proc {
+func activeProc(reqs []Request) *proc {
 	for _, r := range reqs {
 		if !r.null() {
 			return r.s.p
@@ -555,7 +567,7 @@ func activeProc(reqs []*Request) *proc {
 	return nil
 }
 
-func anyDone(reqs []*Request) bool {
+func anyDone(reqs []Request) bool {
 	for _, r := range reqs {
 		if !r.null() && r.completed() {
 			return true
@@ -564,7 +576,7 @@ func anyDone(reqs []*Request) bool {
 	return false
 }
 
-func collectDone(reqs []*Request) (indices []int, statuses []Status, err error) {
+func collectDone(reqs []Request) (indices []int, statuses []Status, err error) {
 	indices, statuses = []int{}, []Status{} // active requests: not nil even if none completed
 	failed := 0
 	for i, r := range reqs {
@@ -578,7 +590,7 @@ func collectDone(reqs []*Request) (indices []int, statuses []Status, err error) 
 		indices = append(indices, i)
 		statuses = append(statuses, st)
 		if !r.persistent() {
-			reqs[i] = nil
+			reqs[i] = Request{}
 		}
 	}
 	if failed > 0 {

@@ -119,9 +119,9 @@ func TestProcNull_MPI41_4_10(t *testing.T) {
 		r.NoError(err)
 		rr, err := RecvInit(w, buf, ProcNull, 1)
 		r.NoError(err)
-		r.NoError(Startall([]*Request{sr, rr}))
+		r.NoError(Startall([]Request{sr, rr}))
 		sts := make([]Status, 2)
-		r.NoError(Waitall([]*Request{sr, rr}, sts))
+		r.NoError(Waitall([]Request{sr, rr}, sts))
 		r.Equal(null, sts[1])
 	})
 }
@@ -132,7 +132,7 @@ func TestProcNull_MPI41_4_10(t *testing.T) {
 // (MPI-4.1 §3.7.3, §3.7.5; MPICH waittestnull, waitany_null, inactivereq).
 func TestCompletionWithNullRequests_MPI41_3_7_5(t *testing.T) {
 	eachNetwork(t, 1, func(r *rk, w *Comm) {
-		var null *Request
+		var null Request
 		st, err := null.Wait()
 		r.NoError(err)
 		r.Equal(emptyStatus, st)
@@ -145,7 +145,7 @@ func TestCompletionWithNullRequests_MPI41_3_7_5(t *testing.T) {
 		r.NoError(null.Free())
 		inactive, err := RecvInit(w, make([]byte, 4), 0, 1)
 		r.NoError(err)
-		for _, list := range [][]*Request{nil, {}, {nil}, {nil, nil, nil}, {nil, inactive}} {
+		for _, list := range [][]Request{nil, {}, {Request{}}, {Request{}, Request{}, Request{}}, {Request{}, inactive}} {
 			i, st, err := Waitany(list)
 			r.NoError(err)
 			r.Equal(Undefined, i)
@@ -201,14 +201,14 @@ func TestCompletionFamilies_MPI41_3_7_5(t *testing.T) {
 			}
 			return
 		}
-		post := func(round int) ([]*Request, [][]byte) {
-			reqs := make([]*Request, 0, 2*len(sizes))
+		post := func(round int) ([]Request, [][]byte) {
+			reqs := make([]Request, 0, 2*len(sizes))
 			bufs := make([][]byte, len(sizes))
 			for i, n := range sizes {
 				bufs[i] = make([]byte, n)
 				req, err := Irecv(w, bufs[i], peer, i)
 				r.NoError(err)
-				reqs = append(reqs, nil, req) // a nil before each
+				reqs = append(reqs, Request{}, req) // a nil before each
 			}
 			return reqs, bufs
 		}
@@ -228,7 +228,7 @@ func TestCompletionFamilies_MPI41_3_7_5(t *testing.T) {
 			}
 		}
 		for _, req := range reqs {
-			r.Nil(req)
+			r.Zero(req, "Waitall sets every reported handle to the null one")
 		}
 		// Waitany until Undefined.
 		reqs, bufs = post(1)
@@ -239,7 +239,7 @@ func TestCompletionFamilies_MPI41_3_7_5(t *testing.T) {
 			if k == Undefined {
 				break
 			}
-			r.Nil(reqs[k])
+			r.Zero(reqs[k])
 			check(1, k/2, st, bufs)
 			seen++
 		}
@@ -255,7 +255,7 @@ func TestCompletionFamilies_MPI41_3_7_5(t *testing.T) {
 			}
 			r.Len(sts, len(idx))
 			for j, k := range idx {
-				r.Nil(reqs[k])
+				r.Zero(reqs[k])
 				check(2, k/2, sts[j], bufs)
 				seen++
 			}
@@ -296,7 +296,7 @@ func TestTestsomeOutcountZeroVersusUndefined_MPI41_3_7_5(t *testing.T) {
 	eachNetwork(t, 1, func(r *rk, w *Comm) {
 		req, err := Irecv(w, make([]byte, 1), 0, 1)
 		r.NoError(err)
-		reqs := []*Request{nil, req}
+		reqs := []Request{Request{}, req}
 		idx, sts, err := Testsome(reqs)
 		r.NoError(err)
 		r.NotNil(idx, "an active request: outcount 0, not MPI_UNDEFINED")
@@ -309,7 +309,7 @@ func TestTestsomeOutcountZeroVersusUndefined_MPI41_3_7_5(t *testing.T) {
 		ok, err = Testall(reqs, nil)
 		r.NoError(err)
 		r.False(ok)
-		r.NotNil(reqs[1], "Testall changes nothing when not all completed")
+		r.False(reqs[1].IsNull(), "Testall changes nothing when not all completed")
 		r.NoError(req.Cancel())
 		idx, _, err = Waitsome(reqs)
 		r.NoError(err)
@@ -424,7 +424,7 @@ func TestPersistentRequests_MPI41_3_9(t *testing.T) {
 		rbuf := make([]int64, 4)
 		big := make([]byte, e+1)
 		bigIn := make([]byte, e+1)
-		var sends []*Request
+		var sends []Request
 		for _, m := range []Mode{Standard, Buffered, Synchronous} {
 			req, err := SendInit(w, sbuf[m:m+1], peer, int(m), m)
 			r.NoError(err)
@@ -432,7 +432,7 @@ func TestPersistentRequests_MPI41_3_9(t *testing.T) {
 		}
 		bigSend, err := SendInit(w, big, peer, 9, Standard)
 		r.NoError(err)
-		var recvs []*Request
+		var recvs []Request
 		for _, m := range []Mode{Standard, Buffered, Synchronous} {
 			src := peer
 			if m == Buffered {
@@ -458,13 +458,13 @@ func TestPersistentRequests_MPI41_3_9(t *testing.T) {
 				r.NoError(s.Start())
 			}
 			r.NoError(bigSend.Start())
-			all := append(append([]*Request{}, sends...), bigSend)
+			all := append(append([]Request{}, sends...), bigSend)
 			all = append(all, recvs...)
 			all = append(all, bigRecv)
 			sts := make([]Status, len(all))
 			r.NoError(Waitall(all, sts))
 			for _, req := range all {
-				r.NotNil(req, "persistent requests stay")
+				r.False(req.IsNull(), "persistent requests stay")
 			}
 			for k := range 3 {
 				r.Equal(int64(it*10+k), rbuf[k])
@@ -479,7 +479,7 @@ func TestPersistentRequests_MPI41_3_9(t *testing.T) {
 		for _, req := range append(append(sends, recvs...), bigSend, bigRecv) {
 			r.NoError(req.Free())
 		}
-		var plain *Request
+		var plain Request
 		plain, err = Isend(w, []byte{1}, w.Rank(), 50)
 		r.NoError(err)
 		r.ErrorIs(plain.Start(), ErrRequest, "not persistent")
@@ -500,7 +500,7 @@ func TestPersistentRequests_MPI41_3_9(t *testing.T) {
 func TestReportedRequestStaysNull_MPI41_3_7_3(t *testing.T) {
 	eachNetwork(t, 2, func(r *rk, w *Comm) {
 		peer := 1 - w.Rank()
-		var stale []*Request
+		var stale []Request
 		for round := range 50 {
 			in := make([]byte, 8)
 			out := []byte(fmt.Sprintf("round%03d", round))
@@ -517,15 +517,16 @@ func TestReportedRequestStaysNull_MPI41_3_7_3(t *testing.T) {
 				r.Equal(8, st.Bytes)
 				r.NoError(sr.Free()) // a completed send, freed rather than waited
 			} else {
-				reqs := []*Request{rr, sr}
+				reqs := []Request{rr, sr}
 				r.NoError(Waitall(reqs, nil))
-				r.Equal([]*Request{nil, nil}, reqs)
+				r.Equal([]Request{Request{}, Request{}}, reqs)
 			}
 			r.Equal(fmt.Sprintf("round%03d", round), string(in))
 			stale = append(stale, copyR, copyS)
 			// Every earlier handle, whose state may now serve this round's
 			// operations, acts as null.
 			for _, h := range stale {
+				r.True(h.IsNull())
 				st, err := h.Wait()
 				r.NoError(err)
 				r.Equal(emptyStatus, st)
@@ -551,10 +552,10 @@ func TestReportedRequestStaysNull_MPI41_3_7_3(t *testing.T) {
 func TestReportedRequestInfoWithTool(t *testing.T) {
 	eachNetwork(t, 2, func(r *rk, w *Comm) {
 		var infos []RequestInfo
-		r.NoError(w.AddTool(afterWaitTool(func(req *Request) { infos = append(infos, req.Info()) })))
+		r.NoError(w.AddTool(afterWaitTool(func(req Request) { infos = append(infos, req.Info()) })))
 		peer := 1 - w.Rank()
 		buf := make([]byte, 8)
-		var req *Request
+		var req Request
 		var err error
 		if w.Rank() == 0 {
 			req, err = Isend(w, buf, peer, 3)
@@ -576,7 +577,7 @@ func TestReportedRequestInfoWithTool(t *testing.T) {
 }
 
 // afterWaitTool calls its function with the request of every Wait, after it.
-type afterWaitTool func(*Request)
+type afterWaitTool func(Request)
 
 func (afterWaitTool) Before(*Event) {}
 
@@ -607,7 +608,7 @@ func TestReqStateLayout(t *testing.T) {
 		t.Errorf("reqHot is %d bytes, more than three cache lines", n)
 	}
 	if n := unsafe.Sizeof(reqState{}); n%64 != 0 {
-		t.Errorf("reqState is %d bytes, not a multiple of 64: adjust reqPad", n)
+		t.Errorf("reqState is %d bytes, not a multiple of 64: adjust its padding (reqState.gen)", n)
 	}
 	var c reqCache
 	for range 2 * stateSlab {

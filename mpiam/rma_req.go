@@ -112,7 +112,7 @@ func (p *proc) onRMAGetAcc(tok *handlers.Token, a []uint64, payload []byte) {
 
 // rmaRequest makes the request of a request-based one-sided operation on w
 // (not complete).
-func (w *Win) rmaRequest(target int) (*reqState, *Request) {
+func (w *Win) rmaRequest(target int) (*reqState, Request) {
 	r, h := w.p.states.get(true)
 	r.p, r.kind, r.comm, r.peer, r.tag = w.p, kindRMA, w.c, target, AnyTag
 	return r, h
@@ -138,12 +138,12 @@ func (w *Win) passive(target int, call string) error {
 // Rput is Put returning a request (MPI_Rput, MPI-4.1 §12.3.5) that completes
 // when origin may be reused: at once, since Put returns then. Only in a
 // passive-target epoch. Errors as Put's.
-func Rput[T any](w *Win, origin []T, target, disp int) (*Request, error) {
+func Rput[T any](w *Win, origin []T, target, disp int) (Request, error) {
 	if err := w.passive(target, "Rput"); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	if err := Put(w, origin, target, disp); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	r, h := w.rmaRequest(target)
 	r.complete(Status{})
@@ -152,16 +152,16 @@ func Rput[T any](w *Win, origin []T, target, disp int) (*Request, error) {
 
 // Rget is Get returning a request (MPI_Rget) that completes when result
 // holds the data. Only in a passive-target epoch. Errors as Get's.
-func Rget[T any](w *Win, result []T, target, disp int) (*Request, error) {
+func Rget[T any](w *Win, result []T, target, disp int) (Request, error) {
 	if err := plain[T](); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	if err := w.passive(target, "Rget"); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	r, h := w.rmaRequest(target)
 	if err := w.get(raw(result), target, disp, r); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	if len(result) == 0 {
 		r.complete(Status{})
@@ -172,12 +172,12 @@ func Rget[T any](w *Win, result []T, target, disp int) (*Request, error) {
 // Raccumulate is Accumulate returning a request (MPI_Raccumulate) that
 // completes when origin may be reused: at once. Only in a passive-target
 // epoch. Errors as Accumulate's.
-func Raccumulate[T Number](w *Win, origin []T, target, disp int, op Op[T]) (*Request, error) {
+func Raccumulate[T Number](w *Win, origin []T, target, disp int, op Op[T]) (Request, error) {
 	if err := w.passive(target, "Raccumulate"); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	if err := Accumulate(w, origin, target, disp, op); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	r, h := w.rmaRequest(target)
 	r.complete(Status{})
@@ -187,13 +187,13 @@ func Raccumulate[T Number](w *Win, origin []T, target, disp int, op Op[T]) (*Req
 // RgetAccumulate is GetAccumulate returning a request (MPI_Rget_accumulate)
 // that completes when result holds the previous values. Only in a
 // passive-target epoch. Errors as GetAccumulate's.
-func RgetAccumulate[T Number](w *Win, origin, result []T, target, disp int, op Op[T]) (*Request, error) {
+func RgetAccumulate[T Number](w *Win, origin, result []T, target, disp int, op Op[T]) (Request, error) {
 	if err := w.passive(target, "RgetAccumulate"); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	r, h := w.rmaRequest(target)
 	if err := getAccumulate(w, origin, result, target, disp, op, r); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return h, nil
 }
@@ -201,12 +201,12 @@ func RgetAccumulate[T Number](w *Win, origin, result []T, target, disp int, op O
 // RputTyped is PutTyped returning a request (MPI_Rput's full form) that
 // completes when origin may be reused: at once. Only in a passive-target
 // epoch. Errors as PutTyped's.
-func RputTyped[T any](w *Win, origin []T, ocount int, otype *Datatype, target, disp, tcount int, ttype *Datatype) (*Request, error) {
+func RputTyped[T any](w *Win, origin []T, ocount int, otype *Datatype, target, disp, tcount int, ttype *Datatype) (Request, error) {
 	if err := w.passive(target, "RputTyped"); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	if err := PutTyped(w, origin, ocount, otype, target, disp, tcount, ttype); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	r, h := w.rmaRequest(target)
 	r.complete(Status{})
@@ -216,13 +216,13 @@ func RputTyped[T any](w *Win, origin []T, ocount int, otype *Datatype, target, d
 // RgetTyped is GetTyped returning a request (MPI_Rget's full form) that
 // completes when result holds the data. Only in a passive-target epoch.
 // Errors as GetTyped's.
-func RgetTyped[T any](w *Win, result []T, ocount int, otype *Datatype, target, disp, tcount int, ttype *Datatype) (*Request, error) {
+func RgetTyped[T any](w *Win, result []T, ocount int, otype *Datatype, target, disp, tcount int, ttype *Datatype) (Request, error) {
 	if err := w.passive(target, "RgetTyped"); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	r, h := w.rmaRequest(target)
 	if err := getTyped(w, result, ocount, otype, target, disp, tcount, ttype, r); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return h, nil
 }
@@ -230,12 +230,12 @@ func RgetTyped[T any](w *Win, result []T, ocount int, otype *Datatype, target, d
 // RaccumulateTyped is AccumulateTyped returning a request (MPI_Raccumulate's
 // full form) that completes when origin may be reused: at once. Only in a
 // passive-target epoch. Errors as AccumulateTyped's.
-func RaccumulateTyped[T Number](w *Win, origin []T, ocount int, otype *Datatype, target, disp, tcount int, ttype *Datatype, op Op[T]) (*Request, error) {
+func RaccumulateTyped[T Number](w *Win, origin []T, ocount int, otype *Datatype, target, disp, tcount int, ttype *Datatype, op Op[T]) (Request, error) {
 	if err := w.passive(target, "RaccumulateTyped"); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	if err := AccumulateTyped(w, origin, ocount, otype, target, disp, tcount, ttype, op); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	r, h := w.rmaRequest(target)
 	r.complete(Status{})
@@ -247,13 +247,13 @@ func RaccumulateTyped[T Number](w *Win, origin []T, ocount int, otype *Datatype,
 // previous values. Only in a passive-target epoch. Errors as
 // GetAccumulateTyped's.
 func RgetAccumulateTyped[T Number](w *Win, origin []T, ocount int, otype *Datatype, result []T, rcount int, rtype *Datatype,
-	target, disp, tcount int, ttype *Datatype, op Op[T]) (*Request, error) {
+	target, disp, tcount int, ttype *Datatype, op Op[T]) (Request, error) {
 	if err := w.passive(target, "RgetAccumulateTyped"); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	r, h := w.rmaRequest(target)
 	if err := getAccumulateTyped(w, origin, ocount, otype, result, rcount, rtype, target, disp, tcount, ttype, op, r); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return h, nil
 }

@@ -342,7 +342,7 @@ func TestRMAGetAccumulateAndRequests_MPI41_12_3_5(t *testing.T) {
 		r.NoError(w.Flush(other))
 		rg, err := Rget(w, got, other, 0)
 		r.NoError(err)
-		r.NoError(Waitall([]*Request{rp, ra, rg}, nil))
+		r.NoError(Waitall([]Request{rp, ra, rg}, nil))
 		r.Equal([]int64{-7, 2}, got)
 		r.NoError(w.Unlock(other))
 		_, err = Rput(w, []int64{1}, other, 0)
@@ -579,8 +579,8 @@ func TestRMATyped_MPI41_12_3(t *testing.T) {
 			// column, read it back, add to it, add again reading the old.
 			r.NoError(w.Fence(ModeNosucceed))
 			r.NoError(w.Lock(LockShared, other, 0))
-			var reqs []*Request
-			add := func(q *Request, err error) {
+			var reqs []Request
+			add := func(q Request, err error) {
 				r.NoError(err)
 				reqs = append(reqs, q)
 			}

@@ -210,7 +210,7 @@ func TestRendezvousPersistent(t *testing.T) {
 	eachNetwork(t, 2, func(r *rk, w *Comm) {
 		n := DefaultRndvSplitBytes + 4096
 		buf := make([]byte, n)
-		var req *Request
+		var req Request
 		var err error
 		if w.Rank() == 0 {
 			req, err = SendInit(w, buf, 1, 5, Standard)

@@ -75,8 +75,8 @@ func benchSelfWindow(b *testing.B, cfg Config) {
 	err := RunLocal(1, cfg, func(w *Comm) error {
 		sbuf := make([]byte, 8)
 		rbuf := make([]byte, 8*window)
-		sreqs := make([]*Request, window)
-		rreqs := make([]*Request, window)
+		sreqs := make([]Request, window)
+		rreqs := make([]Request, window)
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i += window {

@@ -126,7 +126,7 @@ func soakJob(t *testing.T, nw string, rounds int) {
 				next[s][tag] = uint64(tag)
 			}
 		}
-		reqs := make([]*Request, 0, 2*soakBatch*(n-1))
+		reqs := make([]Request, 0, 2*soakBatch*(n-1))
 		sts := make([]Status, 2*soakBatch*(n-1))
 		received := 0
 		for round := 0; round < rounds; round++ {

@@ -57,7 +57,7 @@ func exchangeColumns(r *rk, w *Comm, dir string, n, iters int) {
 		}
 	}
 	bufs := [2][]float64{make([]float64, 2*n), make([]float64, 2*n)}
-	var reqs [2]*Request
+	var reqs [2]Request
 	for j := range 2 {
 		if me == 0 {
 			fill(bufs[j], 100+j)

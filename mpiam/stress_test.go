@@ -40,7 +40,7 @@ func TestManyOutstandingRequests_MPI41_3_7(t *testing.T) {
 	eachNetwork(t, 2, func(r *rk, w *Comm) {
 		peer := 1 - w.Rank()
 		in := make([]int64, n)
-		reqs := make([]*Request, 0, 2*n)
+		reqs := make([]Request, 0, 2*n)
 		for i := range n {
 			req, err := Irecv(w, in[i:i+1], peer, i%7)
 			r.NoError(err)
@@ -95,7 +95,7 @@ func TestConcurrentGoroutines_MPI41_11_6(t *testing.T) {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						var reqs []*Request
+						var reqs []Request
 						var bufs [][]byte
 						for it := range iters {
 							for peer := range ranks {
@@ -108,7 +108,7 @@ func TestConcurrentGoroutines_MPI41_11_6(t *testing.T) {
 								sreq, err := Isend(w, out, peer, g)
 								r.NoError(err)
 								buf := make([]byte, 3*e)
-								var rreq *Request
+								var rreq Request
 								if wildcard {
 									rreq, err = Irecv(w, buf, AnySource, AnyTag)
 								} else {
@@ -180,7 +180,7 @@ func TestMoreRanksThanCores(t *testing.T) {
 			}
 		}
 		e := r.eagerLimit(w)
-		var reqs []*Request
+		var reqs []Request
 		in := make([][]byte, n)
 		for p := range n {
 			in[p] = make([]byte, e+p)

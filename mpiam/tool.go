@@ -157,10 +157,10 @@ type Event struct {
 	Mode Mode
 	// Request is the request a nonblocking call created (After), or the request
 	// Wait, Test, Cancel or Start works on.
-	Request *Request
+	Request Request
 	// Requests are the requests of a multiple completion call or Startall, as
-	// passed (After still names the ones the call set to nil).
-	Requests []*Request
+	// passed (After still names the ones the call set to the null Request).
+	Requests []Request
 	// Done (After of completion calls) lists the indices in Requests of the
 	// requests that completed in this call, with their statuses in Statuses.
 	Done     []int
@@ -347,7 +347,7 @@ func (p *proc) hookStatus(e *Event, f func() (Status, error)) (Status, error) {
 }
 
 // hookReq runs f, an operation that starts a request, under the hooks.
-func (p *proc) hookReq(e *Event, f func() (*Request, error)) (*Request, error) {
+func (p *proc) hookReq(e *Event, f func() (Request, error)) (Request, error) {
 	p.around(e, func(e *Event) { e.Request, e.Err = f() })
 	return e.Request, e.Err
 }
@@ -364,7 +364,7 @@ type RequestInfo struct {
 	Persistent bool
 }
 
-// Info describes the request (for tools). A nil request has a zero Info.
+// Info describes the request (for tools). A null request has a zero Info.
 func (r *Request) Info() RequestInfo {
 	s := r.state()
 	if s == nil {
@@ -382,7 +382,7 @@ func (r *Request) Wait() (Status, error) {
 	if s == nil || s.p == nil || s.p.tools == nil {
 		return r.wait()
 	}
-	e := Event{Call: CallWait, Comm: s.comm, Request: r, Requests: []*Request{r}}
+	e := Event{Call: CallWait, Comm: s.comm, Request: *r, Requests: []Request{*r}}
 	s.p.around(&e, func(e *Event) {
 		active := !r.null()
 		e.Status, e.Err = r.wait()
@@ -401,7 +401,7 @@ func (r *Request) Test() (bool, Status, error) {
 	if s == nil || s.p == nil || s.p.tools == nil {
 		return r.test()
 	}
-	e := Event{Call: CallTest, Comm: s.comm, Request: r, Requests: []*Request{r}}
+	e := Event{Call: CallTest, Comm: s.comm, Request: *r, Requests: []Request{*r}}
 	s.p.around(&e, func(e *Event) {
 		active := !r.null()
 		e.Flag, e.Status, e.Err = r.test()
@@ -423,31 +423,31 @@ func (r *Request) Cancel() error {
 	if s == nil || s.p == nil || s.p.tools == nil {
 		return r.cancel()
 	}
-	return s.p.hookErr(&Event{Call: CallCancel, Comm: s.comm, Request: r}, r.cancel)
+	return s.p.hookErr(&Event{Call: CallCancel, Comm: s.comm, Request: *r}, r.cancel)
 }
 
 // multiEvent starts the event of a multiple completion call; nil when no tool
 // is attached (the call then allocates nothing).
-func multiEvent(call Call, reqs []*Request) (*proc, *Event) {
+func multiEvent(call Call, reqs []Request) (*proc, *Event) {
 	p := activeProc(reqs)
 	if p == nil || p.tools == nil {
 		return p, nil
 	}
-	return p, &Event{Call: call, Requests: append([]*Request(nil), reqs...)}
+	return p, &Event{Call: call, Requests: append([]Request(nil), reqs...)}
 }
 
 // doneSince fills e.Done and e.Statuses with the requests that were active
 // before the call and are nil or reported now.
-func doneSince(e *Event, before []bool, reqs []*Request, statuses func(i int) Status) {
+func doneSince(e *Event, before []bool, reqs []Request, statuses func(i int) Status) {
 	for i := range reqs {
-		if before[i] && (reqs[i] == nil || reqs[i].null()) {
+		if before[i] && reqs[i].null() {
 			e.Done = append(e.Done, i)
 			e.Statuses = append(e.Statuses, statuses(i))
 		}
 	}
 }
 
-func activeFlags(reqs []*Request) []bool {
+func activeFlags(reqs []Request) []bool {
 	b := make([]bool, len(reqs))
 	for i, r := range reqs {
 		b[i] = !r.null()
@@ -455,11 +455,11 @@ func activeFlags(reqs []*Request) []bool {
 	return b
 }
 
-// Waitall waits for every request (MPI_Waitall). statuses, if not nil, must have
-// len(reqs) elements and receives each status. Completed non-persistent
-// requests are set to nil. If any failed, the error wraps ErrInStatus and
-// statuses carry the individual errors.
-func Waitall(reqs []*Request, statuses []Status) error {
+// Waitall waits for every request (MPI_Waitall). statuses, if not nil, must
+// have len(reqs) elements and receives each status. Completed non-persistent
+// requests are set to the zero (null) Request. If any failed, the error wraps
+// ErrInStatus and statuses carry the individual errors.
+func Waitall(reqs []Request, statuses []Status) error {
 	p, e := multiEvent(CallWaitall, reqs)
 	if e == nil {
 		return waitall(reqs, statuses)
@@ -477,9 +477,9 @@ func Waitall(reqs []*Request, statuses []Status) error {
 }
 
 // Testall reports whether all requests have completed (MPI_Testall); if so it
-// fills statuses and nils the completed non-persistent requests, as Waitall.
-// If not, nothing is changed.
-func Testall(reqs []*Request, statuses []Status) (bool, error) {
+// fills statuses and sets the completed non-persistent requests to the null
+// Request, as Waitall. If not, nothing is changed.
+func Testall(reqs []Request, statuses []Status) (bool, error) {
 	p, e := multiEvent(CallTestall, reqs)
 	if e == nil {
 		return testall(reqs, statuses)
@@ -499,9 +499,9 @@ func Testall(reqs []*Request, statuses []Status) (bool, error) {
 }
 
 // Waitany waits for one request to complete (MPI_Waitany) and returns its index
-// and status; that request is set to nil unless persistent. With no active
+// and status; that request is set to the null Request unless persistent. With no active
 // request it returns Undefined and an empty status at once.
-func Waitany(reqs []*Request) (int, Status, error) {
+func Waitany(reqs []Request) (int, Status, error) {
 	p, e := multiEvent(CallWaitany, reqs)
 	if e == nil {
 		return waitany(reqs)
@@ -519,7 +519,7 @@ func Waitany(reqs []*Request) (int, Status, error) {
 // Testany polls once and reports one completed request (MPI_Testany): its
 // index, true and its status. With no active request it returns Undefined,
 // true and an empty status; with active but none completed, Undefined and false.
-func Testany(reqs []*Request) (int, bool, Status, error) {
+func Testany(reqs []Request) (int, bool, Status, error) {
 	p, e := multiEvent(CallTestany, reqs)
 	if e == nil {
 		return testany(reqs)
@@ -536,9 +536,9 @@ func Testany(reqs []*Request) (int, bool, Status, error) {
 
 // Waitsome waits until at least one request has completed (MPI_Waitsome) and
 // returns the indices of all completed ones with their statuses; those are set
-// to nil unless persistent. With no active request it returns nil indices at
-// once: MPI's outcount of MPI_UNDEFINED.
-func Waitsome(reqs []*Request) (indices []int, statuses []Status, err error) {
+// to the null Request unless persistent. With no active request it returns nil
+// indices at once: MPI's outcount of MPI_UNDEFINED.
+func Waitsome(reqs []Request) (indices []int, statuses []Status, err error) {
 	p, e := multiEvent(CallWaitsome, reqs)
 	if e == nil {
 		return waitsome(reqs)
@@ -554,7 +554,7 @@ func Waitsome(reqs []*Request) (indices []int, statuses []Status, err error) {
 // have completed (MPI_Testsome). With active requests of which none has
 // completed, indices is empty but not nil (MPI's outcount 0); with no active
 // request it is nil (outcount MPI_UNDEFINED).
-func Testsome(reqs []*Request) (indices []int, statuses []Status, err error) {
+func Testsome(reqs []Request) (indices []int, statuses []Status, err error) {
 	p, e := multiEvent(CallTestsome, reqs)
 	if e == nil {
 		return testsome(reqs)

@@ -100,7 +100,7 @@ func TestToolSeesCallsAndPiggyback(t *testing.T) {
 			b, err := Irecv(w, make([]int64, 1), 0, 5)
 			r.NoError(err)
 			sts := make([]Status, 2)
-			r.NoError(Waitall([]*Request{a, b}, sts))
+			r.NoError(Waitall([]Request{a, b}, sts))
 			wa := rec.last(CallWaitall)
 			r.Equal([]int{0, 1}, wa.Done)
 			r.Len(wa.Statuses, 2)
@@ -145,7 +145,7 @@ func TestToolSeesCallsAndPiggyback(t *testing.T) {
 		// share a node: the Allreduce above made it): more in flight than
 		// the area has slots, each reporting the other rank's value.
 		const k = 2*shmSlots + 3
-		reqs := make([]*Request, 0, 3*k)
+		reqs := make([]Request, 0, 3*k)
 		for i := range k {
 			a := []int{me}
 			req, err := Iallreduce(w, nil, a, Sum[int]())

@@ -18,7 +18,7 @@ import (
 type tracer struct {
 	w     *trace.Writer
 	mu    sync.Mutex
-	ids   map[*Request]uint64 // request ids of the trace
+	ids   map[Request]uint64 // request ids of the trace
 	next  uint64
 	comms map[uint32]bool // communicators already defined
 	enter map[*Event]uint64
@@ -44,7 +44,7 @@ func NewTracer(world *Comm, dir string) (Tool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trace: %w", err)
 	}
-	t := &tracer{w: w, ids: map[*Request]uint64{}, next: 1, comms: map[uint32]bool{}, enter: map[*Event]uint64{}}
+	t := &tracer{w: w, ids: map[Request]uint64{}, next: 1, comms: map[uint32]bool{}, enter: map[*Event]uint64{}}
 	t.defineComm(world)
 	return t, nil
 }
@@ -65,7 +65,7 @@ func (t *tracer) defineComm(c *Comm) {
 	_ = t.w.DefineComm(c.ctx, ranks)
 }
 
-func (t *tracer) id(r *Request) uint64 {
+func (t *tracer) id(r Request) uint64 {
 	if id, ok := t.ids[r]; ok {
 		return id
 	}
@@ -111,11 +111,11 @@ func (t *tracer) After(e *Event) {
 			_ = t.w.Send(start, u32(e.Peer), ctx, u32(e.Tag), uint64(e.Bytes))
 		}
 	case CallIsend, CallIbsend, CallIssend, CallIrsend:
-		if ok && e.Request != nil && e.Peer != ProcNull {
+		if ok && !e.Request.IsNull() && e.Peer != ProcNull {
 			_ = t.w.Isend(start, u32(e.Peer), ctx, u32(e.Tag), uint64(e.Bytes), t.id(e.Request))
 		}
 	case CallIrecv, CallImrecv:
-		if ok && e.Request != nil && e.Peer != ProcNull {
+		if ok && !e.Request.IsNull() && e.Peer != ProcNull {
 			_ = t.w.IrecvRequest(start, t.id(e.Request))
 		}
 	case CallRecv, CallMrecv:
@@ -154,7 +154,7 @@ func (t *tracer) After(e *Event) {
 }
 
 // started records the start of a persistent request as its nonblocking kind.
-func (t *tracer) started(r *Request, at uint64) {
+func (t *tracer) started(r Request, at uint64) {
 	s := r.state()
 	if s == nil || s.peer == ProcNull {
 		return
@@ -169,7 +169,7 @@ func (t *tracer) started(r *Request, at uint64) {
 
 // completed records the completion of a nonblocking request. With a tool
 // attached, reported requests keep their state (Request.recycle).
-func (t *tracer) completed(r *Request, st Status, at uint64) {
+func (t *tracer) completed(r Request, st Status, at uint64) {
 	s := r.state()
 	if s == nil || s.kind == kindColl {
 		return

@@ -172,7 +172,7 @@ func TestTypeCheckCollectives(t *testing.T) {
 				}
 				r.ErrorIs(Gather(w, send, all, 0), ErrType, "Gather with a longer block")
 				// Nonblocking and persistent: the request fails.
-				var q *Request
+				var q Request
 				if me == 1 {
 					q, err = Iallreduce(w, i, io, Sum[int64]())
 				} else {
@@ -181,7 +181,7 @@ func TestTypeCheckCollectives(t *testing.T) {
 				r.NoError(err)
 				_, err = q.Wait()
 				r.ErrorIs(err, ErrType, "Iallreduce of mixed types")
-				var p *Request
+				var p Request
 				if me == 2 {
 					p, err = AllreduceInit(w, i, io, Sum[int64]())
 				} else {

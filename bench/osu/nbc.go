@@ -56,7 +56,7 @@ func runNBC(name string, args []string) error {
 		default:
 			sendB = fill(maxSize, 'b')
 		}
-		start := func(size int) (*mpiam.Request, error) {
+		start := func(size int) (mpiam.Request, error) {
 			switch name {
 			case "iallreduce":
 				return mpiam.Iallreduce(world, sendF[:size/4], recvF[:size/4], mpiam.Sum[float32]())

@@ -148,7 +148,7 @@ func runLatency(args []string) error {
 // window posts one window of sends or receives of size bytes with peer (the
 // inner loop of osu_bw, osu_bibw, osu_mbw_mr); the caller waits for reqs.
 type window struct {
-	reqs []*mpiam.Request
+	reqs []mpiam.Request
 }
 
 // recvBuffers are the receive buffers of a window: as in OSU, every receive
@@ -169,7 +169,7 @@ func (rb *recvBuffers) slot(j, size int) []byte {
 func (w *window) post(send bool, c *mpiam.Comm, sbuf []byte, rb *recvBuffers, n, size, peer int) error {
 	w.reqs = w.reqs[:0]
 	for j := 0; j < n; j++ {
-		var r *mpiam.Request
+		var r mpiam.Request
 		var err error
 		if send {
 			r, err = mpiam.Isend(c, sbuf[:size], peer, tagData)
@@ -239,7 +239,7 @@ func runBW(args []string) error {
 func runBiBW(args []string) error {
 	return runPairBandwidth("bibw", "amgo MPI Bi-Directional Bandwidth Test over ", args, 2, func() pairMeasure {
 		var rw, sw window // this rank's (goroutine ranks share the process)
-		var all []*mpiam.Request
+		var all []mpiam.Request
 		return func(world *mpiam.Comm, me int, sbuf []byte, rbuf *recvBuffers, size, iters, warmup, win int) (float64, error) {
 			var start time.Time
 			for i := 0; i < iters+warmup; i++ {

@@ -219,7 +219,7 @@ func run(w *mpiam.Comm, n, sweeps int, mode string, check, bench, header bool) e
 		if mode == "neighbor" {
 			return mpiam.NeighborAlltoallw(cart, u, counts, displs, send, u, counts, displs, recv)
 		}
-		reqs := make([]*mpiam.Request, 0, 12)
+		reqs := make([]mpiam.Request, 0, 12)
 		for f, nb := range nbrs {
 			if nb == mpiam.ProcNull {
 				continue

@@ -195,7 +195,7 @@ func sweep(u, v []float64, b block) float64 {
 type halo struct {
 	north, south, west, east   int // neighbour ranks or ProcNull
 	sendW, sendE, recvW, recvE []float64
-	reqs                       []*mpiam.Request
+	reqs                       []mpiam.Request
 }
 
 // exchange fills u's ghost cells from the neighbours' edge points: rows are
@@ -203,7 +203,7 @@ type halo struct {
 func (h *halo) exchange(c *mpiam.Comm, u []float64, b block) error {
 	s, lx, ly := b.stride(), b.lx, b.ly
 	h.reqs = h.reqs[:0]
-	post := func(r *mpiam.Request, err error) error {
+	post := func(r mpiam.Request, err error) error {
 		h.reqs = append(h.reqs, r)
 		return err
 	}

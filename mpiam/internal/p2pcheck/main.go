@@ -128,7 +128,7 @@ func run(w *mpiam.Comm) error {
 	// rank 0, which receives with AnySource and checks each sender's order.
 	const msgs = 40
 	if me != 0 {
-		var reqs []*mpiam.Request
+		var reqs []mpiam.Request
 		for i := range msgs {
 			size := []int{8, 40_000, 100, 0}[i%4]
 			b := append([]byte{byte(i)}, pattern(size, i)...)
