@@ -365,8 +365,7 @@ func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (Request, error) {
 // out by lay, nil for contiguous bytes) to dest with tag on c that completed
 // in its call (eager): its state comes from the cache and is completed at
 // once, with the status reqState.complete gives a send, so every call that
-// reports requests treats it as any other. It takes no handle of its own beyond the 8-byte one, and its
-// state is recycled warm.
+// reports requests treats it as any other, and its state is recycled warm.
 func (c *Comm) sentRequest(buf []byte, lay *layout, dest, tag int, mode Mode) Request {
 	st := &c.p.states
 	var r *reqState

@@ -12,17 +12,17 @@ import (
 // to the garbage collector.
 const reqCacheMax = 1024
 
-// reqCache recycles a rank's operation states.
-// Any goroutine may use it (MPI_THREAD_MULTIPLE). States of blocking calls
-// (one at a time per goroutine) go through a sync.Pool, whose per-P private
-// slot costs no atomic operation; states behind handles, many outstanding at
-// once (osu_bw's window of 64), through a mutex-guarded stack that takes a
-// Waitall's states back in one critical section (a sync.Pool keeps all but one of them in per-P dequeues at ~20 ns per
-// Get or Put here). At a single-threaded level (thread.go) blocking calls use
-// the stack too; there Irecv and an eager Isend take their state and
-// handle, and spent states go back, without the lock's flag (the matching
-// lock's flag catches a second goroutine). docs/performance.md has the
-// figures.
+// reqCache recycles a rank's operation states. Any goroutine may use it
+// (MPI_THREAD_MULTIPLE). States of blocking calls (one at a time per
+// goroutine) go through a sync.Pool, whose per-P private slot costs no atomic
+// operation; states behind handles, many outstanding at once (osu_bw's window
+// of 64), through a mutex-guarded stack that takes a Waitall's states back in
+// one critical section (a sync.Pool keeps all but one of them in per-P
+// dequeues at ~20 ns per Get or Put here). At a single-threaded level
+// (thread.go) blocking calls use the stack too; there Irecv and an eager
+// Isend take their state, and spent states go back, without the lock's flag
+// (the matching lock's flag catches a second goroutine). docs/performance.md
+// has the figures.
 type reqCache struct {
 	pool sync.Pool // states of blocking calls
 
