@@ -86,3 +86,43 @@ func ExampleComm_CartCreate() {
 	// Output:
 	// grid [3 2]; rank 0 at [0 0] got row 2's halo
 }
+
+// Each of three ranks posts a receive from every other rank and sends to
+// every other rank without blocking, then completes all of them with
+// Waitall. Requests are values: a slice of them is the window, Waitall sets
+// every completed one to the null Request (the zero value), and IsNull
+// tells it from an active one.
+func ExampleWaitall() {
+	err := mpiam.RunLocal(3, mpiam.Config{}, func(world *mpiam.Comm) error {
+		me, n := world.Rank(), world.Size()
+		in := make([]int32, n)
+		out := []int32{int32(10 * me)}
+		var reqs []mpiam.Request
+		for peer := range n {
+			if peer == me {
+				continue
+			}
+			r, err := mpiam.Irecv(world, in[peer:peer+1], peer, 7)
+			if err != nil {
+				return err
+			}
+			s, err := mpiam.Isend(world, out, peer, 7)
+			if err != nil {
+				return err
+			}
+			reqs = append(reqs, r, s)
+		}
+		if err := mpiam.Waitall(reqs, nil); err != nil {
+			return err
+		}
+		if me == 0 {
+			fmt.Println("rank 0 received", in[1:], "null afterwards:", reqs[0].IsNull() && reqs[0] == mpiam.Request{})
+		}
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// rank 0 received [10 20] null afterwards: true
+}
