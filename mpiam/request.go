@@ -97,18 +97,21 @@ func (r *Request) state() *reqState {
 // null reports whether r acts as MPI_REQUEST_NULL or an inactive persistent request.
 func (r *Request) null() bool { return r.state().null() }
 
-// detach detaches a reported non-persistent operation from its handle and
+// detach sets r, a reported non-persistent request, to the null Request and
 // returns its state for the cache (nil: keep it): nothing inside mpiam
 // references an operation once its completion is published (complete is every
-// protocol path's last touch), and the handle is the only way users reach it.
-// Tools may ask a reported request for its Info, so states stay with their
-// handles while any tool is attached.
+// protocol path's last touch), and handles are the only way users reach it.
+// Tools may ask a copy of a reported request for its Info, so states are
+// kept while any tool is attached (the copies see them reported: null).
 func (r *Request) detach() *reqState {
 	s := r.state()
-	if s == nil || !s.reported || s.persistent || s.p.tools != nil {
+	if s == nil || !s.reported || s.persistent {
 		return nil
 	}
 	*r = Request{}
+	if s.p.tools != nil {
+		return nil
+	}
 	return s
 }
 
@@ -273,8 +276,8 @@ func (r *reqState) useCold() { r.coldUsed = true }
 
 // reset zeroes r for reuse, dropping what it references (the reqCold part
 // only when useCold was called), and moves its generation on, so that every
-// handle made for its last operation becomes null. Race builds check that it was whenever a
-// reqCold field is set.
+// handle made for its last operation becomes null. Race builds check that
+// useCold was called whenever a reqCold field is set.
 func (r *reqState) reset() {
 	if r.coldUsed {
 		r.reqCold = reqCold{}
@@ -441,7 +444,7 @@ func waitall(reqs []Request, statuses []Status) error {
 			} else {
 				spent.add(s)
 			}
-			reqs[i] = Request{}
+			*r = Request{}
 			continue
 		}
 		st, err := r.waitKeep()

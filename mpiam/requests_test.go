@@ -570,6 +570,7 @@ func TestReportedRequestInfoWithTool(t *testing.T) {
 		r.Equal(peer, infos[0].Peer)
 		r.Equal(3, infos[0].Tag)
 		r.Equal(8, infos[0].Bytes)
+		r.Zero(req, "Wait sets the handle it reported through to the null Request, tool or not")
 		st, err := req.Wait() // reported: null from now on
 		r.NoError(err)
 		r.Equal(emptyStatus, st)

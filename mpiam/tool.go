@@ -437,7 +437,7 @@ func multiEvent(call Call, reqs []Request) (*proc, *Event) {
 }
 
 // doneSince fills e.Done and e.Statuses with the requests that were active
-// before the call and are nil or reported now.
+// before the call and are null now.
 func doneSince(e *Event, before []bool, reqs []Request, statuses func(i int) Status) {
 	for i := range reqs {
 		if before[i] && reqs[i].null() {
@@ -499,8 +499,8 @@ func Testall(reqs []Request, statuses []Status) (bool, error) {
 }
 
 // Waitany waits for one request to complete (MPI_Waitany) and returns its index
-// and status; that request is set to the null Request unless persistent. With no active
-// request it returns Undefined and an empty status at once.
+// and status; that request is set to the null Request unless persistent.
+// With no active request it returns Undefined and an empty status at once.
 func Waitany(reqs []Request) (int, Status, error) {
 	p, e := multiEvent(CallWaitany, reqs)
 	if e == nil {
