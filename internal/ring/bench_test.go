@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"fmt"
 	"runtime"
 	"strconv"
 	"testing"
@@ -95,5 +96,50 @@ func BenchmarkStream(b *testing.B) {
 func BenchmarkPingPongSizes(b *testing.B) {
 	for _, sz := range []int{8, 48, 56, 64, 88, 120} {
 		b.Run(strconv.Itoa(sz), func(b *testing.B) { pingPong(b, sz, true) })
+	}
+}
+
+// BenchmarkStreamLap streams records of several sizes from one goroutine to
+// another, the consumer copying each out, through a 256 KiB ring with and
+// without a short lap (SetLap) and through a ring of the lap's size: what
+// keeping a stream's lines in the first-level caches is worth.
+func BenchmarkStreamLap(b *testing.B) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		b.Skip("needs GOMAXPROCS >= 2")
+	}
+	for _, tc := range []struct {
+		name      string
+		ring, lap int
+	}{{"ring256k", 256 << 10, 0}, {"ring256k-lap16k", 256 << 10, 16 << 10}, {"ring16k", 16 << 10, 0}} {
+		for _, size := range []int{64, 1024} {
+			b.Run(fmt.Sprintf("%s/%d", tc.name, size), func(b *testing.B) {
+				p, c, _ := newRing(b, tc.ring)
+				p.SetLap(tc.lap)
+				p.Streaming(true)
+				msg := make([]byte, size)
+				out := make([]byte, size)
+				n := b.N
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					for i := 0; i < n; i++ {
+						for {
+							if rec, ok := c.Peek(); ok {
+								copy(out, rec)
+								c.Advance()
+								break
+							}
+						}
+					}
+				}()
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				for i := 0; i < n; i++ {
+					for !p.Push(msg[:16], msg[16:]) {
+					}
+				}
+				<-done
+			})
+		}
 	}
 }

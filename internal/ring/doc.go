@@ -68,6 +68,14 @@
 // contiguous: a record that would cross the end of the data area is
 // preceded by a pad to the end and starts at offset 0 instead.
 //
+// A producer with a short lap (Producer.SetLap) wraps so earlier for small
+// records: one of at most an eighth of the lap that would end past it goes
+// to offset 0 after a pad to the end, when the consumer is at most half a
+// lap behind, so that a stream of them keeps to a few KiB of lines that stay
+// in both cores' first-level caches. The frontier of zeroed words (below)
+// then stops at the lap's end and goes on at the next lap's start. The
+// consumer cannot tell such a pad from the usual one and needs none of it.
+//
 // # Why the consumer never sees a stale header
 //
 // The consumer polls the word at its position; it must read either zero

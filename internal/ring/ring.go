@@ -222,6 +222,15 @@ type Producer struct {
 	// streaming: the caller said that records go back to back (Streaming),
 	// so those between smallRecord and bigRecord bytes skip zeroing ahead.
 	streaming bool
+	// lap: records of at most lapRecord bytes go back to the data area's
+	// start rather than past lap bytes into it, when that space is free
+	// (SetLap); lap == cap when off.
+	lap       uint64
+	lapRecord uint64
+	lapEnd    uint64         // the position past which such a record tries to wrap: its lap's start+lap, or further while the consumer lags
+	lapFails  uint           // tries to wrap in a row that found the consumer lagging
+	lapBig    bool           // a record over lapRecord went since the last wrap: no short lap until the next one
+	lapZeroed uint64         // every word from the start of lapZeroed's lap up to it is zero (zeroAhead)
 	base      unsafe.Pointer // &data[0]
 	tailp     *atomic.Uint64
 	headp     *uint64 // the control block's published position (Pending)
@@ -248,7 +257,31 @@ func NewProducer(mem []byte) (*Producer, error) {
 		headp:   tailPtr(word(mem, offHead)),
 		zeroed:  uint64(c), // Init zeroed the whole data area
 		ahead:   uint64(min(c/4, 1024)),
+		lap:     uint64(c),
 	}, nil
+}
+
+// SetLap makes records of at most lap/8 bytes (header and rounding
+// included) wrap to the start of the data area once they would pass lap
+// bytes into it, rather than go on to its end, whenever the consumer is at
+// most half a lap behind: a stream of small records then keeps to lap bytes
+// of lines, few enough to stay in both cores' first-level caches, and moves
+// up to about one and a half times as many bytes a second as one that
+// marches through a ring of hundreds of KiB (docs/performance.md, "A short
+// lap for small records"). While the consumer lags further, records go on
+// past lap as before, so the ring's whole capacity still absorbs bursts;
+// larger records always use it, and after one the short lap waits for the
+// next lap of the whole ring. lap is rounded down to a multiple of a cache
+// line; 0, or a lap of at least half the capacity, turns it off (the
+// default).
+func (p *Producer) SetLap(lap int) {
+	l := uint64(max(lap, 0)) &^ (lineLen - 1)
+	if l == 0 || l >= p.cap/2 {
+		p.lap, p.lapRecord = p.cap, 0
+		return
+	}
+	p.lap, p.lapRecord = l, l/8
+	p.lapEnd = p.pos&^p.mask + l
 }
 
 // MaxRecord is the largest record Push accepts, in bytes.
@@ -278,6 +311,9 @@ func (p *Producer) Push(hdr, payload []byte) bool {
 	// publish's steps for a record without a pad, written out (publish
 	// does not inline).
 	p.copyIn(off+at, hdr, payload)
+	if size > p.lapRecord {
+		p.lapBig = true
+	}
 	end := p.pos + size
 	if end+8 > p.zeroed {
 		p.zeroNext(off, at, end) // the area ahead is not zeroed that far
@@ -333,7 +369,7 @@ func (p *Producer) PushFill(hdr []byte, n int, f Filler) bool {
 			// f.Fill panicked, having written who knows what where the next
 			// (shorter) record's successor header may go: the area is
 			// zeroed again before the next push.
-			p.zeroed = p.pos
+			p.zeroed, p.lapZeroed = p.pos, 0
 		}
 	}()
 	f.Fill(unsafe.Slice((*byte)(unsafe.Add(p.base, start+at+uint64(len(hdr)))), n))
@@ -366,7 +402,7 @@ func (p *Producer) reserve(n, at uint64) (start uint64, ok bool) {
 func (p *Producer) fits(n, off, size uint64) bool {
 	end := p.pos + size
 	return n <= p.maxData && (size&slotLen != 0 || off&slotLen == 0) && off+size <= p.cap &&
-		end+8-p.tail <= p.cap
+		end+8-p.tail <= p.cap && (end <= p.lapEnd || size > p.lapRecord)
 }
 
 // reserveSlow is reserve past its common case: a record too large, a pad,
@@ -381,8 +417,28 @@ func (p *Producer) reserveSlow(n, at uint64) (start uint64, ok bool) {
 	if size&slotLen == 0 && off&slotLen != 0 {
 		start += slotLen // a record of an even number of slots starts a line
 	}
-	if start+size > p.cap {
+	base := p.pos &^ p.mask // where this lap of the whole ring started
+	if size <= p.lapRecord && p.lapEnd <= base {
+		// The first small record since a lap of the whole ring began:
+		// the short lap again.
+		p.lapEnd, p.lapBig = base+p.lap, false
+	}
+	switch {
+	case start+size > p.cap:
 		start = 0
+		p.lapEnd, p.lapBig = base+p.cap+p.lap, false
+	case p.pos+(start-off)+size > p.lapEnd && size <= p.lapRecord:
+		if !p.lapBig && p.wrapFree(off, size) {
+			start = 0
+			p.lapEnd, p.lapFails = base+p.cap+p.lap, 0
+		} else {
+			// Go on past it, and try again twice as far on.
+			p.lapFails = min(p.lapFails+1, 20)
+			p.lapEnd = min(p.pos+p.lap<<p.lapFails, base+p.cap)
+		}
+	}
+	if p.err != nil {
+		return 0, false // wrapFree found the tail corrupt
 	}
 	pad := (start - off) & p.mask
 	need := pad + size + 8 // 8: the next record's header, which must be zero
@@ -392,6 +448,23 @@ func (p *Producer) reserveSlow(n, at uint64) (start uint64, ok bool) {
 	return start, true
 }
 
+// wrapFree reports whether a record within the short lap (SetLap) goes
+// back to the data area's start, after a pad from off, p.pos's offset, to
+// the end: when the consumer is at most half a lap behind. The pad takes the
+// rest of the ring's space until the consumer passes it, so wrapping while
+// the consumer lags further would leave the producer less room than the
+// queue already holds; then the record goes on past the lap, and the whole
+// ring absorbs the burst. The consumer's tail is reloaded only when the
+// last one seen says it lags, and reserveSlow spaces the tries out (twice as
+// far each time the consumer is found lagging), so that a producer running
+// ahead of a lagging consumer seldom takes the tail's cache line from it.
+func (p *Producer) wrapFree(off, size uint64) bool {
+	if p.pos-p.tail <= p.lap/2 {
+		return true
+	}
+	return p.refreshTail(p.cap-off+size+8) && p.pos-p.tail <= p.lap/2
+}
+
 // publish publishes the record of n bytes whose data starts at at, written
 // at start (reserve's), with the pad before it if there is one, and zeroes
 // the area ahead when it runs short (zeroAhead).
@@ -399,6 +472,9 @@ func (p *Producer) publish(start, n, at uint64) {
 	size := recordSize(n, at)
 	off := p.pos & p.mask
 	end := p.pos + ((start-off)&p.mask + size) // the next record's position, past the pad
+	if size > p.lapRecord {
+		p.lapBig = true
+	}
 	if end+8 > p.zeroed {
 		p.zeroNext(start, at, end)
 	}
@@ -468,6 +544,27 @@ const smallRecord = 256
 func (p *Producer) zeroAhead(end, size uint64) {
 	if p.zeroed < end {
 		p.zeroed = end // records that skipped zeroing ahead wrote zeroNext's words only
+		if p.lapZeroed > end && end > (p.lapZeroed-1)&^p.mask {
+			// A record at the start of a lap whose first bytes were
+			// zeroed before the wrap (below).
+			p.zeroed = p.lapZeroed
+		}
+	}
+	if off := end & p.mask; size <= p.lapRecord && off < p.lap {
+		// Within a short lap (SetLap): zero up to its end and, for the
+		// records after the wrap, the next lap's first bytes, rather than
+		// lines past the lap that its records do not use.
+		if p.zeroed-end < p.ahead {
+			p.zeroTo(min(end+2*p.ahead, end-off+p.lap, p.tail+p.cap))
+		}
+		if next := end - off + p.cap; p.lapZeroed < next+p.ahead {
+			lo, hi := max(p.lapZeroed, next), min(next+p.ahead, p.tail+p.cap)
+			if lo < hi {
+				clear(p.data[lo-next : hi-next])
+				p.lapZeroed = hi
+			}
+		}
+		return
 	}
 	ahead := p.ahead
 	if size > bigRecord {
@@ -505,6 +602,9 @@ func (p *Producer) takeSpan(end, size uint64) (first uint64, lines int) {
 		return 0, 0
 	}
 	off := from & p.mask
+	if off+size > p.lap && size <= p.lapRecord {
+		off %= p.lap // about where the short lap (SetLap) puts it
+	}
 	first = off &^ (lineLen - 1)
 	last := min(off+size, p.cap)
 	return first, int((last - first + lineLen - 1) / lineLen)

@@ -2,10 +2,12 @@ package ring
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -293,11 +295,18 @@ func TestNoAllocs(t *testing.T) {
 // TestStream sends 10^6 records of random sizes from one goroutine to another
 // and checks content and order.
 func TestStream(t *testing.T) {
+	for _, lap := range []int{0, 4 << 10} {
+		t.Run(fmt.Sprintf("lap%d", lap), func(t *testing.T) { testStream(t, lap) })
+	}
+}
+
+func testStream(t *testing.T, lap int) {
 	n := 1_000_000
 	if testing.Short() || raceEnabled {
 		n = 200_000
 	}
 	p, c, _ := newRing(t, 16<<10)
+	p.SetLap(lap)
 	max := p.MaxRecord()
 	done := make(chan struct{})
 	go func() {
@@ -364,10 +373,19 @@ func TestStalePayloadLooksLikeHeaders(t *testing.T) {
 		{"small", 256, func(*rand.Rand) bool { return false }},
 		{"stream", 16 << 10, func(*rand.Rand) bool { return true }},
 		{"mixed", 16 << 10, func(r *rand.Rand) bool { return r.IntN(2) == 0 }},
+		{"lap", 16 << 10, func(r *rand.Rand) bool { return r.IntN(2) == 0 }},
+		{"lapsmall", 16 << 10, func(r *rand.Rand) bool { return r.IntN(2) == 0 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, c, _ := newRing(t, tc.capacity)
 			fake := make([]byte, p.MaxRecord())
+			switch tc.name {
+			case "lap":
+				p.SetLap(2 << 10)
+			case "lapsmall": // mostly records within the lap
+				p.SetLap(4 << 10)
+				fake = fake[:600]
+			}
 			for i := 0; i+8 <= len(fake); i += 8 {
 				binary.LittleEndian.PutUint64(fake[i:], (validBit|8)<<32|validBit|wideBit|8)
 			}
@@ -646,4 +664,78 @@ func TestTakeSpan(t *testing.T) {
 	require.Zero(t, lines, "one byte past the known-free space")
 	_, lines = p.takeSpan(lap+p.cap-takeRecords*size, size)
 	require.NotZero(t, lines, "up to it")
+}
+
+// With a short lap (SetLap), small records keep to the lap's first bytes of
+// the data area while the consumer keeps up; a consumer more than half a lap
+// behind lets them run on past it into the whole ring, and larger records
+// always may.
+func TestShortLap(t *testing.T) {
+	p, c, mem := newRing(t, 64<<10)
+	const lap = 4 << 10
+	p.SetLap(lap)
+	base := uintptr(unsafe.Pointer(&mem[ControlLen]))
+	offOf := func(rec []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(rec))) - base }
+	msg := make([]byte, 1<<10)
+	var seq uint32
+	push := func(n int) {
+		t.Helper()
+		binary.LittleEndian.PutUint32(msg, seq)
+		require.True(t, p.Push(msg[:n], nil), "record %d of %d bytes", seq, n)
+		seq++
+	}
+	var got uint32
+	pop := func() []byte {
+		t.Helper()
+		rec, ok := c.Peek()
+		require.True(t, ok)
+		require.Equal(t, got, binary.LittleEndian.Uint32(rec))
+		got++
+		c.Advance()
+		return rec
+	}
+
+	// A consumer that keeps up: ten laps of the ring's capacity, every
+	// small record within the lap.
+	for i := 0; i < 10*(64<<10)/64; i++ {
+		push(4 + i%60)
+		require.Less(t, offOf(pop()), uintptr(lap))
+	}
+	for i := 0; i < 200; i++ {
+		push(lap/8 - 8) // the largest that keeps to the lap (header and rounding included)
+		require.LessOrEqual(t, offOf(pop())+lap/8-8, uintptr(lap))
+	}
+	// A larger one goes on into the ring past the lap in time.
+	far := false
+	for i := 0; i < 100 && !far; i++ {
+		push(1 << 10)
+		far = offOf(pop()) >= lap
+	}
+	require.True(t, far, "records over an eighth of the lap use the whole ring")
+
+	// A consumer that lags from a lap's start: 40 KiB of small records
+	// queue up, ten laps' worth, on past the lap.
+	for {
+		push(60)
+		if offOf(pop()) < 128 {
+			break
+		}
+	}
+	for i := 0; i < 40<<10/64; i++ {
+		push(60)
+	}
+	maxOff := uintptr(0)
+	for got < seq {
+		maxOff = max(maxOff, offOf(pop()))
+	}
+	require.Greater(t, maxOff, uintptr(lap), "the queue ran on past the lap")
+	// And back into the lap once it has caught up.
+	for i := 0; i < 2*(64<<10)/64; i++ {
+		push(60)
+		pop()
+	}
+	push(60)
+	require.Less(t, offOf(pop()), uintptr(lap))
+	require.NoError(t, c.Err())
+	require.NoError(t, p.Err())
 }

@@ -102,6 +102,13 @@
 //	            it, and a peer's buffer (Caps.BufferBytes) all of it.
 //	spin        how long Wait spins before sleeping, a Go duration (env
 //	            AMGO_SHM_SPIN; default 15us).
+//	lap_bytes   the short lap of each ring's small records (env
+//	            AMGO_SHM_LAP_BYTES; default DefaultLapBytes, 16 KiB; 0 turns
+//	            it off): records of up to an eighth of it go back to the
+//	            ring's start once past it while the receiver keeps up, so
+//	            that a stream of them stays in the first-level caches
+//	            (ring.Producer.SetLap). A lap of half the ring or more is
+//	            off.
 //	dir         the job directory, overriding $AMGO_JOB_DIR (tests).
 //	prefix      a prefix of this job's file names in the job directory, for
 //	            several shared-memory jobs in one directory (package job
