@@ -230,6 +230,7 @@ type Producer struct {
 	lapEnd    uint64         // the position past which such a record tries to wrap: its lap's start+lap, or further while the consumer lags
 	lapFails  uint           // tries to wrap in a row that found the consumer lagging
 	lapBig    bool           // a record over lapRecord went since the last wrap: no short lap until the next one
+	lapPaused bool           // PauseLap
 	lapZeroed uint64         // every word from the start of lapZeroed's lap up to it is zero (zeroAhead)
 	base      unsafe.Pointer // &data[0]
 	tailp     *atomic.Uint64
@@ -428,7 +429,7 @@ func (p *Producer) reserveSlow(n, at uint64) (start uint64, ok bool) {
 		start = 0
 		p.lapEnd, p.lapBig = base+p.cap+p.lap, false
 	case p.pos+(start-off)+size > p.lapEnd && size <= p.lapRecord:
-		if !p.lapBig && p.wrapFree(off, size) {
+		if !p.lapBig && !p.lapPaused && p.wrapFree(off, size) {
 			start = 0
 			p.lapEnd, p.lapFails = base+p.cap+p.lap, 0
 		} else {
@@ -447,6 +448,13 @@ func (p *Producer) reserveSlow(n, at uint64) (start uint64, ok bool) {
 	}
 	return start, true
 }
+
+// PauseLap pauses the short lap (SetLap) while on is true: small records
+// then wrap only at the end of the data area, as without one. A caller
+// whose records stream both ways between two cores pauses it, since the
+// short lap slows such traffic (docs/performance.md, "A short lap for
+// small records").
+func (p *Producer) PauseLap(on bool) { p.lapPaused = on }
 
 // wrapFree reports whether a record within the short lap (SetLap) goes
 // back to the data area's start, after a pad from off, p.pos's offset, to

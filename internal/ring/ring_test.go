@@ -736,6 +736,25 @@ func TestShortLap(t *testing.T) {
 	}
 	push(60)
 	require.Less(t, offOf(pop()), uintptr(lap))
+
+	// Paused (PauseLap), records march on through the whole ring; resumed,
+	// they keep to the lap again.
+	p.PauseLap(true)
+	maxOff = 0
+	for i := 0; i < 2*lap/64; i++ {
+		push(60)
+		maxOff = max(maxOff, offOf(pop()))
+	}
+	require.Greater(t, maxOff, uintptr(lap), "paused")
+	p.PauseLap(false)
+	for i := 0; i < 2*(64<<10)/64; i++ {
+		push(60)
+		pop()
+	}
+	for i := 0; i < 2*lap/64; i++ {
+		push(60)
+		require.Less(t, offOf(pop()), uintptr(lap), "resumed")
+	}
 	require.NoError(t, c.Err())
 	require.NoError(t, p.Err())
 }

@@ -107,8 +107,9 @@
 //	            it off): records of up to an eighth of it go back to the
 //	            ring's start once past it while the receiver keeps up, so
 //	            that a stream of them stays in the first-level caches
-//	            (ring.Producer.SetLap). A lap of half the ring or more is
-//	            off.
+//	            (ring.Producer.SetLap); paused for a peer that streams
+//	            records back (ring.Producer.PauseLap). A lap of half the
+//	            ring or more is off.
 //	dir         the job directory, overriding $AMGO_JOB_DIR (tests).
 //	prefix      a prefix of this job's file names in the job directory, for
 //	            several shared-memory jobs in one directory (package job

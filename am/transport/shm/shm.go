@@ -142,6 +142,9 @@ type Transport struct {
 	// peer that finds it where the last Send to that peer left it is part
 	// of a stream (streamTo).
 	polls uint64
+	// rx[src] counts the records Poll took from src's ring (written by
+	// each Poll, loaded by Sends to src: lapTo).
+	rx []uint64
 	// recv is Poll's receiver as a ring.Receiver, converted once.
 	recv ring.ReceiverOf[transport.Receiver]
 	_    [80]byte
@@ -165,6 +168,8 @@ type peer struct {
 	state *atomic.Uint32 // in its file header
 	full  int            // consecutive full Sends
 	polls uint64         // Transport.polls at the last Send to it (streamTo)
+	rx    uint64         // Transport.rx[its rank] at the last Send to it (streamTo)
+	rxAvg uint64         // records taken from it per Send to it, a moving average in 65536ths (streamsBack)
 	dead  atomic.Bool
 	noPut atomic.Bool // cross memory attach refused (puts and gets)
 }
@@ -229,7 +234,7 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 	// a ring nobody sends on costs no page.
 	t := &Transport{rank: rank, size: size, spin: spin, lap: lapBytes, own: own, stride: stride, fence: !membarrier.Enabled(),
 		act: make([]inbound, size), ann: u32(own, annOff),
-		in: make([]*ring.Consumer, size), peers: make([]peer, size), streak: make([]bool, size)}
+		in: make([]*ring.Consumer, size), peers: make([]peer, size), streak: make([]bool, size), rx: make([]uint64, size)}
 	t.pending = t.arrived
 	fail := func(err error) (*Transport, error) {
 		os.Remove(path)
@@ -422,7 +427,7 @@ func (t *Transport) Send(dst int, hdr, payload []byte) error {
 		// live peer whose ring takes the record.
 		p := &t.peers[dst]
 		if out := p.out; out != nil && !t.closed.Load() && !p.dead.Load() &&
-			len(hdr)+len(payload) <= t.caps.MaxPacket && t.streamTo(p, out) && out.Push(hdr, payload) {
+			len(hdr)+len(payload) <= t.caps.MaxPacket && t.streamTo(dst, p, out) && out.Push(hdr, payload) {
 			p.full = 0
 			if t.fence {
 				out.Fence() // the record visible before the sleep check (ring.Producer.Fence)
@@ -451,19 +456,40 @@ func (t *Transport) SendFill(dst int, hdr []byte, n int, f transport.Filler) err
 	if err != nil {
 		return err
 	}
-	t.streamTo(p, p.out)
+	t.streamTo(dst, p, p.out)
 	return t.pushed(dst, p, p.out.PushFill(hdr, n, f))
 }
 
-// streamTo tells out, p's ring, whether the record about to go is part of a
-// stream: no Poll since the last Send to p (ring.Producer.Streaming, which
-// then spares the producer its zeroing ahead). It returns true, so that
-// Send's common case can call it within its condition.
-func (t *Transport) streamTo(p *peer, out *ring.Producer) bool {
+// streamTo tells out, the ring to rank dst (peer p), whether the record
+// about to go is part of a stream: no Poll since the last Send to p
+// (ring.Producer.Streaming, which then spares the producer its zeroing
+// ahead); and whether records also stream the other way, from dst, in
+// which case the ring's short lap pauses (ring.Producer.PauseLap): a moving
+// average of the records taken from dst per Send to it over a quarter,
+// each Send's count weighing a 64th, so that a window of Isends after a
+// Waitall that took as many, as in osu bibw, keeps it paused throughout. A short lap speeds a stream one way but
+// slows traffic both ways, such as osu bibw, by up to a tenth
+// (docs/performance.md, "A short lap for small records"). It returns true,
+// so that Send's common case can call it within its condition.
+func (t *Transport) streamTo(dst int, p *peer, out *ring.Producer) bool {
 	polls := atomic.LoadUint64(&t.polls)
 	out.Streaming(polls == p.polls)
 	p.polls = polls
+	rx := atomic.LoadUint64(&t.rx[dst])
+	var back bool
+	p.rxAvg, back = streamsBack(p.rxAvg, rx-p.rx)
+	p.rx = rx
+	out.PauseLap(back)
 	return true
+}
+
+// streamsBack updates avg, a moving average of the records taken from a
+// peer per Send to it in 65536ths, with the n records taken since the last
+// Send, each Send weighing a 64th, and reports whether records stream back
+// from that peer: more than a quarter of one per Send.
+func streamsBack(avg, n uint64) (uint64, bool) {
+	avg += min(n, 64)<<10 - avg>>6
+	return avg, avg > 1<<14
 }
 
 // outTo checks a packet of n bytes to dst and returns dst's peer with its
@@ -609,6 +635,9 @@ func (t *Transport) Poll(r transport.Receiver, max int) (int, error) {
 		}
 		src, c := in.src, in.c
 		got := ring.Take(c, rr, src, &t.streak[src], max-n)
+		if got > 0 {
+			release.Store64(&t.rx[src], t.rx[src]+uint64(got)) // one goroutine polls at a time
+		}
 		if got == 0 {
 			if err := c.Err(); err != nil {
 				return n, transport.PeerErrorf(src, "shm: rank %d's ring from rank %d: %v", t.rank, src, err)

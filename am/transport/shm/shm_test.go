@@ -214,3 +214,43 @@ func TestWake(t *testing.T) {
 	defer ts[1].Close()
 	transporttest.Wake(t, ts)
 }
+
+// The short lap pauses for a peer that streams records back (streamsBack):
+// not for a one-way stream whose receiver answers once a window, for
+// windows both ways (a Waitall taking a window's records, then a window of
+// Sends taking none) throughout, and for a ping-pong.
+func TestStreamsBack(t *testing.T) {
+	run := func(rounds int, take func(send int) uint64) (pausedSends, sends int) {
+		var avg uint64
+		for s := 0; s < rounds*64; s++ {
+			var back bool
+			avg, back = streamsBack(avg, take(s))
+			if s >= 64*8 { // past the start
+				sends++
+				if back {
+					pausedSends++
+				}
+			}
+		}
+		return pausedSends, sends
+	}
+	oneWay := func(s int) uint64 { // an acknowledgement per window of 64
+		if s%64 == 0 {
+			return 1
+		}
+		return 0
+	}
+	bothWays := func(s int) uint64 {
+		if s%64 == 0 {
+			return 64
+		}
+		return 0
+	}
+	pingPong := func(int) uint64 { return 1 }
+	paused, _ := run(100, oneWay)
+	require.Zero(t, paused, "one way")
+	paused, sends := run(100, bothWays)
+	require.Equal(t, sends, paused, "both ways")
+	paused, sends = run(100, pingPong)
+	require.Equal(t, sends, paused, "ping-pong")
+}
