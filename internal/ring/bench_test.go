@@ -63,28 +63,38 @@ func pingPong(b *testing.B, size int, read bool) {
 
 // BenchmarkStream pushes 64-byte records from one goroutine to another.
 func BenchmarkStream(b *testing.B) {
+	p, c, _ := newRing(b, 64<<10)
+	stream(b, p, c, 64, false)
+}
+
+// stream pushes b.N records of size bytes through p from this goroutine
+// to another that takes them from c, copying each out when copyOut is set.
+func stream(b *testing.B, p *Producer, c *Consumer, size int, copyOut bool) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		b.Skip("needs GOMAXPROCS >= 2")
 	}
-	p, c, _ := newRing(b, 64<<10)
-	msg := make([]byte, 64)
+	msg := make([]byte, size)
+	out := make([]byte, size)
 	n := b.N
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for i := 0; i < n; i++ {
 			for {
-				if _, ok := c.Peek(); ok {
+				if rec, ok := c.Peek(); ok {
+					if copyOut {
+						copy(out, rec)
+					}
 					c.Advance()
 					break
 				}
 			}
 		}
 	}()
-	b.SetBytes(64)
+	b.SetBytes(int64(size))
 	b.ResetTimer()
 	for i := 0; i < n; i++ {
-		for !p.Push(msg, nil) {
+		for !p.Push(msg[:16], msg[16:]) {
 		}
 	}
 	<-done
@@ -104,9 +114,6 @@ func BenchmarkPingPongSizes(b *testing.B) {
 // without a short lap (SetLap) and through a ring of the lap's size: what
 // keeping a stream's lines in the first-level caches is worth.
 func BenchmarkStreamLap(b *testing.B) {
-	if runtime.GOMAXPROCS(0) < 2 {
-		b.Skip("needs GOMAXPROCS >= 2")
-	}
 	for _, tc := range []struct {
 		name      string
 		ring, lap int
@@ -116,29 +123,7 @@ func BenchmarkStreamLap(b *testing.B) {
 				p, c, _ := newRing(b, tc.ring)
 				p.SetLap(tc.lap)
 				p.Streaming(true)
-				msg := make([]byte, size)
-				out := make([]byte, size)
-				n := b.N
-				done := make(chan struct{})
-				go func() {
-					defer close(done)
-					for i := 0; i < n; i++ {
-						for {
-							if rec, ok := c.Peek(); ok {
-								copy(out, rec)
-								c.Advance()
-								break
-							}
-						}
-					}
-				}()
-				b.SetBytes(int64(size))
-				b.ResetTimer()
-				for i := 0; i < n; i++ {
-					for !p.Push(msg[:16], msg[16:]) {
-					}
-				}
-				<-done
+				stream(b, p, c, size, true)
 			})
 		}
 	}
