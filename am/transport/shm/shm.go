@@ -143,7 +143,7 @@ type Transport struct {
 	// of a stream (streamTo).
 	polls uint64
 	// rx[src] counts the records Poll took from src's ring (written by
-	// each Poll, loaded by Sends to src: lapTo).
+	// each Poll, loaded by Sends to src: streamTo).
 	rx []uint64
 	// recv is Poll's receiver as a ring.Receiver, converted once.
 	recv ring.ReceiverOf[transport.Receiver]
@@ -464,13 +464,11 @@ func (t *Transport) SendFill(dst int, hdr []byte, n int, f transport.Filler) err
 // about to go is part of a stream: no Poll since the last Send to p
 // (ring.Producer.Streaming, which then spares the producer its zeroing
 // ahead); and whether records also stream the other way, from dst, in
-// which case the ring's short lap pauses (ring.Producer.PauseLap): a moving
-// average of the records taken from dst per Send to it over a quarter,
-// each Send's count weighing a 64th, so that a window of Isends after a
-// Waitall that took as many, as in osu bibw, keeps it paused throughout. A short lap speeds a stream one way but
-// slows traffic both ways, such as osu bibw, by up to a tenth
-// (docs/performance.md, "A short lap for small records"). It returns true,
-// so that Send's common case can call it within its condition.
+// which case the ring's short lap pauses (ring.Producer.PauseLap; see
+// streamsBack). A short lap speeds a stream one way but slows traffic both
+// ways, such as osu bibw, by up to a tenth (docs/performance.md, "A short
+// lap for small records"). It returns true, so that Send's common case can
+// call it within its condition.
 func (t *Transport) streamTo(dst int, p *peer, out *ring.Producer) bool {
 	polls := atomic.LoadUint64(&t.polls)
 	out.Streaming(polls == p.polls)
@@ -486,7 +484,10 @@ func (t *Transport) streamTo(dst int, p *peer, out *ring.Producer) bool {
 // streamsBack updates avg, a moving average of the records taken from a
 // peer per Send to it in 65536ths, with the n records taken since the last
 // Send, each Send weighing a 64th, and reports whether records stream back
-// from that peer: more than a quarter of one per Send.
+// from that peer: more than a quarter of one per Send. The slow average
+// keeps a window of Sends that follows a wait which took as many records
+// (osu bibw) paused throughout, while one acknowledgement per window of a
+// one-way stream leaves it far below.
 func streamsBack(avg, n uint64) (uint64, bool) {
 	avg += min(n, 64)<<10 - avg>>6
 	return avg, avg > 1<<14
