@@ -69,7 +69,7 @@
 // preceded by a pad to the end and starts at offset 0 instead.
 //
 // A producer with a short lap (Producer.SetLap) wraps so earlier for small
-// records: one of at most an eighth of the lap that would end past it goes
+// records: one of at most a quarter of the lap that would end past it goes
 // to offset 0 after a pad to the end, when the consumer is at most half a
 // lap behind, so that a stream of them keeps to a few KiB of lines that stay
 // in both cores' first-level caches. The frontier of zeroed words (below)

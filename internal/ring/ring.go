@@ -262,7 +262,7 @@ func NewProducer(mem []byte) (*Producer, error) {
 	}, nil
 }
 
-// SetLap makes records of at most lap/8 bytes (header and rounding
+// SetLap makes records of at most lap/4 bytes (header and rounding
 // included) wrap to the start of the data area once they would pass lap
 // bytes into it, rather than go on to its end, whenever the consumer is at
 // most half a lap behind: a stream of small records then keeps to lap bytes
@@ -281,7 +281,7 @@ func (p *Producer) SetLap(lap int) {
 		p.lap, p.lapRecord = p.cap, 0
 		return
 	}
-	p.lap, p.lapRecord = l, l/8
+	p.lap, p.lapRecord = l, l/4
 	p.lapEnd = p.pos&^p.mask + l
 }
 

@@ -702,8 +702,8 @@ func TestShortLap(t *testing.T) {
 		require.Less(t, offOf(pop()), uintptr(lap))
 	}
 	for i := 0; i < 200; i++ {
-		push(lap/8 - 8) // the largest that keeps to the lap (header and rounding included)
-		require.LessOrEqual(t, offOf(pop())+lap/8-8, uintptr(lap))
+		push(lap/4 - 8) // the largest that keeps to the lap (header and rounding included)
+		require.LessOrEqual(t, offOf(pop())+lap/4-8, uintptr(lap))
 	}
 	// A larger one goes on into the ring past the lap in time.
 	far := false
@@ -711,7 +711,7 @@ func TestShortLap(t *testing.T) {
 		push(1 << 10)
 		far = offOf(pop()) >= lap
 	}
-	require.True(t, far, "records over an eighth of the lap use the whole ring")
+	require.True(t, far, "records over a quarter of the lap use the whole ring")
 
 	// A consumer that lags from a lap's start: 40 KiB of small records
 	// queue up, ten laps' worth, on past the lap.

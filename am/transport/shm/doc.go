@@ -104,7 +104,7 @@
 //	            AMGO_SHM_SPIN; default 15us).
 //	lap_bytes   the short lap of each ring's small records (env
 //	            AMGO_SHM_LAP_BYTES; default DefaultLapBytes, 16 KiB; 0 turns
-//	            it off): records of up to an eighth of it go back to the
+//	            it off): records of up to a quarter of it go back to the
 //	            ring's start once past it while the receiver keeps up, so
 //	            that a stream of them stays in the first-level caches
 //	            (ring.Producer.SetLap); paused for a peer that streams

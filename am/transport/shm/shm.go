@@ -53,7 +53,7 @@ const (
 	// DefaultSpin is how long Wait polls before it sleeps on the futex.
 	DefaultSpin = 15 * time.Microsecond
 	// DefaultLapBytes is the short lap of each ring's small records, in
-	// bytes (ring.Producer.SetLap: records of up to an eighth of it go back
+	// bytes (ring.Producer.SetLap: records of up to a quarter of it go back
 	// to the ring's start once past it, while the consumer keeps up), so
 	// that a stream of them stays in the first-level caches.
 	DefaultLapBytes = 16 << 10
