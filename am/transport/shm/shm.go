@@ -204,11 +204,9 @@ func open(b transport.Bootstrap, opts map[string]string) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shm: %w", err)
 	}
-	lapBytes := 0 // "0": no short lap
-	if strings.TrimSpace(settings.Get(opts, "lap_bytes", "AMGO_SHM_LAP_BYTES")) != "0" {
-		if lapBytes, err = settings.Bytes(opts, "lap_bytes", "AMGO_SHM_LAP_BYTES", DefaultLapBytes, 1, 1<<30); err != nil {
-			return nil, err
-		}
+	lapBytes, err := settings.Bytes(opts, "lap_bytes", "AMGO_SHM_LAP_BYTES", DefaultLapBytes, 0, 1<<30) // 0: no short lap
+	if err != nil {
+		return nil, err
 	}
 	// Allow CMA from peers on hosts with Yama ptrace_scope=1. EINVAL: no Yama;
 	// any other failure only means Puts to us may fail with EPERM, which
@@ -473,11 +471,13 @@ func (t *Transport) streamTo(dst int, p *peer, out *ring.Producer) bool {
 	polls := atomic.LoadUint64(&t.polls)
 	out.Streaming(polls == p.polls)
 	p.polls = polls
-	rx := atomic.LoadUint64(&t.rx[dst])
-	var back bool
-	p.rxAvg, back = streamsBack(p.rxAvg, rx-p.rx)
-	p.rx = rx
-	out.PauseLap(back)
+	if t.lap > 0 {
+		rx := atomic.LoadUint64(&t.rx[dst])
+		var back bool
+		p.rxAvg, back = streamsBack(p.rxAvg, rx-p.rx)
+		p.rx = rx
+		out.PauseLap(back)
+	}
 	return true
 }
 

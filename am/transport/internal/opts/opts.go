@@ -19,7 +19,7 @@ func Get(opts map[string]string, key, env string) string {
 }
 
 // Bytes reads a byte count ("65536", "64k", "4m") from opts[key] or env,
-// within [lo, hi]; def when neither is set. The error names the setting and
+// within [lo, hi] (0 only when lo is 0); def when neither is set. The error names the setting and
 // the accepted range.
 func Bytes(opts map[string]string, key, env string, def, lo, hi int) (int, error) {
 	raw := Get(opts, key, env)
@@ -35,7 +35,7 @@ func Bytes(opts map[string]string, key, env string, def, lo, hi int) (int, error
 		mul, s = 1<<20, s[:len(s)-1]
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 || n > hi/mul || n*mul < lo {
+	if err != nil || n < 0 || n == 0 && lo > 0 || n > hi/mul || n*mul < lo {
 		return 0, fmt.Errorf("bad %s %q: want a byte count such as 65536 or 64k, in [%d, %d]", key, raw, lo, hi)
 	}
 	return n * mul, nil

@@ -22,6 +22,11 @@ func TestBytes(t *testing.T) {
 		_, err = Bytes(map[string]string{"x": bad}, "x", "", 1, 1, 1<<30)
 		require.Error(t, err, bad)
 	}
+	n, err = Bytes(map[string]string{"x": "0"}, "x", "", 1, 0, 1<<30)
+	require.NoError(t, err, "0 where lo is 0")
+	require.Zero(t, n)
+	_, err = Bytes(map[string]string{"x": "0"}, "x", "", 1, 1, 1<<30)
+	require.Error(t, err, "0 where lo is 1")
 	_, err = Bytes(map[string]string{"x": "100"}, "x", "", 1, 1000, 1<<30)
 	require.Error(t, err, "below the range")
 }
