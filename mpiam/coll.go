@@ -1033,11 +1033,24 @@ func Allgatherv[T any](c *Comm, send, recv []T, counts, displs []int) error {
 }
 
 // Alltoall sends block j of every rank's send to rank j, which stores it as
-// block i of its recv (MPI_Alltoall): Bruck's algorithm up to
-// AMGO_ALLTOALL_BRUCK bytes per block (log2(p)·α + (p/2)·log2(p)·nβ), pairwise
-// exchange above ((p-1)·(α + nβ)). A nil send means in place.
+// block i of its recv (MPI_Alltoall): through the communicator's shared area
+// when its ranks share a node and recv is at most 4 KiB (coll_shm.go); else
+// Bruck's algorithm up to AMGO_ALLTOALL_BRUCK bytes per block (log2(p)·α +
+// (p/2)·log2(p)·nβ), pairwise exchange above ((p-1)·(α + nβ)). A nil send
+// means in place.
 func Alltoall[T any](c *Comm, send, recv []T) error {
 	if err := plain[T](); err != nil {
+		return err
+	}
+	if a := c.readyArea(); a != nil && len(recv) > 0 && len(recv)%c.size == 0 && (send == nil || len(send) == len(recv)) && smallColl(c, raw(recv)) {
+		// As Bcast's: a small Alltoall straight to the shared area.
+		rb, sb := raw(recv), raw(send)
+		if send == nil {
+			sb = rb
+		}
+		id := c.p.collBeginBlocking(CallAlltoall, c, AnySource, len(sb))
+		err := a.alltoall(c.areaColl(), sb, rb, len(rb)/c.size)
+		c.p.collEnd(id)
 		return err
 	}
 	if err := agreeType[T](c, CallAlltoall, perRank(c, len(recv))); err != nil {
@@ -1050,11 +1063,20 @@ func Alltoall[T any](c *Comm, send, recv []T) error {
 
 func alltoall[T any](x coll, send, recv []T) error {
 	p := x.size()
+	if send != nil && len(send) != len(recv) || len(recv)%p != 0 {
+		return fmt.Errorf("%w: Alltoall of %d elements into %d for %d ranks", ErrCount, len(send), len(recv), p)
+	}
+	if x.v == nil && p > 1 && len(recv) > 0 && len(raw(recv)) <= shmCollSlot {
+		if a := x.c.shmArea(); a != nil {
+			rb, sb := raw(recv), raw(send)
+			if send == nil {
+				sb = rb // published before recv is written
+			}
+			return a.alltoall(x, sb, rb, len(rb)/p)
+		}
+	}
 	if send == nil {
 		send = append([]T(nil), recv...)
-	}
-	if len(send) != len(recv) || len(recv)%p != 0 {
-		return fmt.Errorf("%w: Alltoall of %d elements into %d for %d ranks", ErrCount, len(send), len(recv), p)
 	}
 	k := len(recv) / p
 	if k > 0 && len(raw(recv[:k])) <= alltoallBruck && p > 2 {

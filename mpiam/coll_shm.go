@@ -13,7 +13,8 @@ import (
 // Collectives through a node's shared memory.
 //
 // When every rank of a communicator runs on one node, its blocking Barrier,
-// and its Bcast and Allreduce of at most shmCollSlot bytes, need no message:
+// and its Bcast, Allreduce and Alltoall of at most shmCollSlot bytes (per
+// rank), need no message:
 // the ranks meet in a mapping they share, as Open MPI's coll/sm and MPICH's
 // shared-memory collectives do (Graham and Shipman, "MPI support for
 // multi-core architectures: optimized shared memory collectives", EuroPVM/MPI
@@ -30,13 +31,14 @@ import (
 //     it saw, and reads the lines again only when that is not enough: a
 //     root that runs ahead reads them once every few calls);
 //   - a rank that writes data sets its slot's stamp to k after the data,
-//     and Bcast and Allreduce finish with done = k (the rank has read what
-//     it needed); Barrier publishes ready = k, which says as much for every
-//     collective before k, and sets no done;
+//     and Bcast, Allreduce and Alltoall finish with done = k (the rank has
+//     read what it needed); Barrier publishes ready = k, which says as much
+//     for every collective before k, and sets no done;
 //   - Barrier waits until every ready ≥ k; Allreduce until every slot's
 //     stamp is k, then reduces all the slots in rank order, so every rank
 //     computes the same bits; Bcast's non-roots wait for the root's stamp
-//     and copy its slot.
+//     and copy its slot; Alltoall publishes a rank's whole send buffer and,
+//     once every slot's stamp is k, copies its block of each.
 //
 // A rank that has waited long (past shmSpin checks) sets its line's sleep
 // word, counts itself in the area's sleepers word, and waits in the
@@ -63,7 +65,7 @@ const EnvCollShm = "AMGO_COLL_SHM"
 
 const (
 	shmCollMax  = 8                // ranks: beyond, the message algorithms (flat waits read every rank's line)
-	shmCollSlot = 4096             // bytes per rank per slot: the largest Bcast or Allreduce that goes through it
+	shmCollSlot = 4096             // bytes per rank per slot: the largest Bcast, Allreduce or Alltoall (whole buffer) that goes through it
 	shmStride   = 64 + shmCollSlot // a slot: its stamp (8 bytes), its data, padding to whole lines
 	shmSlots    = 32               // data slots per rank, used in turn: the depth a Bcast's root runs ahead
 	shmSpin     = 2000             // checks of the condition before a wait polls the network and may sleep
@@ -396,6 +398,36 @@ func shmAllreduce[T any](a *shmColl, x coll, send, recv []T, op Op[T]) error {
 	copy(out, a.slots[a.n-1][s].data[:n])
 	for r := a.n - 2; r >= 0; r-- {
 		op.Fn(fromRaw[T](a.slots[r][s].data[:n]), recv) // recv = x_r ∘ recv: x_0 ∘ (x_1 ∘ (... ∘ x_(n-1)))
+	}
+	a.finish(p, k)
+	return nil
+}
+
+// alltoall is Alltoall of send into recv (n blocks of blk bytes, at most
+// shmCollSlot bytes in all) through the area: every rank publishes its whole
+// send buffer in its slot, then takes its block of every rank's. send may be
+// recv (in place): it is published before recv is written.
+func (a *shmColl) alltoall(x coll, send, recv []byte, blk int) error {
+	p, c := x.c.p, x.c
+	if err := p.collFailed(c); err != nil {
+		return err // a dead rank never publishes: fail as the message algorithms do
+	}
+	a.seq++
+	k := a.seq
+	mine, err := a.slot(p, c, k)
+	if err != nil {
+		return err
+	}
+	s := k % shmSlots
+	copy(mine, send)
+	a.publishSlot(x, k, false)
+	if err := a.wait(p, c, func() bool { return a.allStamped(k) }); err != nil {
+		return err
+	}
+	a.heardAll(x, k)
+	off := a.me * blk
+	for r := range a.n {
+		copy(recv[r*blk:(r+1)*blk], a.slots[r][s].data[off:off+blk])
 	}
 	a.finish(p, k)
 	return nil

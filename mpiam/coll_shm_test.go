@@ -10,13 +10,13 @@ import (
 	"time"
 )
 
-// Blocking Barrier, Bcast and Allreduce between the ranks of one node go
-// through the communicator's shared area: back to back in a mixed order
-// (the slots' reuse, also after more barriers in a row than there are
-// slots), with roots and sizes varying up to the slot's size,
-// a non-commutative operation (rank order), and ranks arriving late enough
-// to sleep in their endpoints (the wake-up messages). Results are exact;
-// the area was used on one node and not across nodes.
+// Blocking Barrier, Bcast, Allreduce and Alltoall between the ranks of one
+// node go through the communicator's shared area: back to back in a mixed
+// order (the slots' reuse, also after more barriers in a row than there are
+// slots), with roots and sizes varying up to the slot's size (Alltoall in
+// place and not), a non-commutative operation (rank order), and ranks
+// arriving late enough to sleep in their endpoints (the wake-up messages).
+// Results are exact; the area was used on one node and not across nodes.
 func TestCollectivesThroughSharedMemory(t *testing.T) {
 	for _, n := range []int{2, 3, 5, 8} {
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
@@ -31,7 +31,7 @@ func TestCollectivesThroughSharedMemory(t *testing.T) {
 					if rng.Intn(8) == 0 { // late: the others wait past their spin
 						time.Sleep(time.Duration(rng.Intn(3)) * time.Millisecond)
 					}
-					kind := i % 4
+					kind := i % 5
 					if (i/10)%3 == 1 {
 						kind = 0 // a run of barriers longer than the slots: the slots' reuse counts them finished
 					}
@@ -65,6 +65,25 @@ func TestCollectivesThroughSharedMemory(t *testing.T) {
 						v := []int64{int64(me + 1)}
 						r.NoError(Allreduce(c, nil, v, concatOp()))
 						r.Equal(concatOf(n), v[0], "call %d: rank order", i)
+					case 4:
+						// Blocks of 1 up to the most a slot holds for n
+						// ranks; every other call in place.
+						k := 1 + i*13%(shmCollSlot/8/n)
+						send, got := make([]int64, n*k), make([]int64, n*k)
+						for j := range send {
+							send[j] = int64(i*1000000 + me*10000 + j)
+						}
+						if i%2 == 0 {
+							copy(got, send)
+							r.NoError(Alltoall(c, nil, got))
+						} else {
+							r.NoError(Alltoall(c, send, got))
+						}
+						for q := range n {
+							for j := range k {
+								r.Equal(int64(i*1000000+q*10000+me*k+j), got[q*k+j], "call %d block %d element %d", i, q, j)
+							}
+						}
 					}
 				}
 				oneNode := true
