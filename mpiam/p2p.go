@@ -99,7 +99,7 @@ func (p *proc) startSend(r *reqState) error {
 	if r.lay != nil {
 		rndv = r.mode == Synchronous || !p.eagerPacked(world, r.size())
 	} else {
-		rndv = r.mode == Synchronous || !p.eager(world, r.size())
+		rndv = r.mode == Synchronous || !p.eager(world, r.size()) || r.rndv
 	}
 	var flags uint64
 	switch r.mode {
@@ -923,25 +923,48 @@ func (p *proc) piggyback() handlers.Piggyback {
 	return handlers.Piggyback{Value: p.pbTool.PiggybackValue(), Set: true}
 }
 
+// exchangeGetEager is the largest message, in bytes, that a collective's
+// exchange step sends eagerly to a peer that can read this rank's memory
+// with a single copy; larger ones go by rendezvous. In an exchange both
+// cores copy at once: eagerly each copies its own message into the ring
+// and the peer's out of it, by rendezvous each reads the peer's message
+// once (docs/collectives.md).
+const exchangeGetEager = 32 << 10
+
+// eagerStep reports whether a collective step of n bytes to world rank
+// world goes eager: as a standard send would; with exchange, up to
+// exchangeGetEager to a peer with a single-copy read, and to one without
+// it also up to the eager limit of such peers (eagerNoGet, within
+// MaxMedium) whatever the limit for this one.
+func (p *proc) eagerStep(world, n int, exchange bool) bool {
+	if !exchange {
+		return p.eager(world, n)
+	}
+	if n > exchangeGetEager && p.ep.CanGet(world, n) {
+		return false
+	}
+	return p.eager(world, n) || n <= p.eagerNoGet && n <= p.ep.MaxMediumTo(world) && !p.sendThrottle[world].on.Load()
+}
+
 // sendPB is a blocking standard send that carries pb (if hasPB) instead of the
 // tool's current value: collectives forward the largest value they have seen.
 // With exchange (a collective's exchange step: the peer sends to this rank at
-// once) the message goes eager up to MaxMedium on every network: a rendezvous
-// send returns only after the peer's pulled notice, a trip that an exchange
-// pays on top of the copy (docs/collectives.md). A peer that throttled this
+// once) the message goes eager up to MaxMedium to a peer without a
+// single-copy read, whatever the eager limit, and up to exchangeGetEager to
+// one with it (eagerStep; docs/collectives.md). A peer that throttled this
 // rank (unexpected.go) gets a rendezvous all the same.
 func (c *Comm) sendPB(buf []byte, dest, tag int, pb uint64, hasPB, exchange bool) error {
 	if err := c.checkSend(dest, tag); err != nil {
 		return err
 	}
 	p := c.p
-	if dest != ProcNull && (p.eager(c.world(dest), len(buf)) ||
-		exchange && len(buf) <= p.eagerNoGet && len(buf) <= p.ep.MaxMediumTo(c.world(dest)) && !p.sendThrottle[c.world(dest)].on.Load()) {
+	if dest != ProcNull && p.eagerStep(c.world(dest), len(buf), exchange) {
 		return p.sendEager(c, buf, dest, tag, Standard, pb, hasPB)
 	}
 	r, _ := c.newSend(buf, dest, tag, Standard, false)
 	r.useCold()
 	r.pbOut, r.hasPBOut = pb, hasPB
+	r.rndv = exchange
 	err := p.startSend(r)
 	if err == nil {
 		_, err = r.wait()

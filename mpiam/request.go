@@ -247,6 +247,7 @@ type reqCold struct {
 	xferPB    uint64
 	xferHasPB bool
 	hasPBOut  bool
+	rndv      bool       // a send that goes by rendezvous whatever its size (a collective's exchange step: eagerStep)
 	bblock    bsendBlock // buffered send: space in the attached buffer
 
 	pbOut uint64 // value to piggyback instead of the tool's current one (hasPBOut)
