@@ -129,19 +129,27 @@ func TestRendezvousExchangeNotSplit(t *testing.T) {
 	})
 }
 
-// A collective's exchange step to a peer that can read this rank's memory
-// goes eager up to exchangeGetEager and by rendezvous (one get by each
-// rank) above it, below shm's eager limit for point-to-point messages:
+// A collective's exchange step to a peer that can read this rank's memory,
+// blocking or on the schedule engine, goes eager up to exchangeGetEager and
+// by rendezvous (one get by each rank) above it, below shm's eager limit
+// for point-to-point messages:
 // both cores copy in an exchange, and a single-copy read is one copy where
 // eager is two.
 func TestExchangeStepProtocol(t *testing.T) {
 	runJob(t, "shm", 2, Config{}, func(r *rk, w *Comm) {
 		ep := w.p.ep
 		r.Less(exchangeGetEager+8, w.p.eagerLimit, "a point-to-point message of these sizes is eager")
-		for _, n := range []int{exchangeGetEager, exchangeGetEager + 8} {
+		for i, n := range []int{exchangeGetEager, exchangeGetEager + 8, exchangeGetEager, exchangeGetEager + 8} {
 			send, recv := patterned(2*n, 1+w.Rank()), make([]byte, 2*n)
 			before := ep.Stats().Gets
-			r.NoError(Alltoall(w, send, recv))
+			if i < 2 {
+				r.NoError(Alltoall(w, send, recv))
+			} else { // the schedule engine's exchange (sched.Op.Exchange)
+				req, err := Ialltoall(w, send, recv)
+				r.NoError(err)
+				_, err = req.Wait()
+				r.NoError(err)
+			}
 			gets := ep.Stats().Gets - before
 			peer := 1 - w.Rank()
 			r.Equal(send[w.Rank()*n:(w.Rank()+1)*n], recv[w.Rank()*n:(w.Rank()+1)*n], "own block")

@@ -227,7 +227,7 @@ func Allreduce(b *Builder, g Group, send, recv []byte, red *Reduction, tag int) 
 			out = send
 		}
 		b.Recv(partner, tag+1, tmp)
-		b.Send(partner, tag+1, out)
+		b.SendExchange(partner, tag+1, out)
 		b.Fence()
 		if nr^mask < nr {
 			b.Reduce(red, tmp, recv)
@@ -381,7 +381,7 @@ func AllgatherRecursiveDoubling(b *Builder, g Group, send, recv []byte, k, tag i
 		mine := (me &^ (mask - 1)) * k
 		theirs := (partner &^ (mask - 1)) * k
 		b.Recv(g.peer(partner), tag, recv[theirs:theirs+mask*k])
-		b.Send(g.peer(partner), tag, recv[mine:mine+mask*k])
+		b.SendExchange(g.peer(partner), tag, recv[mine:mine+mask*k])
 		b.Fence()
 	}
 }
@@ -399,7 +399,7 @@ func Alltoallv(b *Builder, g Group, send []byte, scounts, sdispls []int, recv []
 	}
 	for i := 1; i < p; i++ {
 		dst := (me + i) % p
-		b.Send(g.peer(dst), tag, send[sdispls[dst]:sdispls[dst]+scounts[dst]])
+		b.SendExchange(g.peer(dst), tag, send[sdispls[dst]:sdispls[dst]+scounts[dst]])
 	}
 	// The rank's own block last: the messages are on their way (a large
 	// one's request-to-send with the peer, who can read this rank's data
@@ -472,7 +472,7 @@ func Scan(b *Builder, g Group, send, recv []byte, red *Reduction, exclusive bool
 			continue
 		}
 		b.Recv(g.peer(partner), tag, tmp)
-		b.Send(g.peer(partner), tag, partial)
+		b.SendExchange(g.peer(partner), tag, partial)
 		b.Fence()
 		if partner < me {
 			// tmp covers lower ranks: it goes in front.

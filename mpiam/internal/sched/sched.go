@@ -98,6 +98,10 @@ type Op struct {
 	// Recv), passed through to Net untouched: mpiam's datatype layouts, for
 	// data that is not Buf's bytes in order.
 	Ext any
+	// Exchange marks a Send whose peer sends to this member in the same
+	// round (SendExchange): the two copy at once, which may call for
+	// another protocol than a one-way message of the same size.
+	Exchange bool
 }
 
 // message reports whether the step waits for something outside the rank.
@@ -156,6 +160,12 @@ func (b *Builder) add(o Op) {
 // Send adds a send of buf to peer with tag to the current round.
 func (b *Builder) Send(peer, tag int, buf []byte) {
 	b.add(Op{Kind: SendOp, Peer: peer, Tag: tag, Buf: buf})
+}
+
+// SendExchange is Send to a peer that sends to this member in the same
+// round (Op.Exchange).
+func (b *Builder) SendExchange(peer, tag int, buf []byte) {
+	b.add(Op{Kind: SendOp, Peer: peer, Tag: tag, Buf: buf, Exchange: true})
 }
 
 // Recv adds a receive of len(buf) bytes from peer with tag to the current round.
