@@ -374,32 +374,44 @@ func (a *shmColl) bcast(x coll, b []byte, root int) error {
 	return nil
 }
 
-// shmAllreduce is Allreduce of send into recv (at most shmCollSlot bytes)
-// through the area: every rank reduces every slot, in rank order.
-func shmAllreduce[T any](a *shmColl, x coll, send, recv []T, op Op[T]) error {
+// publishAll is the first half of a collective in which every rank
+// publishes b in its slot and reads every rank's: it takes the
+// collective's number k, publishes b, waits until every slot's stamp is k
+// and observes the ranks' tool values. The caller reads slot k%shmSlots of
+// each rank, then calls finish(k).
+func (a *shmColl) publishAll(x coll, b []byte) (uint64, error) {
 	p, c := x.c.p, x.c
 	if err := p.collFailed(c); err != nil {
-		return err // a dead rank never publishes: fail as the message algorithms do
+		return 0, err // a dead rank never publishes: fail as the message algorithms do
 	}
 	a.seq++
 	k := a.seq
 	mine, err := a.slot(p, c, k)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	s := k % shmSlots
-	n := copy(mine, raw(send))
+	copy(mine, b)
 	a.publishSlot(x, k, false)
 	if err := a.wait(p, c, func() bool { return a.allStamped(k) }); err != nil {
-		return err
+		return 0, err
 	}
 	a.heardAll(x, k)
-	out := raw(recv)
-	copy(out, a.slots[a.n-1][s].data[:n])
+	return k, nil
+}
+
+// shmAllreduce is Allreduce of send into recv (at most shmCollSlot bytes)
+// through the area: every rank reduces every slot, in rank order.
+func shmAllreduce[T any](a *shmColl, x coll, send, recv []T, op Op[T]) error {
+	k, err := a.publishAll(x, raw(send))
+	if err != nil {
+		return err
+	}
+	s, n := k%shmSlots, len(raw(send))
+	copy(raw(recv), a.slots[a.n-1][s].data[:n])
 	for r := a.n - 2; r >= 0; r-- {
 		op.Fn(fromRaw[T](a.slots[r][s].data[:n]), recv) // recv = x_r ∘ recv: x_0 ∘ (x_1 ∘ (... ∘ x_(n-1)))
 	}
-	a.finish(p, k)
+	a.finish(x.c.p, k)
 	return nil
 }
 
@@ -408,28 +420,15 @@ func shmAllreduce[T any](a *shmColl, x coll, send, recv []T, op Op[T]) error {
 // send buffer in its slot, then takes its block of every rank's. send may be
 // recv (in place): it is published before recv is written.
 func (a *shmColl) alltoall(x coll, send, recv []byte, blk int) error {
-	p, c := x.c.p, x.c
-	if err := p.collFailed(c); err != nil {
-		return err // a dead rank never publishes: fail as the message algorithms do
-	}
-	a.seq++
-	k := a.seq
-	mine, err := a.slot(p, c, k)
+	k, err := a.publishAll(x, send)
 	if err != nil {
 		return err
 	}
-	s := k % shmSlots
-	copy(mine, send)
-	a.publishSlot(x, k, false)
-	if err := a.wait(p, c, func() bool { return a.allStamped(k) }); err != nil {
-		return err
-	}
-	a.heardAll(x, k)
-	off := a.me * blk
+	s, off := k%shmSlots, a.me*blk
 	for r := range a.n {
 		copy(recv[r*blk:(r+1)*blk], a.slots[r][s].data[off:off+blk])
 	}
-	a.finish(p, k)
+	a.finish(x.c.p, k)
 	return nil
 }
 
