@@ -1063,7 +1063,10 @@ func Alltoall[T any](c *Comm, send, recv []T) error {
 
 func alltoall[T any](x coll, send, recv []T) error {
 	p := x.size()
-	if send != nil && len(send) != len(recv) || len(recv)%p != 0 {
+	if send == nil && len(recv)%p != 0 {
+		return fmt.Errorf("%w: in-place Alltoall of %d elements for %d ranks", ErrCount, len(recv), p)
+	}
+	if send != nil && (len(send) != len(recv) || len(recv)%p != 0) {
 		return fmt.Errorf("%w: Alltoall of %d elements into %d for %d ranks", ErrCount, len(send), len(recv), p)
 	}
 	if x.v == nil && p > 1 && len(recv) > 0 && len(raw(recv)) <= shmCollSlot {

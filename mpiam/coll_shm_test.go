@@ -86,6 +86,12 @@ func TestCollectivesThroughSharedMemory(t *testing.T) {
 						}
 					}
 				}
+				// Counts that do not divide among the ranks: refused alike on
+				// every rank, in place or not, before anything is sent.
+				bad := make([]int64, 2*n+1)
+				r.ErrorIs(Alltoall(c, nil, bad), ErrCount)
+				r.ErrorIs(Alltoall(c, bad, make([]int64, 2*n+1)), ErrCount)
+				r.NoError(c.Barrier())
 				oneNode := true
 				for q := range n {
 					oneNode = oneNode && c.p.ep.Node(c.world(q)) == c.p.ep.Node(c.world(me))
