@@ -419,6 +419,21 @@ func (ep *Endpoint) putSend(dst int, p *peer, h *wire.Header, args []uint64, add
 	return true, nil
 }
 
+// InFlight reports how many bytes of rank dst's receive buffer this rank's
+// requests hold (sent and not yet freed by dst's answer or credit): zero
+// when nothing this rank sent to dst is outstanding, as between the turns
+// of a ping-pong. 0 for an invalid rank.
+func (ep *Endpoint) InFlight(dst int) int {
+	if uint(dst) >= uint(ep.size) {
+		return 0
+	}
+	p := &ep.peers[dst]
+	p.mu.Lock()
+	n := p.cr.InUse()
+	p.mu.Unlock()
+	return n
+}
+
 // CanGet reports whether Get from rank src can move n bytes with the network's
 // single copy: the network offers it (Caps.Get), n is at least Caps.PutMin
 // (below it a system call costs more than copying packets), and src has not

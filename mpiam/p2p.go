@@ -331,7 +331,7 @@ func (c *Comm) isend(buf []byte, dest, tag int, mode Mode) (Request, error) {
 		// sendEager's steps without their calls; the handle as below.
 		world := c.world(dest)
 		// p.eager(world, n), written out (it does not inline).
-		if n := len(buf); n <= p.eagerLimit && !p.sendThrottle[world].on.Load() || n > p.eagerLimit && p.eagerAbove(world, n) {
+		if n := len(buf); n <= p.streamLimit && !p.sendThrottle[world].on.Load() || n > p.streamLimit && p.eagerLarge(world, n) {
 			// sendEagerStd, written out: its call costs an eager Isend
 			// about 30 instructions (SelfWindow).
 			a0, a1 := envelope(c.ctx, c.rank, tag, c.nextSeq(dest), 0)
@@ -398,7 +398,7 @@ func (c *Comm) send(buf []byte, dest, tag int, mode Mode) error {
 	if p.pbTool == nil && mode == Standard && dest != ProcNull {
 		// The common eager send, as isend's (p.eager written out).
 		world := c.world(dest)
-		if n := len(buf); n <= p.eagerLimit && !p.sendThrottle[world].on.Load() || n > p.eagerLimit && p.eagerAbove(world, n) {
+		if n := len(buf); n <= p.streamLimit && !p.sendThrottle[world].on.Load() || n > p.streamLimit && p.eagerLarge(world, n) {
 			return p.sendEagerStd(c, buf, world, dest, tag)
 		}
 	}

@@ -25,6 +25,13 @@ import (
 // elsewhere.
 const EnvEagerLimit = "AMGO_EAGER_LIMIT"
 
+// DefaultStreamLimit is the largest message, in bytes, that goes eager to a
+// peer with a single-copy read whatever else is in flight to it; larger
+// ones, up to the eager limit, go eager only when nothing is (a
+// ping-pong), and by rendezvous within a window (a stream), where eager
+// copies in and out of the ring would keep both cores busy twice over.
+const DefaultStreamLimit = 32 << 10
+
 // DefaultGetEagerLimit is the most the default eager limit, in bytes,
 // towards a peer whose memory this rank can read with a single copy (shared
 // memory's Cross Memory Attach, in-process ranks) can be; it is a quarter of
@@ -168,7 +175,11 @@ type proc struct {
 	ep         *am.Endpoint
 	eagerLimit int // eager up to this many bytes to every peer
 	eagerNoGet int // and up to this many (and the peer's am.MaxMediumTo) to a peer that cannot be read with one copy
-	world      *Comm
+	// streamLimit: above it (and up to eagerLimit), a send to a peer with
+	// a single-copy read goes eager only while nothing else is in flight
+	// to it (eagerLarge); eagerLimit when AMGO_EAGER_LIMIT sets the limit.
+	streamLimit int
+	world       *Comm
 
 	nbc nbcEngine // nonblocking and persistent collectives under way (coll_sched.go)
 
@@ -290,6 +301,7 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 	// DefaultEagerLimit or its network's largest medium, whichever is less
 	// (eager checks MaxMediumTo per peer).
 	p.eagerLimit, p.eagerNoGet = getEagerLimit(ep), 0
+	p.streamLimit = min(p.eagerLimit, DefaultStreamLimit)
 	for r := range ep.Size() {
 		p.eagerNoGet = max(p.eagerNoGet, min(DefaultEagerLimit, ep.MaxMediumTo(r)))
 	}
@@ -300,6 +312,7 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		}
 		p.eagerLimit = min(n, ep.MaxMedium())
 		p.eagerNoGet = p.eagerLimit
+		p.streamLimit = p.eagerLimit
 	}
 	entries := []handlers.Entry{
 		{Index: hEager, Name: "mpi.eager", NArgs: proto.EnvelopeArgs, Fn: p.onEagerFn()},
@@ -743,10 +756,22 @@ func (p *proc) progress() {
 // eager reports whether a standard or ready send of n bytes to world rank
 // world uses the eager protocol (see EnvEagerLimit).
 func (p *proc) eager(world, n int) bool {
+	if n > p.streamLimit {
+		return p.eagerLarge(world, n)
+	}
+	return !p.sendThrottle[world].on.Load()
+}
+
+// eagerLarge is eager for n over streamLimit: up to the eager limit, eager
+// unless the peer can read this rank's memory with a single copy and
+// requests of this rank still hold space in its buffer (a window of
+// messages under way, in which eager copies would keep both cores busy
+// twice over: docs/mpi.md); above it, eagerAbove.
+func (p *proc) eagerLarge(world, n int) bool {
 	if n > p.eagerLimit {
 		return p.eagerAbove(world, n)
 	}
-	return !p.sendThrottle[world].on.Load()
+	return !p.sendThrottle[world].on.Load() && (p.ep.InFlight(world) == 0 || !p.ep.CanGet(world, n))
 }
 
 // eagerAbove is eager for n over the eager limit: eager to a peer without

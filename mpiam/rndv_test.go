@@ -164,6 +164,60 @@ func TestExchangeStepProtocol(t *testing.T) {
 	})
 }
 
+// Over the stream limit and up to the eager limit, a message to a peer
+// with a single-copy read goes eager when nothing else is in flight to it
+// (a ping-pong: the answer brings back the credit of the message before)
+// and by rendezvous within a window of messages (a stream). Every message
+// arrives intact either way.
+func TestStreamLimit(t *testing.T) {
+	runJob(t, "shm", 2, Config{}, func(r *rk, w *Comm) {
+		p := w.p
+		n := DefaultStreamLimit + 16<<10
+		r.Less(n, p.eagerLimit, "the size is within shm's eager limit")
+		r.Equal(DefaultStreamLimit, p.streamLimit)
+		const rounds, window = 10, 16
+		// A ping-pong of messages of this size: eager after its first turn.
+		before := p.ep.Stats().Gets
+		buf := make([]byte, n)
+		for i := range rounds {
+			if w.Rank() == 0 {
+				r.NoError(Send(w, patterned(n, i), 1, 1))
+				_, err := Recv(w, buf, 1, 2)
+				r.NoError(err)
+			} else {
+				_, err := Recv(w, buf, 0, 1)
+				r.NoError(err)
+				r.NoError(Send(w, buf, 0, 2))
+			}
+			r.NoError(checkPattern(buf, i))
+		}
+		r.LessOrEqual(p.ep.Stats().Gets-before, uint64(1), "a ping-pong's messages go eager")
+		r.NoError(w.Barrier())
+		// A window: once the first is under way, by rendezvous.
+		before = p.ep.Stats().Gets
+		reqs := make([]Request, window)
+		bufs := make([][]byte, window)
+		for i := range reqs {
+			var err error
+			if w.Rank() == 0 {
+				reqs[i], err = Isend(w, patterned(n, 100+i), 1, 3)
+			} else {
+				bufs[i] = make([]byte, n)
+				reqs[i], err = Irecv(w, bufs[i], 0, 3)
+			}
+			r.NoError(err)
+		}
+		r.NoError(Waitall(reqs, nil))
+		if w.Rank() == 1 {
+			for i, b := range bufs {
+				r.NoError(checkPattern(b, 100+i))
+			}
+			r.GreaterOrEqual(p.ep.Stats().Gets-before, uint64(1), "a window's messages go by rendezvous")
+		}
+		r.NoError(w.Barrier())
+	})
+}
+
 func TestRendezvousSplitEnv(t *testing.T) {
 	t.Setenv(EnvRndvSplit, "lots")
 	err := RunLocal(1, Config{}, func(*Comm) error { return nil })
