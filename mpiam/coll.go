@@ -1044,12 +1044,8 @@ func Alltoall[T any](c *Comm, send, recv []T) error {
 	}
 	if a := c.readyArea(); a != nil && len(recv) > 0 && len(recv)%c.size == 0 && (send == nil || len(send) == len(recv)) && smallColl(c, raw(recv)) {
 		// As Bcast's: a small Alltoall straight to the shared area.
-		rb, sb := raw(recv), raw(send)
-		if send == nil {
-			sb = rb
-		}
-		id := c.p.collBeginBlocking(CallAlltoall, c, AnySource, len(sb))
-		err := a.alltoall(c.areaColl(), sb, rb, len(rb)/c.size)
+		id := c.p.collBeginBlocking(CallAlltoall, c, AnySource, len(raw(recv)))
+		err := shmAlltoall(a, c.areaColl(), send, recv)
 		c.p.collEnd(id)
 		return err
 	}
@@ -1071,11 +1067,7 @@ func alltoall[T any](x coll, send, recv []T) error {
 	}
 	if x.v == nil && p > 1 && len(recv) > 0 && len(raw(recv)) <= shmCollSlot {
 		if a := x.c.shmArea(); a != nil {
-			rb, sb := raw(recv), raw(send)
-			if send == nil {
-				sb = rb // published before recv is written
-			}
-			return a.alltoall(x, sb, rb, len(rb)/p)
+			return shmAlltoall(a, x, send, recv)
 		}
 	}
 	if send == nil {

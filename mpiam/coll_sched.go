@@ -95,7 +95,7 @@ func (n *nbc) Post(i int, op *sched.Op) error {
 			r.useCold()
 			r.pbOut, r.hasPBOut = n.x.outgoing()
 		}
-		if op.Exchange && len(op.Buf) > exchangeGetEager && r.lay == nil && cc.p.ep.CanGet(cc.world(op.Peer), len(op.Buf)) {
+		if op.Exchange && r.lay == nil && cc.p.exchangeRndv(cc.world(op.Peer), len(op.Buf)) {
 			r.useCold()
 			r.rndv = true // as a blocking exchange step's (eagerStep)
 		}

@@ -415,18 +415,23 @@ func shmAllreduce[T any](a *shmColl, x coll, send, recv []T, op Op[T]) error {
 	return nil
 }
 
-// alltoall is Alltoall of send into recv (n blocks of blk bytes, at most
+// shmAlltoall is Alltoall of send into recv (n equal blocks, at most
 // shmCollSlot bytes in all) through the area: every rank publishes its whole
-// send buffer in its slot, then takes its block of every rank's. send may be
-// recv (in place): it is published before recv is written.
-func (a *shmColl) alltoall(x coll, send, recv []byte, blk int) error {
-	k, err := a.publishAll(x, send)
+// send buffer in its slot, then takes its block of every rank's. A nil send
+// means in place: recv is published before it is written.
+func shmAlltoall[T any](a *shmColl, x coll, send, recv []T) error {
+	rb, sb := raw(recv), raw(send)
+	if send == nil {
+		sb = rb
+	}
+	blk := len(rb) / a.n
+	k, err := a.publishAll(x, sb)
 	if err != nil {
 		return err
 	}
 	s, off := k%shmSlots, a.me*blk
 	for r := range a.n {
-		copy(recv[r*blk:(r+1)*blk], a.slots[r][s].data[off:off+blk])
+		copy(rb[r*blk:(r+1)*blk], a.slots[r][s].data[off:off+blk])
 	}
 	a.finish(x.c.p, k)
 	return nil

@@ -99,7 +99,7 @@ func (p *proc) startSend(r *reqState) error {
 	if r.lay != nil {
 		rndv = r.mode == Synchronous || !p.eagerPacked(world, r.size())
 	} else {
-		rndv = r.mode == Synchronous || !p.eager(world, r.size()) || r.rndv
+		rndv = r.mode == Synchronous || r.rndv || !p.eager(world, r.size())
 	}
 	var flags uint64
 	switch r.mode {
@@ -923,24 +923,26 @@ func (p *proc) piggyback() handlers.Piggyback {
 	return handlers.Piggyback{Value: p.pbTool.PiggybackValue(), Set: true}
 }
 
-// exchangeGetEager is the largest message, in bytes, that a collective's
-// exchange step sends eagerly to a peer that can read this rank's memory
-// with a single copy; larger ones go by rendezvous. In an exchange both
-// cores copy at once: eagerly each copies its own message into the ring
-// and the peer's out of it, by rendezvous each reads the peer's message
-// once (docs/collectives.md).
-const exchangeGetEager = 32 << 10
+// exchangeRndv reports whether a collective's exchange step of n bytes to
+// world rank world goes by rendezvous whatever else is in flight: over the
+// stream limit to a peer that can read this rank's memory with a single
+// copy. An exchange is a stream both ways at once: eagerly each core copies
+// its own message into the ring and the peer's out of it, by rendezvous
+// each reads the peer's message once (docs/collectives.md).
+func (p *proc) exchangeRndv(world, n int) bool {
+	return n > p.streamLimit && p.ep.CanGet(world, n)
+}
 
 // eagerStep reports whether a collective step of n bytes to world rank
-// world goes eager: as a standard send would; with exchange, up to
-// exchangeGetEager to a peer with a single-copy read, and to one without
-// it also up to the eager limit of such peers (eagerNoGet, within
-// MaxMedium) whatever the limit for this one.
+// world goes eager: as a standard send would; with exchange, up to the
+// stream limit to a peer with a single-copy read (exchangeRndv), and to
+// one without it also up to the eager limit of such peers (eagerNoGet,
+// within MaxMedium) whatever the limit for this one.
 func (p *proc) eagerStep(world, n int, exchange bool) bool {
 	if !exchange {
 		return p.eager(world, n)
 	}
-	if n > exchangeGetEager && p.ep.CanGet(world, n) {
+	if p.exchangeRndv(world, n) {
 		return false
 	}
 	return p.eager(world, n) || n <= p.eagerNoGet && n <= p.ep.MaxMediumTo(world) && !p.sendThrottle[world].on.Load()
@@ -950,7 +952,7 @@ func (p *proc) eagerStep(world, n int, exchange bool) bool {
 // tool's current value: collectives forward the largest value they have seen.
 // With exchange (a collective's exchange step: the peer sends to this rank at
 // once) the message goes eager up to MaxMedium to a peer without a
-// single-copy read, whatever the eager limit, and up to exchangeGetEager to
+// single-copy read, whatever the eager limit, and up to the stream limit to
 // one with it (eagerStep; docs/collectives.md). A peer that throttled this
 // rank (unexpected.go) gets a rendezvous all the same.
 func (c *Comm) sendPB(buf []byte, dest, tag int, pb uint64, hasPB, exchange bool) error {

@@ -28,8 +28,9 @@ const EnvEagerLimit = "AMGO_EAGER_LIMIT"
 // DefaultStreamLimit is the largest message, in bytes, that goes eager to a
 // peer with a single-copy read whatever else is in flight to it; larger
 // ones, up to the eager limit, go eager only when nothing is (a
-// ping-pong), and by rendezvous within a window (a stream), where eager
-// copies in and out of the ring would keep both cores busy twice over.
+// ping-pong), and by rendezvous within a window (a stream) or a
+// collective's exchange, where eager copies in and out of the ring would
+// keep both cores busy twice over.
 const DefaultStreamLimit = 32 << 10
 
 // DefaultGetEagerLimit is the most the default eager limit, in bytes,
@@ -771,7 +772,7 @@ func (p *proc) eagerLarge(world, n int) bool {
 	if n > p.eagerLimit {
 		return p.eagerAbove(world, n)
 	}
-	return !p.sendThrottle[world].on.Load() && (p.ep.InFlight(world) == 0 || !p.ep.CanGet(world, n))
+	return !p.sendThrottle[world].on.Load() && (!p.ep.CanGet(world, n) || p.ep.InFlight(world) == 0)
 }
 
 // eagerAbove is eager for n over the eager limit: eager to a peer without

@@ -130,7 +130,7 @@ func TestRendezvousExchangeNotSplit(t *testing.T) {
 }
 
 // A collective's exchange step to a peer that can read this rank's memory,
-// blocking or on the schedule engine, goes eager up to exchangeGetEager and
+// blocking or on the schedule engine, goes eager up to the stream limit and
 // by rendezvous (one get by each rank) above it, below shm's eager limit
 // for point-to-point messages:
 // both cores copy in an exchange, and a single-copy read is one copy where
@@ -138,8 +138,9 @@ func TestRendezvousExchangeNotSplit(t *testing.T) {
 func TestExchangeStepProtocol(t *testing.T) {
 	runJob(t, "shm", 2, Config{}, func(r *rk, w *Comm) {
 		ep := w.p.ep
-		r.Less(exchangeGetEager+8, w.p.eagerLimit, "a point-to-point message of these sizes is eager")
-		for i, n := range []int{exchangeGetEager, exchangeGetEager + 8, exchangeGetEager, exchangeGetEager + 8} {
+		lim := w.p.streamLimit
+		r.Less(lim+8, w.p.eagerLimit, "a point-to-point message of these sizes is eager")
+		for i, n := range []int{lim, lim + 8, lim, lim + 8} {
 			send, recv := patterned(2*n, 1+w.Rank()), make([]byte, 2*n)
 			before := ep.Stats().Gets
 			if i < 2 {
@@ -154,7 +155,7 @@ func TestExchangeStepProtocol(t *testing.T) {
 			peer := 1 - w.Rank()
 			r.Equal(send[w.Rank()*n:(w.Rank()+1)*n], recv[w.Rank()*n:(w.Rank()+1)*n], "own block")
 			r.Equal(patterned(2*n, 1+peer)[w.Rank()*n:(w.Rank()+1)*n], recv[peer*n:(peer+1)*n], "peer's block")
-			if n <= exchangeGetEager {
+			if n <= lim {
 				r.Zero(gets, "%d bytes go eager", n)
 			} else {
 				r.EqualValues(1, gets, "%d bytes are read once", n)
