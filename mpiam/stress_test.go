@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -83,18 +84,34 @@ func TestConcurrentGoroutines_MPI41_11_6(t *testing.T) {
 					// With wildcard receives a rendezvous send may find every
 					// receive taken by later eager messages while every rank's
 					// goroutines wait for their own rendezvous sends: an unsafe
-					// program in any MPI (it hung about 1 run in 10). Eager
-					// sends complete without a receive, so the wildcard half
-					// stays within what MPI promises.
-					sizes = []int{8, 1000, e / 2, e}
+					// program in any MPI (it hung about 1 run in 10). Sends up
+					// to the stream limit are always eager and complete
+					// without a receive (above it, a send to a peer with a
+					// single-copy read goes by rendezvous while others are
+					// in flight), so the wildcard half stays within what MPI
+					// promises.
+					s := w.p.streamLimit
+					sizes = []int{8, 1000, s / 2, s}
 				}
 				var wg sync.WaitGroup
 				counts := make([]int, ranks*workers) // wildcard: by sender goroutine
 				var countMu sync.Mutex
+				var failed atomic.Bool
 				for g := range workers {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
+						// A failed assertion panics (failNow) and is reported
+						// on the rank's goroutine; left alone it would end the
+						// test binary before the message is printed.
+						defer func() {
+							if x := recover(); x != nil {
+								if _, ok := x.(failNow); !ok {
+									panic(x)
+								}
+								failed.Store(true)
+							}
+						}()
 						var reqs []Request
 						var bufs [][]byte
 						for it := range iters {
@@ -142,6 +159,7 @@ func TestConcurrentGoroutines_MPI41_11_6(t *testing.T) {
 					}()
 				}
 				wg.Wait()
+				r.False(failed.Load(), "a goroutine failed its assertions")
 				if wildcard {
 					for from, c := range counts {
 						if from/workers == w.Rank() {
