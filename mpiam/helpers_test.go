@@ -490,6 +490,23 @@ func firstDiff(a, b []byte) int {
 // one on this network (the limit is lower where a single-copy get exists).
 func (r *rk) eagerLimit(w *Comm) int { return eagerMaxNext(w) }
 
+// eagerSure is the largest standard send, in bytes, that goes eagerly to
+// every rank of w whatever else is in flight: the stream limit where a peer
+// can be read with a single copy (above it, a send goes by rendezvous while
+// earlier ones still hold the peer's buffer), else the eager limit. A
+// program may count on such a send completing before its receive is posted
+// only in amgo, not in MPI (MPI-4.1 §3.4).
+func (r *rk) eagerSure(w *Comm) int {
+	p := w.p
+	e := p.eagerLimit
+	for r := range w.Size() {
+		if p.ep.CanGet(w.world(r), p.eagerLimit) {
+			e = min(e, p.streamLimit)
+		}
+	}
+	return e
+}
+
 // eagerMaxNext is the largest message that goes eagerly to some rank of w
 // (above it, every send is a rendezvous): the same on every rank, also in a
 // mixed job, where peers on the same node get a smaller eager limit than the

@@ -30,8 +30,8 @@ var sendFns = []sendFn{
 // (MPI-4.1 §3.4; MPICH send_tests, dtype_send, bsend1-5).
 func TestSendModes_MPI41_3_4(t *testing.T) {
 	eachNetwork(t, 2, func(r *rk, w *Comm) {
-		e := r.eagerLimit(w)
-		sizes := []int{16, e, e + 1, 200_000}
+		e, sure := r.eagerLimit(w), r.eagerSure(w)
+		sizes := []int{16, sure, e, e + 1, 200_000}
 		r.NoError(w.BufferAttach(make([]byte, 2*(200_000+BsendOverhead))))
 		for fi, f := range sendFns {
 			for si, n := range sizes {
@@ -45,6 +45,11 @@ func TestSendModes_MPI41_3_4(t *testing.T) {
 						tag++
 					}
 					seed := tag
+					// A buffered send, or a small standard one, completes
+					// before its receive is posted; Ssend and rendezvous
+					// wait, and so may a standard send above the sure eager
+					// size.
+					early := f.mode == Buffered || f.mode != Synchronous && n <= sure
 					switch w.Rank() {
 					case 0:
 						if posted {
@@ -66,9 +71,7 @@ func TestSendModes_MPI41_3_4(t *testing.T) {
 							r.NoError(err)
 							r.NoError(w.Barrier(), what)
 						} else {
-							// A standard, buffered or small message completes
-							// before this receive; Ssend and rendezvous wait.
-							if f.mode != Synchronous && n <= e {
+							if early {
 								r.NoError(w.Barrier(), what)
 							}
 							req, err = Irecv(w, buf, 0, tag)
@@ -78,7 +81,7 @@ func TestSendModes_MPI41_3_4(t *testing.T) {
 						r.NoError(err, what)
 						r.Equal(Status{Source: 0, Tag: tag, Bytes: n}, st, what)
 						r.NoError(checkPattern(buf, seed), what)
-						if !posted && !(f.mode != Synchronous && n <= e) {
+						if !posted && !early {
 							r.NoError(w.Barrier(), what)
 						}
 					}
