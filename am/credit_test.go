@@ -193,3 +193,56 @@ func TestRequestCarriesOwedCredit(t *testing.T) {
 	require.Equal(t, 0, eps[1].Drain(0))
 	require.Zero(t, eps[0].Stats().Drops+eps[1].Stats().Drops)
 }
+
+// TestSmallAnswerCarriesCreditBack checks that a request carries the credit
+// its sender owes the destination once that is flowctl.CarryAny bytes or
+// more, however small its payload (a large message answered with 8 bytes:
+// its sender has the space back with the answer, not when the answering
+// rank next idles), and that an immediate request, which has no room for
+// it, goes as a medium request then; below it, nothing is carried and the
+// immediate request goes.
+func TestSmallAnswerCarriesCreditBack(t *testing.T) {
+	net := newFakeNet(2)
+	eps := newFakeEndpoints(t, net, Config{})
+	var got [2]int
+	for i, ep := range eps {
+		_, err := ep.Register(handlers.Entry{Index: 1, Name: "sink", NArgs: 0,
+			Fn: func(*handlers.Token, []uint64, []byte) { got[i]++ }})
+		require.NoError(t, err)
+	}
+	require.True(t, eps[1].PeerCarriesImmediate(0))
+	poll := func(i, want int) {
+		t.Helper()
+		n, err := eps[i].Poll()
+		require.NoError(t, err)
+		require.Equal(t, want, n)
+	}
+	answer := []byte("answer!!")
+	for _, c := range []struct {
+		size  int
+		carry bool
+	}{{12000, true}, {flowctl.CarryAny, true}, {flowctl.CarryMin / 2, false}} {
+		require.NoError(t, eps[0].RequestMedium(1, 1, make([]byte, c.size)))
+		poll(1, 1)
+		ok, err := eps[1].RequestImmediate(0, 1, answer)
+		require.NoError(t, err)
+		require.Equal(t, !c.carry, ok, "%d bytes owed: immediate only when there is nothing to carry", c.size)
+		if !ok {
+			require.NoError(t, eps[1].RequestMedium(0, 1, answer))
+		}
+		poll(0, 1)
+		if c.carry {
+			require.Zero(t, eps[0].InFlight(1), "%d bytes: the space is back with the answer", c.size)
+			continue
+		}
+		require.NotZero(t, eps[0].InFlight(1), "%d bytes: kept until the idle flush", c.size)
+		for range idleFlushPolls + 1 {
+			_, err := eps[1].Poll()
+			require.NoError(t, err)
+		}
+		poll(0, 1)
+		require.Zero(t, eps[0].InFlight(1))
+	}
+	require.Equal(t, [2]int{3, 3}, got)
+	require.EqualValues(t, 1, eps[1].Stats().AcksSent, "one ack: the idle flush's")
+}

@@ -189,8 +189,10 @@ const immediatePollEvery = 64
 // network that reaches dst does not carry immediate requests (only an
 // ordered, reliable network that states a bounded queue of opaque packets,
 // transport.Caps.QueueBytes, does: PeerCarriesImmediate), the network's
-// queue to dst is full, replies to dst are queued ahead of it, or another
-// goroutine is sending to dst. The caller then sends it as a medium request
+// queue to dst is full, replies to dst are queued ahead of it, another
+// goroutine is sending to dst, or this rank owes dst credit that every
+// request carries back (flowctl.CarryAny), for which an immediate request
+// has no room. The caller then sends it as a medium request
 // (RequestMedium), which waits as needed; order between the two is kept.
 //
 // This is Open MPI's send-immediate and GASNet-EX's GEX_FLAG_IMMEDIATE:
@@ -211,7 +213,9 @@ func (ep *Endpoint) RequestImmediate(dst int, h handlers.Index, payload []byte, 
 	if uint(dst) >= uint(ep.size) || ep.closed.Load() || ep.dead[dst].Load() != nil || ep.seq.Collided() {
 		return false, ep.checkDst(dst) // checkDst's checks, inline on the common path
 	}
-	if !ep.nets[dst].immediate || len(payload) > MaxImmediate {
+	if !ep.nets[dst].immediate || len(payload) > MaxImmediate || ep.peers[dst].cr.OwesCarry() {
+		// Too long, or credit to carry back that an immediate request has
+		// no room for (flowctl.CarryAny): a medium request takes it.
 		return false, nil
 	}
 	if h > handlers.MaxClientIndex {

@@ -117,6 +117,11 @@ func (s *Sender) Reserve(hdrLen, payload int) (g Grant, ok bool, err error) {
 	return g, true, nil
 }
 
+// OwesCarry reports whether the credit owed to the peer is CarryAny bytes or
+// more, which every request to it carries back: an immediate request, which
+// has no room for it, goes as a medium request instead.
+func (s *Sender) OwesCarry() bool { return s.owed.Len() >= CarryAny }
+
 // ReserveBare reserves room for a request that carries no payload and no
 // credit back (a store-done sent with a single-copy put's data, whose
 // header is written before the put). ok and errors as Reserve.

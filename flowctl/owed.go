@@ -18,15 +18,23 @@ import "sync/atomic"
 
 // CarryMin is the smallest request payload, in bytes, that carries the credit
 // owed to its destination however little it is: below it a request carries
-// credit only once the range is Urgent, because the free extension's 8 bytes
+// credit only once the range is CarryAny bytes or Urgent, because the free extension's 8 bytes
 // would make an 8-byte MPI message two cache lines in a ring instead of one.
 const CarryMin = 256
+
+// CarryAny is the owed range, in bytes, from which every request to its
+// sender carries it back, whatever its payload: a request's answer to what
+// the range held (8 bytes acknowledging a 48 KiB message) then returns the
+// space with it, where the idle flush would return it about a microsecond
+// later, after the sender may have decided its next message by the space it
+// still holds. The extension's line is worth as much from this size.
+const CarryAny = 4096
 
 // CarryOnRequest reports whether a request with a payload of payload bytes
 // carries the owed range of owedLen bytes, for a receive buffer of
 // bufferBytes.
 func CarryOnRequest(owedLen uint32, payload, bufferBytes int) bool {
-	return owedLen != 0 && (payload >= CarryMin || Urgent(owedLen, bufferBytes))
+	return owedLen != 0 && (payload >= CarryMin || owedLen >= CarryAny || Urgent(owedLen, bufferBytes))
 }
 
 // Urgent reports whether an owed range of owedLen bytes must go back before

@@ -194,6 +194,26 @@ func TestStreamLimit(t *testing.T) {
 		}
 		r.LessOrEqual(p.ep.Stats().Gets-before, uint64(1), "a ping-pong's messages go eager")
 		r.NoError(w.Barrier())
+		// A ping-pong whose answers are 8 bytes: eager too (the answers
+		// carry the space back, flowctl.CarryAny).
+		before = p.ep.Stats().Gets
+		ans := make([]byte, 8)
+		for i := range 4 * rounds {
+			if w.Rank() == 0 {
+				r.NoError(Send(w, patterned(n, i), 1, 4))
+				_, err := Recv(w, ans, 1, 5)
+				r.NoError(err)
+			} else {
+				_, err := Recv(w, buf, 0, 4)
+				r.NoError(err)
+				r.NoError(checkPattern(buf, i))
+				r.NoError(Send(w, ans, 0, 5))
+			}
+		}
+		if w.Rank() == 1 {
+			r.LessOrEqual(p.ep.Stats().Gets-before, uint64(1), "answered by 8 bytes, a ping-pong's messages go eager")
+		}
+		r.NoError(w.Barrier())
 		// A window: once the first is under way, by rendezvous.
 		before = p.ep.Stats().Gets
 		reqs := make([]Request, window)
