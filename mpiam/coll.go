@@ -421,9 +421,9 @@ func reduceBinomial[T any](x coll, send, recv []T, op Op[T], root, step int) err
 	n := len(send)
 	acc, ha := tempBuf[T](x, n)
 	defer x.putTemp(ha)
-	copy(acc, send)
+	copyT(acc, send)
 	if p == 1 {
-		copy(recv, acc)
+		copyT(recv, acc)
 		return nil
 	}
 	base := root
@@ -451,7 +451,7 @@ func reduceBinomial[T any](x coll, send, recv []T, op Op[T], root, step int) err
 	}
 	if base == root {
 		if me == root {
-			copy(recv, acc)
+			copyT(recv, acc)
 		}
 		return nil
 	}
@@ -534,7 +534,7 @@ func allreduce[T any](x coll, send, recv []T, op Op[T]) error {
 		}
 	}
 	if !inPlace {
-		copy(recv, send)
+		copyT(recv, send)
 	}
 	if p == 1 {
 		return nil
@@ -603,7 +603,7 @@ func combine[T any](op Op[T], buf, tmp []T, partnerLower bool) {
 		return
 	}
 	op.Fn(buf, tmp)
-	copy(buf, tmp)
+	copyT(buf, tmp)
 }
 
 func allreduceRecursiveDoubling[T any](x coll, buf []T, op Op[T]) error {
@@ -806,7 +806,7 @@ func Gather[T any](c *Comm, send, recv []T, root int) error {
 			if len(send) != k {
 				return fmt.Errorf("%w: Gather of %d elements per rank into blocks of %d", ErrCount, len(send), k)
 			}
-			copy(recv[root*k:], send)
+			copyT(recv[root*k:], send)
 		}
 		if l != nil {
 			rb := raw(recv)
@@ -865,7 +865,7 @@ func Gatherv[T any](c *Comm, send, recv []T, counts, displs []int, root int) err
 			return err
 		}
 		if send != nil {
-			copy(recv[displs[root]:displs[root]+counts[root]], send)
+			copyT(recv[displs[root]:displs[root]+counts[root]], send)
 		}
 		return gathervRoot(x, recv, counts, displs)
 	})
@@ -898,7 +898,7 @@ func Scatter[T any](c *Comm, send, recv []T, root int) error {
 			counts[i], displs[i] = k, i*k
 		}
 		if recv != nil {
-			copy(recv, send[root*k:(root+1)*k])
+			copyT(recv, send[root*k:(root+1)*k])
 		}
 		return scattervRoot(x, send, counts, displs)
 	})
@@ -936,7 +936,7 @@ func Scatterv[T any](c *Comm, send []T, counts, displs []int, recv []T, root int
 			return err
 		}
 		if recv != nil {
-			copy(recv, send[displs[root]:displs[root]+counts[root]])
+			copyT(recv, send[displs[root]:displs[root]+counts[root]])
 		}
 		return scattervRoot(x, send, counts, displs)
 	})
@@ -970,7 +970,7 @@ func allgather[T any](x coll, send, recv []T) error {
 		if len(send) != k {
 			return fmt.Errorf("%w: Allgather of %d elements per rank into blocks of %d", ErrCount, len(send), k)
 		}
-		copy(recv[c.rank*k:], send)
+		copyT(recv[c.rank*k:], send)
 	}
 	if l := x.nodeLevels(); l != nil && k > 0 {
 		return x.allgatherNodes(raw(recv), len(raw(recv))/p, l)
@@ -1026,7 +1026,7 @@ func Allgatherv[T any](c *Comm, send, recv []T, counts, displs []int) error {
 			if len(send) != counts[c.rank] {
 				return fmt.Errorf("%w: Allgatherv of %d elements where counts[%d] is %d", ErrCount, len(send), c.rank, counts[c.rank])
 			}
-			copy(recv[displs[c.rank]:], send)
+			copyT(recv[displs[c.rank]:], send)
 		}
 		return allgatherRing(x, recv, counts, displs)
 	})
@@ -1086,7 +1086,7 @@ func alltoall[T any](x coll, send, recv []T) error {
 
 func alltoallPairwise[T any](x coll, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) error {
 	p, me := x.size(), x.rank()
-	copy(recv[rdispls[me]:rdispls[me]+rcounts[me]], send[sdispls[me]:sdispls[me]+scounts[me]])
+	copyT(recv[rdispls[me]:rdispls[me]+rcounts[me]], send[sdispls[me]:sdispls[me]+scounts[me]])
 	for i := 1; i < p; i++ {
 		dst, src := (me+i)%p, (me-i+p)%p
 		if err := x.sendrecv(raw(send[sdispls[dst]:sdispls[dst]+scounts[dst]]), dst,
@@ -1103,7 +1103,7 @@ func alltoallBruckAlg[T any](x coll, send, recv []T, k int) error {
 	p, me := x.size(), x.rank()
 	tmp := make([]T, p*k)
 	for i := 0; i < p; i++ { // tmp block i = send block (me+i) mod p
-		copy(tmp[i*k:(i+1)*k], send[((me+i)%p)*k:])
+		copyT(tmp[i*k:(i+1)*k], send[((me+i)%p)*k:])
 	}
 	pack := make([]T, 0, (p/2+1)*k)
 	unpack := make([]T, (p/2+1)*k)
@@ -1124,13 +1124,13 @@ func alltoallBruckAlg[T any](x coll, send, recv []T, k int) error {
 		j := 0
 		for i := 0; i < p; i++ {
 			if i&pof2 != 0 {
-				copy(tmp[i*k:(i+1)*k], u[j*k:(j+1)*k])
+				copyT(tmp[i*k:(i+1)*k], u[j*k:(j+1)*k])
 				j++
 			}
 		}
 	}
 	for i := 0; i < p; i++ { // recv block (me-i) mod p = tmp block i
-		copy(recv[((me-i+p)%p)*k:], tmp[i*k:(i+1)*k])
+		copyT(recv[((me-i+p)%p)*k:], tmp[i*k:(i+1)*k])
 	}
 	return nil
 }
@@ -1188,7 +1188,7 @@ func ReduceScatterBlock[T any](c *Comm, send, recv []T, op Op[T]) error {
 			if c.rank != 0 {
 				return x.recv(raw(recv[:k]), 0, 2)
 			}
-			copy(recv[:k], all[:k])
+			copyT(recv[:k], all[:k])
 			for i := 1; i < p; i++ {
 				if err := x.send(raw(all[i*k:(i+1)*k]), i, 2); err != nil {
 					return err
@@ -1208,7 +1208,7 @@ func ReduceScatterBlock[T any](c *Comm, send, recv []T, op Op[T]) error {
 			}
 			op.Fn(tmp, buf[rb*k:(rb+1)*k])
 		}
-		copy(recv[:k], buf[me*k:(me+1)*k])
+		copyT(recv[:k], buf[me*k:(me+1)*k])
 		return nil
 	})
 }
@@ -1250,7 +1250,7 @@ func scan[T any](c *Comm, send, recv []T, op Op[T], exclusive bool) error {
 		partial := append([]T(nil), send...) // reduction of the ranks this one has heard from, including itself
 		have := !exclusive                   // whether recv holds a value yet
 		if !exclusive {
-			copy(recv, send)
+			copyT(recv, send)
 		}
 		tmp := make([]T, n)
 		for mask := 1; mask < p; mask <<= 1 {
@@ -1267,13 +1267,13 @@ func scan[T any](c *Comm, send, recv []T, op Op[T], exclusive bool) error {
 				if have {
 					op.Fn(tmp, recv)
 				} else {
-					copy(recv, tmp)
+					copyT(recv, tmp)
 					have = true
 				}
 			} else {
 				// tmp covers higher ranks: it goes behind.
 				op.Fn(partial, tmp)
-				copy(partial, tmp)
+				copyT(partial, tmp)
 			}
 		}
 		return nil

@@ -202,7 +202,7 @@ func (x coll) gatherToLeader(send, blk []byte, k int, l *levels) error {
 	if l.node.me != 0 {
 		return xn.send(send, 0, 0)
 	}
-	copy(blk, send)
+	copyT(blk, send)
 	for i := 1; i < len(l.node.ranks); i++ {
 		if err := xn.recv(blk[i*k:(i+1)*k], i, 0); err != nil {
 			return err
@@ -251,7 +251,7 @@ func (x coll) allgatherNodes(recv []byte, k int, l *levels) error {
 	}
 	if !l.contiguous {
 		for r := 0; r < x.c.size; r++ {
-			copy(recv[r*k:(r+1)*k], all[l.pos[r]*k:(l.pos[r]+1)*k])
+			copyT(recv[r*k:(r+1)*k], all[l.pos[r]*k:(l.pos[r]+1)*k])
 		}
 	}
 	return nil
@@ -302,7 +302,7 @@ func (x coll) gatherNodes(send, recv []byte, k, root int, l *levels) error {
 			}
 		}
 		for r := 0; r < x.c.size; r++ {
-			copy(recv[r*k:(r+1)*k], all[l.pos[r]*k:(l.pos[r]+1)*k])
+			copyT(recv[r*k:(r+1)*k], all[l.pos[r]*k:(l.pos[r]+1)*k])
 		}
 	}
 	return nil

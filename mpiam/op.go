@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/amgo-hpc/amgo/internal/memcopy"
 )
 
 // Op is a reduction operation on elements of type T (MPI_Op, MPI-4.1 §6.9).
@@ -290,6 +292,18 @@ func isPlain(t reflect.Type) bool {
 		return true
 	}
 	return false
+}
+
+// copyT is copy for a collective's local data, which may be large: plain
+// values of 1 MiB or more move in pieces that keep the destination in the
+// caches (internal/memcopy).
+func copyT[T any](dst, src []T) int {
+	var z T
+	sz := int(unsafe.Sizeof(z))
+	if sz == 0 || min(len(dst), len(src))*sz < memcopy.Min || plain[T]() != nil {
+		return copy(dst, src)
+	}
+	return memcopy.Copy(raw(dst), raw(src)) / sz
 }
 
 // raw views a slice of plain values as bytes, without copying.

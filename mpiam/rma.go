@@ -10,6 +10,7 @@ import (
 	"github.com/amgo-hpc/amgo/am"
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/handlers"
+	"github.com/amgo-hpc/amgo/internal/memcopy"
 )
 
 // One-sided communication (MPI-4.1 chapter 12) over active messages, as
@@ -562,7 +563,7 @@ func Put[T any](w *Win, origin []T, target, disp int) error {
 
 func (w *Win) put(data []byte, target, disp int) error {
 	if loc := w.localRange(target, disp, len(data)); loc != nil {
-		copy(loc, data) // in place: complete at origin and target
+		memcopy.Copy(loc, data) // in place: complete at origin and target
 		return nil
 	}
 	off, world, err := w.access(target, disp, len(data), "Put")
@@ -576,7 +577,7 @@ func (w *Win) put(data []byte, target, disp int) error {
 // dynamic window's), checked by the caller (or, dynamic, by the target).
 func (w *Win) putAt(data []byte, target, world, off int) error {
 	if w.local != nil && w.local[target] != nil {
-		copy(w.local[target][off:], data) // in place: complete at origin and target
+		memcopy.Copy(w.local[target][off:], data) // in place: complete at origin and target
 		return nil
 	}
 	if w.dynamic { // set at creation, never changed
@@ -611,7 +612,7 @@ func Get[T any](w *Win, result []T, target, disp int) error {
 
 func (w *Win) get(buf []byte, target, disp int, req *reqState) error {
 	if loc := w.localRange(target, disp, len(buf)); loc != nil && req == nil {
-		copy(buf, loc)
+		memcopy.Copy(buf, loc)
 		return nil
 	}
 	off, world, err := w.access(target, disp, len(buf), "Get")
@@ -635,7 +636,7 @@ func (w *Win) getAt(buf []byte, target, world, off int, req *reqState, then func
 		}
 	}
 	if w.local != nil && w.local[target] != nil {
-		copy(buf, w.local[target][off:])
+		memcopy.Copy(buf, w.local[target][off:])
 		done()
 		return nil
 	}

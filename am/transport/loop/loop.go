@@ -12,6 +12,7 @@ import (
 	settings "github.com/amgo-hpc/amgo/am/transport/internal/opts"
 	"github.com/amgo-hpc/amgo/internal/cacheline"
 	"github.com/amgo-hpc/amgo/internal/membarrier"
+	"github.com/amgo-hpc/amgo/internal/memcopy"
 	"github.com/amgo-hpc/amgo/internal/ring"
 )
 
@@ -300,7 +301,7 @@ func (t *Transport) Put(dst int, addr uintptr, data []byte) error {
 	// Reinterpret the address as a pointer without a uintptr->Pointer
 	// conversion: addr names live memory that dst registered and keeps alive.
 	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
-	copy(unsafe.Slice((*byte)(p), len(data)), data)
+	memcopy.Copy(unsafe.Slice((*byte)(p), len(data)), data)
 	return nil
 }
 
@@ -318,7 +319,7 @@ func (t *Transport) Get(src int, addr uintptr, buf []byte) error {
 		return nil
 	}
 	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
-	copy(buf, unsafe.Slice((*byte)(p), len(buf)))
+	memcopy.Copy(buf, unsafe.Slice((*byte)(p), len(buf)))
 	return nil
 }
 

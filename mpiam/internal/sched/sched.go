@@ -22,6 +22,8 @@ package sched
 import (
 	"errors"
 	"fmt"
+
+	"github.com/amgo-hpc/amgo/internal/memcopy"
 )
 
 // Kind is what a step of a schedule does.
@@ -338,7 +340,7 @@ func (r *Run) start(n Net, i int, op *Op) error {
 	case ReduceOp:
 		op.Red.Fn(op.Buf, op.Dst)
 	case CopyOp:
-		copy(op.Dst, op.Buf)
+		memcopy.Copy(op.Dst, op.Buf)
 	case CallOp:
 		return op.Fn()
 	}
