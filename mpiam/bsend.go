@@ -6,6 +6,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/amgo-hpc/amgo/internal/memcopy"
 )
 
 // BsendOverhead is the bytes of attached buffer each buffered send uses besides
@@ -64,7 +66,7 @@ func (b *bsendBuffer) take(r *reqState) (*reqState, error) {
 	if r.lay != nil {
 		r.lay.pack(data, r.buf, 0)
 	} else {
-		copy(data, r.buf)
+		memcopy.Copy(data, r.buf)
 	}
 	ir, _ := r.comm.newSend(data, r.peer, r.tag, Standard, false)
 	ir.useCold()

@@ -152,6 +152,6 @@ func (l *levels) toRankOrder(recv, all []byte, k int) {
 		return
 	}
 	for r := range l.pos {
-		copy(recv[r*k:(r+1)*k], all[l.pos[r]*k:(l.pos[r]+1)*k])
+		copyT(recv[r*k:(r+1)*k], all[l.pos[r]*k:(l.pos[r]+1)*k])
 	}
 }

@@ -3,6 +3,7 @@ package mpiam
 import (
 	"fmt"
 
+	"github.com/amgo-hpc/amgo/internal/memcopy"
 	"github.com/amgo-hpc/amgo/mpiam/internal/sched"
 )
 
@@ -605,7 +606,7 @@ func (w blocksW) pack() {
 		if a.lay != nil {
 			a.lay.pack(w.st[w.displs[i]:w.displs[i]+w.counts[i]], a.mem, 0)
 		} else {
-			copy(w.st[w.displs[i]:w.displs[i]+w.counts[i]], a.mem)
+			memcopy.Copy(w.st[w.displs[i]:w.displs[i]+w.counts[i]], a.mem)
 		}
 	}
 }
@@ -615,7 +616,7 @@ func (w blocksW) unpack() {
 		if a.lay != nil {
 			a.lay.unpack(a.mem, w.st[w.displs[i]:w.displs[i]+w.counts[i]], 0)
 		} else {
-			copy(a.mem, w.st[w.displs[i]:w.displs[i]+w.counts[i]])
+			memcopy.Copy(a.mem, w.st[w.displs[i]:w.displs[i]+w.counts[i]])
 		}
 	}
 }

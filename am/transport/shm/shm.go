@@ -20,6 +20,7 @@ import (
 	settings "github.com/amgo-hpc/amgo/am/transport/internal/opts"
 	"github.com/amgo-hpc/amgo/internal/futex"
 	"github.com/amgo-hpc/amgo/internal/membarrier"
+	"github.com/amgo-hpc/amgo/internal/memcopy"
 	"github.com/amgo-hpc/amgo/internal/release"
 	"github.com/amgo-hpc/amgo/internal/ring"
 )
@@ -776,9 +777,9 @@ func (t *Transport) cma(op string, r int, addr uintptr, local []byte) error {
 		// This process's own memory: only here is addr a pointer.
 		remoteMem := unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&addr))), len(local))
 		if op == "put" {
-			copy(remoteMem, local)
+			memcopy.Copy(remoteMem, local)
 		} else {
-			copy(local, remoteMem)
+			memcopy.Copy(local, remoteMem)
 		}
 		return nil
 	}
