@@ -60,6 +60,9 @@ type coll struct {
 	// node's ranks, or one leader per node: coll_node.go); the algorithms
 	// see its ranks as 0..size()-1 and send and receive through peer.
 	v *view
+	// blocks: the exchange steps move an all-to-all's blocks, which nothing
+	// in the algorithm computes (exchangeLimit).
+	blocks bool
 }
 
 // view is a group of a communicator's ranks: ranks[i] is the i-th member's
@@ -192,7 +195,11 @@ func (x coll) sendStep(b []byte, dest, step int, exchange bool) error {
 	if x.pb != nil {
 		pb, has = x.outgoing()
 	}
-	return x.cc.sendPB(b, dest, x.tag+step, pb, has, exchange)
+	exLimit := 0
+	if exchange {
+		exLimit = x.cc.p.exchangeLimit(x.blocks)
+	}
+	return x.cc.sendPB(b, dest, x.tag+step, pb, has, exLimit)
 }
 
 func (x coll) recv(b []byte, src, step int) error {
@@ -1086,6 +1093,7 @@ func alltoall[T any](x coll, send, recv []T) error {
 
 func alltoallPairwise[T any](x coll, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) error {
 	p, me := x.size(), x.rank()
+	x.blocks = true
 	copyT(recv[rdispls[me]:rdispls[me]+rcounts[me]], send[sdispls[me]:sdispls[me]+scounts[me]])
 	for i := 1; i < p; i++ {
 		dst, src := (me+i)%p, (me-i+p)%p

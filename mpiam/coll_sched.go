@@ -95,7 +95,7 @@ func (n *nbc) Post(i int, op *sched.Op) error {
 			r.useCold()
 			r.pbOut, r.hasPBOut = n.x.outgoing()
 		}
-		if op.Exchange && r.lay == nil && cc.p.exchangeRndv(cc.world(op.Peer), len(op.Buf)) {
+		if op.Exchange && r.lay == nil && cc.p.exchangeRndv(cc.world(op.Peer), len(op.Buf), cc.p.exchangeLimit(op.Blocks)) {
 			r.useCold()
 			r.rndv = true // as a blocking exchange step's (eagerStep)
 		}

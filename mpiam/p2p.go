@@ -924,25 +924,35 @@ func (p *proc) piggyback() handlers.Piggyback {
 }
 
 // exchangeRndv reports whether a collective's exchange step of n bytes to
-// world rank world goes by rendezvous whatever else is in flight: over the
-// stream limit to a peer that can read this rank's memory with a single
-// copy. An exchange is a stream both ways at once: eagerly each core copies
-// its own message into the ring and the peer's out of it, by rendezvous
-// each reads the peer's message once (docs/collectives.md).
-func (p *proc) exchangeRndv(world, n int) bool {
-	return n > p.streamLimit && p.ep.CanGet(world, n)
+// world rank world goes by rendezvous whatever else is in flight: over
+// limit (exchangeLimit) to a peer that can read this rank's memory with a
+// single copy. An exchange is a stream both ways at once: eagerly each core
+// copies its own message into the ring and the peer's out of it, by
+// rendezvous each reads the peer's message once (docs/collectives.md).
+func (p *proc) exchangeRndv(world, n, limit int) bool {
+	return n > limit && p.ep.CanGet(world, n)
+}
+
+// exchangeLimit is the size, in bytes, above which an exchange step goes by
+// rendezvous to a peer with a single-copy read: the stream limit, or for an
+// exchange of an all-to-all's blocks (blocks) the lower block limit.
+func (p *proc) exchangeLimit(blocks bool) int {
+	if blocks {
+		return p.blockLimit
+	}
+	return p.streamLimit
 }
 
 // eagerStep reports whether a collective step of n bytes to world rank
-// world goes eager: as a standard send would; with exchange, up to the
-// stream limit to a peer with a single-copy read (exchangeRndv), and to
-// one without it also up to the eager limit of such peers (eagerNoGet,
-// within MaxMedium) whatever the limit for this one.
-func (p *proc) eagerStep(world, n int, exchange bool) bool {
-	if !exchange {
+// world goes eager: as a standard send would; for an exchange (exLimit,
+// from exchangeLimit, not 0), up to exLimit to a peer with a single-copy
+// read (exchangeRndv), and to one without it also up to the eager limit of
+// such peers (eagerNoGet, within MaxMedium) whatever the limit for this one.
+func (p *proc) eagerStep(world, n, exLimit int) bool {
+	if exLimit == 0 {
 		return p.eager(world, n)
 	}
-	if p.exchangeRndv(world, n) {
+	if p.exchangeRndv(world, n, exLimit) {
 		return false
 	}
 	return p.eager(world, n) || n <= p.eagerNoGet && n <= p.ep.MaxMediumTo(world) && !p.sendThrottle[world].on.Load()
@@ -950,23 +960,24 @@ func (p *proc) eagerStep(world, n int, exchange bool) bool {
 
 // sendPB is a blocking standard send that carries pb (if hasPB) instead of the
 // tool's current value: collectives forward the largest value they have seen.
-// With exchange (a collective's exchange step: the peer sends to this rank at
-// once) the message goes eager up to MaxMedium to a peer without a
-// single-copy read, whatever the eager limit, and up to the stream limit to
-// one with it (eagerStep; docs/collectives.md). A peer that throttled this
-// rank (unexpected.go) gets a rendezvous all the same.
-func (c *Comm) sendPB(buf []byte, dest, tag int, pb uint64, hasPB, exchange bool) error {
+// For an exchange (a collective's exchange step: the peer sends to this rank
+// at once; exLimit from exchangeLimit, 0 otherwise) the message goes eager
+// up to MaxMedium to a peer without a single-copy read, whatever the eager
+// limit, and up to exLimit to one with it (eagerStep; docs/collectives.md).
+// A peer that throttled this rank (unexpected.go) gets a rendezvous all the
+// same.
+func (c *Comm) sendPB(buf []byte, dest, tag int, pb uint64, hasPB bool, exLimit int) error {
 	if err := c.checkSend(dest, tag); err != nil {
 		return err
 	}
 	p := c.p
-	if dest != ProcNull && p.eagerStep(c.world(dest), len(buf), exchange) {
+	if dest != ProcNull && p.eagerStep(c.world(dest), len(buf), exLimit) {
 		return p.sendEager(c, buf, dest, tag, Standard, pb, hasPB)
 	}
 	r, _ := c.newSend(buf, dest, tag, Standard, false)
 	r.useCold()
 	r.pbOut, r.hasPBOut = pb, hasPB
-	r.rndv = exchange
+	r.rndv = exLimit != 0
 	err := p.startSend(r)
 	if err == nil {
 		_, err = r.wait()

@@ -33,6 +33,17 @@ const EnvEagerLimit = "AMGO_EAGER_LIMIT"
 // keep both cores busy twice over.
 const DefaultStreamLimit = 32 << 10
 
+// DefaultBlockLimit is the largest block, in bytes, that an all-to-all's
+// exchange step (Alltoall, Alltoallv, their nonblocking and persistent
+// forms) sends eagerly to a peer with a single-copy read; larger ones go by
+// rendezvous. It is below DefaultStreamLimit: an all-to-all's blocks are
+// exchanged back to back with nothing computed between, and at 32 KiB the
+// receiver's single copy was faster than two eager copies on each core in
+// every phase measured (docs/performance.md), where the exchanges of a
+// reduction, which alternate with its arithmetic, still gain from eager
+// copies there.
+const DefaultBlockLimit = 16 << 10
+
 // DefaultGetEagerLimit is the most the default eager limit, in bytes,
 // towards a peer whose memory this rank can read with a single copy (shared
 // memory's Cross Memory Attach, in-process ranks) can be; it is a quarter of
@@ -180,6 +191,7 @@ type proc struct {
 	// a single-copy read goes eager only while nothing else is in flight
 	// to it (eagerLarge); eagerLimit when AMGO_EAGER_LIMIT sets the limit.
 	streamLimit int
+	blockLimit  int // an all-to-all's exchanges: DefaultBlockLimit, within streamLimit
 	world       *Comm
 
 	nbc nbcEngine // nonblocking and persistent collectives under way (coll_sched.go)
@@ -303,6 +315,7 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 	// (eager checks MaxMediumTo per peer).
 	p.eagerLimit, p.eagerNoGet = getEagerLimit(ep), 0
 	p.streamLimit = min(p.eagerLimit, DefaultStreamLimit)
+	p.blockLimit = min(p.streamLimit, DefaultBlockLimit)
 	for r := range ep.Size() {
 		p.eagerNoGet = max(p.eagerNoGet, min(DefaultEagerLimit, ep.MaxMediumTo(r)))
 	}
@@ -314,6 +327,7 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		p.eagerLimit = min(n, ep.MaxMedium())
 		p.eagerNoGet = p.eagerLimit
 		p.streamLimit = p.eagerLimit
+		p.blockLimit = p.eagerLimit
 	}
 	entries := []handlers.Entry{
 		{Index: hEager, Name: "mpi.eager", NArgs: proto.EnvelopeArgs, Fn: p.onEagerFn()},

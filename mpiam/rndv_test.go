@@ -2,6 +2,7 @@ package mpiam
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -130,37 +131,61 @@ func TestRendezvousExchangeNotSplit(t *testing.T) {
 }
 
 // A collective's exchange step to a peer that can read this rank's memory,
-// blocking or on the schedule engine, goes eager up to the stream limit and
-// by rendezvous (one get by each rank) above it, below shm's eager limit
-// for point-to-point messages:
-// both cores copy in an exchange, and a single-copy read is one copy where
-// eager is two.
+// blocking or on the schedule engine, goes eager up to its limit and by
+// rendezvous (one get by each rank) above it, below shm's eager limit for
+// point-to-point messages: both cores copy in an exchange, and a
+// single-copy read is one copy where eager is two. The limit is the stream
+// limit (Allgather's exchanges), lower for an all-to-all's blocks
+// (DefaultBlockLimit).
 func TestExchangeStepProtocol(t *testing.T) {
 	runJob(t, "shm", 2, Config{}, func(r *rk, w *Comm) {
 		ep := w.p.ep
-		lim := w.p.streamLimit
-		r.Less(lim+8, w.p.eagerLimit, "a point-to-point message of these sizes is eager")
-		for i, n := range []int{lim, lim + 8, lim, lim + 8} {
-			send, recv := patterned(2*n, 1+w.Rank()), make([]byte, 2*n)
-			before := ep.Stats().Gets
-			if i < 2 {
-				r.NoError(Alltoall(w, send, recv))
-			} else { // the schedule engine's exchange (sched.Op.Exchange)
+		r.Equal(DefaultBlockLimit, w.p.blockLimit)
+		r.Less(w.p.blockLimit, w.p.streamLimit)
+		r.Less(w.p.streamLimit+8, w.p.eagerLimit, "a point-to-point message of these sizes is eager")
+		peer := 1 - w.Rank()
+		for _, c := range []struct {
+			name string
+			lim  int
+			run  func(send, recv []byte) error
+		}{
+			{"Alltoall", w.p.blockLimit, func(send, recv []byte) error { return Alltoall(w, send, recv) }},
+			{"Ialltoall", w.p.blockLimit, func(send, recv []byte) error { // the schedule engine's (sched.Op.Blocks)
 				req, err := Ialltoall(w, send, recv)
-				r.NoError(err)
-				_, err = req.Wait()
-				r.NoError(err)
+				if err == nil {
+					_, err = req.Wait()
+				}
+				return err
+			}},
+			{"Allgather", w.p.streamLimit, func(send, recv []byte) error {
+				return Allgather(w, send[w.Rank()*len(send)/2:(w.Rank()+1)*len(send)/2], recv)
+			}},
+			{"Iallgather", w.p.streamLimit, func(send, recv []byte) error { // sched.Op.Exchange
+				req, err := Iallgather(w, send[w.Rank()*len(send)/2:(w.Rank()+1)*len(send)/2], recv)
+				if err == nil {
+					_, err = req.Wait()
+				}
+				return err
+			}},
+		} {
+			for _, n := range []int{c.lim, c.lim + 8} {
+				send, recv := patterned(2*n, 1+w.Rank()), make([]byte, 2*n)
+				before := ep.Stats().Gets
+				r.NoError(c.run(send, recv), "%s %d", c.name, n)
+				gets := ep.Stats().Gets - before
+				r.Equal(send[w.Rank()*n:(w.Rank()+1)*n], recv[w.Rank()*n:(w.Rank()+1)*n], "%s: own block", c.name)
+				if strings.HasSuffix(c.name, "gather") { // the peer's own block
+					r.Equal(patterned(2*n, 1+peer)[peer*n:(peer+1)*n], recv[peer*n:(peer+1)*n], "%s: peer's block", c.name)
+				} else {
+					r.Equal(patterned(2*n, 1+peer)[w.Rank()*n:(w.Rank()+1)*n], recv[peer*n:(peer+1)*n], "%s: peer's block", c.name)
+				}
+				if n <= c.lim {
+					r.Zero(gets, "%s: %d bytes go eager", c.name, n)
+				} else {
+					r.EqualValues(1, gets, "%s: %d bytes are read once", c.name, n)
+				}
+				r.NoError(w.Barrier())
 			}
-			gets := ep.Stats().Gets - before
-			peer := 1 - w.Rank()
-			r.Equal(send[w.Rank()*n:(w.Rank()+1)*n], recv[w.Rank()*n:(w.Rank()+1)*n], "own block")
-			r.Equal(patterned(2*n, 1+peer)[w.Rank()*n:(w.Rank()+1)*n], recv[peer*n:(peer+1)*n], "peer's block")
-			if n <= lim {
-				r.Zero(gets, "%d bytes go eager", n)
-			} else {
-				r.EqualValues(1, gets, "%d bytes are read once", n)
-			}
-			r.NoError(w.Barrier())
 		}
 	})
 }

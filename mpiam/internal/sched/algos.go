@@ -399,7 +399,7 @@ func Alltoallv(b *Builder, g Group, send []byte, scounts, sdispls []int, recv []
 	}
 	for i := 1; i < p; i++ {
 		dst := (me + i) % p
-		b.SendExchange(g.peer(dst), tag, send[sdispls[dst]:sdispls[dst]+scounts[dst]])
+		b.SendExchangeBlocks(g.peer(dst), tag, send[sdispls[dst]:sdispls[dst]+scounts[dst]])
 	}
 	// The rank's own block last: the messages are on their way (a large
 	// one's request-to-send with the peer, who can read this rank's data

@@ -104,6 +104,10 @@ type Op struct {
 	// round (SendExchange): the two copy at once, which may call for
 	// another protocol than a one-way message of the same size.
 	Exchange bool
+	// Blocks marks an exchange of independent blocks (SendExchangeBlocks:
+	// an all-to-all's), which may switch protocol at another size than an
+	// exchange of data computed in the schedule.
+	Blocks bool
 }
 
 // message reports whether the step waits for something outside the rank.
@@ -168,6 +172,12 @@ func (b *Builder) Send(peer, tag int, buf []byte) {
 // round (Op.Exchange).
 func (b *Builder) SendExchange(peer, tag int, buf []byte) {
 	b.add(Op{Kind: SendOp, Peer: peer, Tag: tag, Buf: buf, Exchange: true})
+}
+
+// SendExchangeBlocks is SendExchange of an all-to-all's block, which
+// nothing in the schedule computes (Op.Blocks).
+func (b *Builder) SendExchangeBlocks(peer, tag int, buf []byte) {
+	b.add(Op{Kind: SendOp, Peer: peer, Tag: tag, Buf: buf, Exchange: true, Blocks: true})
 }
 
 // Recv adds a receive of len(buf) bytes from peer with tag to the current round.
