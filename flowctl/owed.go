@@ -18,8 +18,9 @@ import "sync/atomic"
 
 // CarryMin is the smallest request payload, in bytes, that carries the credit
 // owed to its destination however little it is: below it a request carries
-// credit only once the range is CarryAny bytes or Urgent, because the free extension's 8 bytes
-// would make an 8-byte MPI message two cache lines in a ring instead of one.
+// credit only once the range is CarryAny bytes or Urgent, because the free
+// extension's 8 bytes would make an 8-byte MPI message two cache lines in a
+// ring instead of one.
 const CarryMin = 256
 
 // CarryAny is the owed range, in bytes, from which every request to its
