@@ -156,8 +156,17 @@ func TestNonblockingWindowAllocs(t *testing.T) {
 				// few bytes over the measurement (statistics, timers), far
 				// below the 8 that one allocation per message would cost.
 				maxAllocs, limit := 0.0, 1.0
-				if strings.Contains(nw, "sim") { // sim, or sim between nodes
+				switch {
+				case strings.Contains(nw, "sim"): // sim, or sim between nodes
 					maxAllocs, limit = 1, 40
+				case strings.Contains(nw, "udp"):
+					// udp's reliability layer runs its protocol from a
+					// goroutine of its own when the rank has not called
+					// for an interval (a loaded machine: it failed at 1.3
+					// bytes a message beside other test binaries), which
+					// may grow its buffers during the measurement; 4 bytes
+					// is still half of one allocation per message.
+					limit = 4
 				}
 				r.LessOrEqual(allocs, maxAllocs, "allocations per window of %d messages", window)
 				r.LessOrEqual(bytes, limit, "bytes allocated per message")
