@@ -12,6 +12,7 @@ import (
 	"github.com/amgo-hpc/amgo/handlers"
 	"github.com/amgo-hpc/amgo/internal/cacheline"
 	"github.com/amgo-hpc/amgo/internal/locks"
+	"github.com/amgo-hpc/amgo/internal/memcopy"
 	"github.com/amgo-hpc/amgo/mpiam/internal/match"
 	"github.com/amgo-hpc/amgo/mpiam/internal/proto"
 )
@@ -592,6 +593,9 @@ func (p *proc) finishEagerLocked(r *reqState, m *inMsg, env match.Envelope) {
 func (p *proc) completeEagerLocked(r *reqState, payload []byte, env match.Envelope, pb uint64, hasPB, notReady bool, sig uint64, hasSig bool) {
 	var n int
 	if r.lay != nil {
+		if len(payload) >= prefetchUnpack {
+			memcopy.Prefetch(payload)
+		}
 		n = r.lay.unpack(r.buf, payload[:min(len(payload), r.lay.n)], 0)
 	} else {
 		n = copy(r.buf, payload)
@@ -801,3 +805,13 @@ func (p *proc) eagerAbove(world, n int) bool {
 func (p *proc) eagerPacked(world, n int) bool {
 	return (n <= p.eagerLimit || (n <= p.eagerNoGet && n <= p.ep.MaxMediumTo(world))) && !p.sendThrottle[world].on.Load()
 }
+
+// prefetchUnpack is the smallest eager payload, in bytes, whose lines a
+// receive of non-contiguous data asks for all at once before it unpacks
+// (memcopy.Prefetch): the unpacking loop's small loads and stores keep only
+// the few lines of the payload its instruction window reaches in flight,
+// where they come from the sending core one after the other. A contiguous
+// receive's copy has its wide loads under way already, and asking first
+// made it slower (docs/performance.md, "Unpacking from lines asked for at
+// once").
+const prefetchUnpack = 512

@@ -11,6 +11,10 @@
 // glibc's memcpy makes the same switch only above three quarters of the
 // shared cache per thread (several MiB). Copy moves the data in pieces
 // below Go's threshold instead.
+//
+// Prefetch asks for a buffer's lines all at once, before a loop of small
+// loads reads them (unpacking non-contiguous data out of a message that
+// another core wrote).
 package memcopy
 
 import "unsafe"

@@ -1,0 +1,5 @@
+//go:build !amd64
+
+package memcopy
+
+func prefetchLines(a uintptr, n int) {}
