@@ -2,8 +2,9 @@ package memcopy
 
 import "unsafe"
 
-// PrefetchMax is the most bytes Prefetch asks for: 256 lines, what a
-// core's first-level and miss queues can usefully have under way.
+// PrefetchMax is the most bytes Prefetch asks for (256 lines): half of a
+// 32 KiB first-level data cache, so that the lines asked for do not evict
+// the ones the reader writes to.
 const PrefetchMax = 16 << 10
 
 // Prefetch asks the CPU to bring the cache lines of b (at most its first

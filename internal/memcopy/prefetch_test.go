@@ -8,8 +8,8 @@ import (
 )
 
 // TestPrefetch asks for the lines of empty, short, unaligned and long
-// slices, and of a slice that ends at the last byte of a mapping followed by
-// a page that may not be touched: a prefetch never faults, and the data is unchanged.
+// slices, and of a slice that ends at the last byte before a page that may
+// not be touched: a prefetch never faults, and the data is unchanged.
 func TestPrefetch(t *testing.T) {
 	Prefetch(nil)
 	b := make([]byte, 3*PrefetchMax)
