@@ -444,6 +444,7 @@ func (p *proc) eagerLocked(tok *handlers.Token, pe proto.Envelope, payload []byt
 		r.handle = match.PostedHandle{}
 		p.matchedLocked(r)
 		pb, hasPB := tok.Piggyback()
+		prefetchForUnpack(r, payload)
 		p.completeEagerLocked(r, payload, env, pb, hasPB, false, sig, hasSig)
 		p.mu.Unlock()
 		return
@@ -556,6 +557,9 @@ func (p *proc) completeMatchesLocked(out []match.Match[*reqState, *inMsg], tok *
 		r.handle = match.PostedHandle{}
 		p.matchedLocked(r)
 		if !m.rndv {
+			if m == cur && !m.inl && m.heap == nil {
+				prefetchForUnpack(r, m.payload)
+			}
 			p.finishEagerLocked(r, m, x.Env)
 			switch {
 			case m == cur:
@@ -593,9 +597,6 @@ func (p *proc) finishEagerLocked(r *reqState, m *inMsg, env match.Envelope) {
 func (p *proc) completeEagerLocked(r *reqState, payload []byte, env match.Envelope, pb uint64, hasPB, notReady bool, sig uint64, hasSig bool) {
 	var n int
 	if r.lay != nil {
-		if len(payload) >= prefetchUnpack {
-			memcopy.Prefetch(payload)
-		}
 		n = r.lay.unpack(r.buf, payload[:min(len(payload), r.lay.n)], 0)
 	} else {
 		n = copy(r.buf, payload)
@@ -815,3 +816,14 @@ func (p *proc) eagerPacked(world, n int) bool {
 // made it slower (docs/performance.md, "Unpacking from lines asked for at
 // once").
 const prefetchUnpack = 512
+
+// prefetchForUnpack asks for payload's lines when receive r unpacks it and it
+// is at least prefetchUnpack bytes. It is called only where payload is still
+// in the per-peer buffer the sender wrote (the message being handled): a
+// payload copied out earlier as unexpected was written by this core, and its
+// lines are near already.
+func prefetchForUnpack(r *reqState, payload []byte) {
+	if r.lay != nil && len(payload) >= prefetchUnpack {
+		memcopy.Prefetch(payload)
+	}
+}
