@@ -421,6 +421,12 @@ func (l *layout) pack(dst, mem []byte, from int) int {
 	return l.t.Pack(dst, mem, l.count, int64(from))
 }
 
+// packNT is pack for a destination that another process reads next (a
+// shared stage): with non-temporal stores, fenced (dtype.Type.PackNT).
+func (l *layout) packNT(dst, mem []byte, from int) int {
+	return l.t.PackNT(dst, mem, l.count, int64(from))
+}
+
 func (l *layout) unpack(mem, src []byte, from int) int {
 	return l.t.Unpack(mem, src, l.count, int64(from))
 }

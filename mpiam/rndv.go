@@ -10,6 +10,7 @@ import (
 
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/handlers"
+	"github.com/amgo-hpc/amgo/internal/memcopy"
 	"github.com/amgo-hpc/amgo/mpiam/internal/match"
 	"github.com/amgo-hpc/amgo/mpiam/internal/proto"
 )
@@ -518,8 +519,10 @@ func (p *proc) runWork(d deferred) {
 		} else if d.cts.N > 0 {
 			src := r.buf[d.cts.Off : d.cts.Off+d.cts.N]
 			if b := p.stageOutFor(d.dst, &d.cts); b != nil {
-				// Into the receiver's shared stage (stage.go), then tell.
-				p.stages.packed.Add(int64(copy(b, src)))
+				// Into the receiver's shared stage (stage.go), around the
+				// caches as storeTyped packs, then tell.
+				p.stages.packed.Add(int64(memcopy.CopyNT(b, src)))
+				memcopy.StoreFence()
 				err = p.dataNotice(d.dst, &d.cts)
 			} else {
 				err = p.storeLast(d.dst, d.cts.Addr, src, &d.cts)

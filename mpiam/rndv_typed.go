@@ -328,7 +328,11 @@ func (p *proc) storeTyped(d *deferred) error {
 	r, a := d.req, d.cts
 	if b := p.stageOutFor(d.dst, &a); b != nil {
 		// The receiver's shared stage: pack straight into it, then tell.
-		r.lay.pack(b, r.buf, int(a.Off))
+		// Its lines were last read by the receiver's core: non-temporal
+		// stores send them to memory without first taking each one back
+		// from that core (docs/performance.md, "Packing into a shared
+		// stage around the caches").
+		r.lay.packNT(b, r.buf, int(a.Off))
 		p.stages.packed.Add(int64(len(b)))
 		return p.dataNotice(d.dst, &a)
 	}

@@ -284,3 +284,42 @@ func TestTypedSharedStageSenderDies(t *testing.T) {
 		return nil
 	})
 }
+
+// A contiguous sender copies the pieces a strided receiver asks for into
+// the receiver's shared stage (with non-temporal stores, fenced before the
+// piece's notice): every element lands, odd sizes included.
+func TestTypedSharedStageContiguousSender(t *testing.T) {
+	for _, nw := range []string{"loop", "shm"} {
+		t.Run(nw, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Setenv("AMGO_JOB_DIR", dir)
+			runJob(t, nw, 2, Config{}, func(r *rk, w *Comm) {
+				for k, n := range []int{150000, 70001} {
+					col, err := TypeVector(n, 1, 2, Float64)
+					r.NoError(err)
+					r.NoError(col.Commit())
+					if w.Rank() == 0 {
+						src := make([]float64, n)
+						for i := range src {
+							src[i] = float64(i + k)
+						}
+						r.NoError(Send(w, src, 1, k))
+						r.Positive(w.p.stages.packed.Load(), "nothing copied into a shared stage")
+						continue
+					}
+					buf := make([]float64, 2*n)
+					st, err := RecvTyped(w, buf, 1, col, 0, k)
+					r.NoError(err)
+					r.Equal(8*n, st.Bytes)
+					for i := range n {
+						if buf[2*i] != float64(i+k) || buf[2*i+1] != 0 {
+							r.Failf("wrong data", "size %d: element %d is %v (gap %v)", n, i, buf[2*i], buf[2*i+1])
+							break
+						}
+					}
+				}
+			})
+			require.Empty(t, stageFiles(t, dir))
+		})
+	}
+}

@@ -286,6 +286,9 @@ func TestRandomTypesAgainstReference(t *testing.T) {
 		got := make([]byte, len(want))
 		require.Equal(t, len(want), ty.Pack(got, mem, count, 0))
 		require.True(t, bytes.Equal(want, got), "iter %d: pack of %d x %s", iter, count, ty)
+		nt := make([]byte, len(want))
+		require.Equal(t, len(want), ty.PackNT(nt, mem, count, 0))
+		require.True(t, bytes.Equal(want, nt), "iter %d: non-temporal pack of %d x %s", iter, count, ty)
 
 		// Packing in chunks from any byte gives the same stream.
 		if len(want) > 1 {
@@ -491,6 +494,9 @@ func FuzzPackRange(f *testing.F) {
 		got := make([]byte, int64(len(want))-from)
 		require.Equal(t, len(got), ty.Pack(got, mem, 2, from))
 		require.True(t, bytes.Equal(want[from:], got))
+		nt := make([]byte, len(got))
+		require.Equal(t, len(nt), ty.PackNT(nt, mem, 2, from))
+		require.True(t, bytes.Equal(want[from:], nt))
 	})
 }
 
@@ -512,6 +518,12 @@ func BenchmarkPack(b *testing.B) {
 			b.SetBytes(v.Size())
 			for b.Loop() {
 				v.Pack(dst, mem, 1, 0)
+			}
+		})
+		b.Run(c.name+"/nt", func(b *testing.B) {
+			b.SetBytes(v.Size())
+			for b.Loop() {
+				v.PackNT(dst, mem, 1, 0)
 			}
 		})
 		b.Run(c.name+"/unpack", func(b *testing.B) {
@@ -542,6 +554,9 @@ func TestPackNegativeStrideWords(t *testing.T) {
 	got := make([]byte, 32)
 	require.Equal(t, 32, ty.Pack(got, mem, 1, 0))
 	require.Equal(t, want, got)
+	nt := make([]byte, 32)
+	require.Equal(t, 32, ty.PackNT(nt, mem, 1, 0))
+	require.Equal(t, want, nt)
 	back := make([]byte, 80)
 	require.Equal(t, 32, ty.Unpack(back, got, 1, 0))
 	for _, off := range []int{16, 32, 48, 64} {

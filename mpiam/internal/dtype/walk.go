@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"unsafe"
+
+	"github.com/amgo-hpc/amgo/internal/memcopy"
 )
 
 // walk visits the packed bytes [from, to) of one instance of t whose origin
@@ -80,19 +82,40 @@ func (t *Type) Walk(count, from, to int64, fn func(off, n int64) bool) {
 // whose first origin is mem[0], into dst, and returns how many it copied
 // (fewer at the end of the data). The caller checks mem against Span.
 func (t *Type) Pack(dst, mem []byte, count, from int64) int {
-	return t.move(dst, mem, count, from, false)
+	return t.move(dst, mem, count, from, packing)
+}
+
+// PackNT is Pack for a destination that another core reads next: its words
+// of 8 bytes and its runs go with non-temporal stores (memcopy.CopyNT and
+// GatherNT; blocks of 4 bytes and the last bytes of a run that is not a
+// whole number of words, with ordinary ones), fenced (memcopy.StoreFence)
+// before it returns.
+func (t *Type) PackNT(dst, mem []byte, count, from int64) int {
+	n := t.move(dst, mem, count, from, packingNT)
+	memcopy.StoreFence()
+	return n
 }
 
 // Unpack copies src into count instances of t whose first origin is mem[0],
 // as packed bytes [from, from+len(src)), and returns how many it copied.
 // The caller checks mem against Span.
 func (t *Type) Unpack(mem, src []byte, count, from int64) int {
-	return t.move(src, mem, count, from, true)
+	return t.move(src, mem, count, from, unpacking)
 }
 
-// move packs (or, with in, unpacks) packed bytes [from, from+len(buf)) of
-// count instances of t between buf and mem.
-func (t *Type) move(buf, mem []byte, count, from int64, in bool) int {
+// dir is the direction of a move between packed bytes and memory, and for
+// packing, the kind of stores.
+type dir uint8
+
+const (
+	packing   dir = iota // memory to packed bytes
+	unpacking            // packed bytes to memory
+	packingNT            // memory to packed bytes, with non-temporal stores
+)
+
+// move packs or unpacks (d) packed bytes [from, from+len(buf)) of count
+// instances of t between buf and mem.
+func (t *Type) move(buf, mem []byte, count, from int64, d dir) int {
 	if t.size == 0 {
 		return 0
 	}
@@ -101,7 +124,7 @@ func (t *Type) move(buf, mem []byte, count, from int64, in bool) int {
 		return 0
 	}
 	if t.dense {
-		return copyRun(buf, mem, 0, t.tlb+from, to-from, in)
+		return copyRun(buf, mem, 0, t.tlb+from, to-from, d)
 	}
 	ext := t.ub - t.lb
 	if len(t.parts) == 1 && from == 0 && to == count*t.size {
@@ -110,22 +133,25 @@ func (t *Type) move(buf, mem []byte, count, from int64, in bool) int {
 		if p := &t.parts[0]; p.t.dense {
 			var pos int64
 			for i := range count {
-				pos = moveBlocks(buf, mem, pos, i*ext+p.disp+p.t.tlb, p.stride, p.n*p.t.size, p.count, in)
+				pos = moveBlocks(buf, mem, pos, i*ext+p.disp+p.t.tlb, p.stride, p.n*p.t.size, p.count, d)
 			}
 			return int(pos)
 		}
 	}
 	var pos int64
 	for i := from / t.size; i < count && i*t.size < to; i++ {
-		pos = moveOne(t, buf, mem, pos, i*ext, max(from-i*t.size, 0), min(to-i*t.size, t.size), in)
+		pos = moveOne(t, buf, mem, pos, i*ext, max(from-i*t.size, 0), min(to-i*t.size, t.size), d)
 	}
 	return int(pos)
 }
 
 // copyRun moves n bytes between buf[pos:] and mem[off:].
-func copyRun(buf, mem []byte, pos, off, n int64, in bool) int {
-	if in {
+func copyRun(buf, mem []byte, pos, off, n int64, d dir) int {
+	switch d {
+	case unpacking:
 		return copy(mem[off:off+n], buf[pos:pos+n])
+	case packingNT:
+		return memcopy.CopyNT(buf[pos:pos+n], mem[off:off+n])
 	}
 	return copy(buf[pos:pos+n], mem[off:off+n])
 }
@@ -134,9 +160,9 @@ func copyRun(buf, mem []byte, pos, off, n int64, in bool) int {
 // is at mem offset base, between mem and buf[pos:], and returns the
 // position after them: walk with the copies inlined, and whole blocks of
 // a few bytes copied as words (a column of float64s moves 8 bytes a block).
-func moveOne(t *Type, buf, mem []byte, pos, base, from, to int64, in bool) int64 {
+func moveOne(t *Type, buf, mem []byte, pos, base, from, to int64, d dir) int64 {
 	if t.run {
-		return pos + int64(copyRun(buf, mem, pos, base+t.tlb+from, to-from, in))
+		return pos + int64(copyRun(buf, mem, pos, base+t.tlb+from, to-from, d))
 	}
 	i := 0
 	if from > 0 && len(t.parts) > 1 {
@@ -163,16 +189,16 @@ func moveOne(t *Type, buf, mem []byte, pos, base, from, to int64, in bool) int64
 			// A partial first block, then whole blocks, then a partial last.
 			if blo := lo - j*bb; blo > 0 {
 				n := min(bb, hi-j*bb) - blo
-				pos += int64(copyRun(buf, mem, pos, origin+j*p.stride+blo, n, in))
+				pos += int64(copyRun(buf, mem, pos, origin+j*p.stride+blo, n, d))
 				j++
 			}
 			whole := min(p.count, hi/bb)
 			if j < whole {
-				pos = moveBlocks(buf, mem, pos, origin+j*p.stride, p.stride, bb, whole-j, in)
+				pos = moveBlocks(buf, mem, pos, origin+j*p.stride, p.stride, bb, whole-j, d)
 				j = whole
 			}
 			if j < p.count && j*bb < hi {
-				pos += int64(copyRun(buf, mem, pos, origin+j*p.stride, hi-j*bb, in))
+				pos += int64(copyRun(buf, mem, pos, origin+j*p.stride, hi-j*bb, d))
 			}
 			continue
 		}
@@ -180,7 +206,7 @@ func moveOne(t *Type, buf, mem []byte, pos, base, from, to int64, in bool) int64
 			bbase := base + p.disp + j*p.stride
 			blo, bhi := max(lo-j*bb, 0), min(hi-j*bb, bb)
 			for k := blo / c.size; k < p.n && k*c.size < bhi; k++ {
-				pos = moveOne(c, buf, mem, pos, bbase+k*ext, max(blo-k*c.size, 0), min(bhi-k*c.size, c.size), in)
+				pos = moveOne(c, buf, mem, pos, bbase+k*ext, max(blo-k*c.size, 0), min(bhi-k*c.size, c.size), d)
 			}
 		}
 	}
@@ -194,7 +220,7 @@ func moveOne(t *Type, buf, mem []byte, pos, base, from, to int64, in bool) int64
 // blocks at half the speed.
 //
 //go:noinline
-func moveBlocks(buf, mem []byte, pos, off, stride, bb, n int64, in bool) int64 {
+func moveBlocks(buf, mem []byte, pos, off, stride, bb, n int64, d dir) int64 {
 	switch {
 	case bb == 8:
 		// Bounds checked once for the whole run (its first and last blocks
@@ -216,9 +242,13 @@ func moveBlocks(buf, mem []byte, pos, off, stride, bb, n int64, in bool) int64 {
 		// *uint64 is refused by checkptr): under 3 instructions a block,
 		// against 7 for a multiply per block. Offsets, not pointers,
 		// advance, so that no pointer past the data is ever formed.
+		if d == packingNT {
+			memcopy.GatherNT(b, m, int(stride), int(n))
+			return pos + 8*n
+		}
 		s2, s3, s4 := 2*stride, 3*stride, 4*stride
 		var bo, mo int64
-		if in {
+		if d == unpacking {
 			for k := n >> 3; k > 0; k-- {
 				s, d := unsafe.Add(b, bo), unsafe.Add(m, mo)
 				d4 := unsafe.Add(d, s4)
@@ -256,7 +286,7 @@ func moveBlocks(buf, mem []byte, pos, off, stride, bb, n int64, in bool) int64 {
 			}
 		}
 		pos += 8 * n
-	case bb == 4 && !in:
+	case bb == 4 && d != unpacking:
 		for range n {
 			binary.LittleEndian.PutUint32(buf[pos:], binary.LittleEndian.Uint32(mem[off:]))
 			pos, off = pos+4, off+stride
@@ -266,9 +296,14 @@ func moveBlocks(buf, mem []byte, pos, off, stride, bb, n int64, in bool) int64 {
 			binary.LittleEndian.PutUint32(mem[off:], binary.LittleEndian.Uint32(buf[pos:]))
 			pos, off = pos+4, off+stride
 		}
-	case !in:
+	case d == packing:
 		for range n {
 			copy(buf[pos:pos+bb], mem[off:off+bb])
+			pos, off = pos+bb, off+stride
+		}
+	case d == packingNT:
+		for range n {
+			memcopy.CopyNT(buf[pos:pos+bb], mem[off:off+bb])
 			pos, off = pos+bb, off+stride
 		}
 	default:
