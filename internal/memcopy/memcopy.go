@@ -14,7 +14,9 @@
 //
 // Prefetch asks for a buffer's lines all at once, before a loop of small
 // loads reads them (unpacking non-contiguous data out of a message that
-// another core wrote).
+// another core wrote). CopyNT and GatherNT store around the caches, for a
+// buffer that another core reads next (a shared staging area), and
+// StoreFence orders those stores before the one that publishes them.
 package memcopy
 
 import "unsafe"
