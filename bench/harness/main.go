@@ -1,9 +1,12 @@
 // Command harness runs amgo's OSU-style benchmarks (bench/osu) over amgo's
 // transports and the C reference programs (bench/ref) under Open MPI and MPICH,
-// over shared memory and TCP, interleaved (A B C A B C ...) for -reps
+// over shared memory and TCP, interleaved (A B C C B A A B C ...) for -reps
 // repetitions, and writes the medians with min-max as a CSV file and a Markdown
 // report into a dated directory under -out (bench/results/<UTC stamp>/, and
-// bench/results/latest pointing to it). bench/run.sh (`make bench`) builds
+// bench/results/latest pointing to it). Around every run it times a cache
+// line's hop between two cores (phase.go) and reports the runs made in the
+// machine's fast phase apart, since some guests change that cost several
+// times over from one minute to the next. bench/run.sh (`make bench`) builds
 // everything and calls it; bench/plot draws the figures from the CSV.
 //
 //	harness [-reps 3] [-quick] [-only regexp] [-bin bin] [-ref dir] [-out bench/results] [-cluster]
@@ -81,6 +84,23 @@ type sample struct {
 	Bench, Config, Column string
 	Size, Rep             int
 	Value                 float64
+	Probe                 float64 // the run's worse cross-core probe, ns per hop (runProbe.worst)
+}
+
+// repOrder is the order of the jobs in repetition rep: as planned in odd
+// repetitions, reversed in even ones, so that no configuration always runs
+// just before or after another. The machine's phases (phase.go) last
+// minutes; a fixed order would give the configuration run second the
+// better chance of a phase that ended during the first.
+func repOrder(jobs []job, rep int) []job {
+	if rep%2 == 1 {
+		return jobs
+	}
+	r := make([]job, len(jobs))
+	for i, j := range jobs {
+		r[len(jobs)-1-i] = j
+	}
+	return r
 }
 
 func main() {
@@ -156,8 +176,9 @@ func main() {
 		fatal(err)
 	}
 	defer logf.Close()
+	var probes []runProbe
 	for rep := 1; rep <= *reps; rep++ {
-		for _, j := range jobs {
+		for _, j := range repOrder(jobs, rep) {
 			if skipped[j.Cfg.Name] {
 				continue
 			}
@@ -168,9 +189,12 @@ func main() {
 			}
 			busy := waitQuiet(*maxBusy, *loadWait)
 			fmt.Fprintf(os.Stderr, "harness: rep %d/%d %-28s (busy %.2f CPUs)\n", rep, *reps, j.name(), busy)
+			pr := runProbe{Bench: j.Bench, Config: j.Cfg.Name, Rep: rep, Before: probeHop(probeRounds)}
 			stdout, stderr, err := run(j, *timeout)
 			afterRun()
-			fmt.Fprintf(logf, "=== rep %d %s busy=%.2f: %s\n%s%s", rep, j.name(), busy, strings.Join(j.command(), " "), stdout, stderr)
+			pr.After = probeHop(probeRounds)
+			probes = append(probes, pr)
+			fmt.Fprintf(logf, "=== rep %d %s busy=%.2f probe=%.0f/%.0fns: %s\n%s%s", rep, j.name(), busy, pr.Before, pr.After, strings.Join(j.command(), " "), stdout, stderr)
 			cols, rows, perr := osu.Parse(bytes.NewReader(stdout))
 			if err == nil && perr == nil && len(rows) == 0 {
 				err = fmt.Errorf("no result rows")
@@ -191,7 +215,7 @@ func main() {
 					if c < len(cols) {
 						col = cols[c]
 					}
-					samples = append(samples, sample{j.Bench, j.Cfg.Name, col, r.Size, rep, v})
+					samples = append(samples, sample{j.Bench, j.Cfg.Name, col, r.Size, rep, v, pr.worst()})
 				}
 			}
 		}
@@ -199,7 +223,7 @@ func main() {
 	if err := writeCSV(filepath.Join(dir, "results.csv"), samples); err != nil {
 		fatal(err)
 	}
-	md := report(facts, jobs, samples, notes)
+	md := report(facts, jobs, samples, probes, notes)
 	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(md), 0o644); err != nil {
 		fatal(err)
 	}
@@ -596,9 +620,10 @@ func writeCSV(path string, samples []sample) error {
 		return err
 	}
 	w := csv.NewWriter(f)
-	_ = w.Write([]string{"bench", "config", "column", "size", "rep", "value"})
+	_ = w.Write([]string{"bench", "config", "column", "size", "rep", "value", "probe_ns"})
 	for _, s := range samples {
-		_ = w.Write([]string{s.Bench, s.Config, s.Column, strconv.Itoa(s.Size), strconv.Itoa(s.Rep), strconv.FormatFloat(s.Value, 'g', 6, 64)})
+		_ = w.Write([]string{s.Bench, s.Config, s.Column, strconv.Itoa(s.Size), strconv.Itoa(s.Rep),
+			strconv.FormatFloat(s.Value, 'g', 6, 64), strconv.FormatFloat(s.Probe, 'f', 0, 64)})
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {
@@ -645,7 +670,7 @@ func machineFacts(start time.Time, reps int) []string {
 		"mpich: " + sh("dpkg-query", "-W", "-f", "${Version}", "mpich") + " (" + strings.Join(strings.Fields(sh("sh", "-c", "mpichversion | grep Device")), " ") + ")",
 		"amgo: " + sh("git", "log", "-1", "--format=%h %s"),
 		fmt.Sprintf("load before the session: %.2f (1-minute average)", load1()),
-		fmt.Sprintf("repetitions: %d, interleaved; cells: median (min–max)", reps),
+		fmt.Sprintf("repetitions: %d, interleaved, every other one in reverse order; cells: median (min–max)", reps),
 	}
 }
 
@@ -656,7 +681,10 @@ type key struct {
 }
 
 // stats are the median, minimum and maximum of a figure over repetitions.
-type stats struct{ Med, Min, Max float64 }
+type stats struct {
+	Med, Min, Max float64
+	N             int // repetitions
+}
 
 func summarize(samples []sample) map[key]stats {
 	vals := map[key][]float64{}
@@ -671,7 +699,7 @@ func summarize(samples []sample) map[key]stats {
 		if len(v)%2 == 0 {
 			med = (v[len(v)/2-1] + v[len(v)/2]) / 2
 		}
-		out[k] = stats{med, v[0], v[len(v)-1]}
+		out[k] = stats{med, v[0], v[len(v)-1], len(v)}
 	}
 	return out
 }
@@ -704,7 +732,8 @@ func sizeLabel(n int) string {
 
 // table writes one Markdown table: rows are sizes (all, or those in pick),
 // columns the configurations that have figures for (bench, column).
-func table(b *strings.Builder, sum map[key]stats, bench, column string, configs []string, pick []int) {
+// withN adds each cell's number of repetitions.
+func table(b *strings.Builder, sum map[key]stats, bench, column string, configs []string, pick []int, withN bool) {
 	var cfgs []string
 	sizeSet := map[int]bool{}
 	for _, c := range configs {
@@ -748,7 +777,9 @@ func table(b *strings.Builder, sum map[key]stats, bench, column string, configs 
 		}
 		fmt.Fprintf(b, "| %s |", label)
 		for _, c := range cfgs {
-			if st, ok := sum[key{bench, c, column, s}]; ok {
+			if st, ok := sum[key{bench, c, column, s}]; ok && withN {
+				fmt.Fprintf(b, " %s, n=%d |", st, st.N)
+			} else if ok {
 				fmt.Fprintf(b, " %s |", st)
 			} else {
 				b.WriteString(" |")
@@ -758,7 +789,7 @@ func table(b *strings.Builder, sum map[key]stats, bench, column string, configs 
 	}
 }
 
-func report(facts []string, jobs []job, samples []sample, notes []string) string {
+func report(facts []string, jobs []job, samples []sample, probes []runProbe, notes []string) string {
 	sum := summarize(samples)
 	var configs, benches []string
 	seenC, seenB := map[string]bool{}, map[string]bool{}
@@ -800,33 +831,43 @@ func report(facts []string, jobs []job, samples []sample, notes []string) string
 		}
 	}
 	b.WriteString("\n## Compact tables\n")
-	table(&b, sum, "latency", "Latency (us)", configs, []int{8, 1024, 16384, 65536, 1 << 20, 4 << 20})
-	table(&b, sum, "bw", "Bandwidth (MB/s)", configs, []int{8, 1024, 16384, 1 << 20, 4 << 20})
-	table(&b, sum, "bibw", "Bandwidth (MB/s)", configs, []int{8, 1024, 16384, 1 << 20, 4 << 20})
-	table(&b, sum, "allreduce", "Allreduce, 2 ranks, avg latency (us)", configs, []int{4, 1024, 65536, 1 << 20})
-	table(&b, sum, "bcast", "Bcast, 2 ranks, avg latency (us)", configs, []int{1, 1024, 65536, 1 << 20})
-	table(&b, sum, "alltoall", "Alltoall, 2 ranks, avg latency (us)", configs, []int{1, 1024, 65536})
-	table(&b, sum, "barrier", "Barrier, 2 ranks, avg latency (us)", configs, []int{0})
-	table(&b, sum, "latency-vector", "Latency (us)", configs, []int{8, 1024, 8192, 65536, 1 << 20})
-	table(&b, sum, "halo3d", "Time per sweep (us)", configs, nil)
-	table(&b, sum, "halo3d", "Exchange (us)", configs, nil)
-	table(&b, sum, "iallreduce", "Pure Comm.(us)", configs, []int{8, 1024, 65536})
-	table(&b, sum, "iallreduce", "Overlap(%)", configs, []int{8, 1024, 65536})
-	table(&b, sum, "ialltoall", "Pure Comm.(us)", configs, []int{8, 1024, 65536})
-	table(&b, sum, "ialltoall", "Overlap(%)", configs, []int{8, 1024, 65536})
-	table(&b, sum, "ibarrier", "Pure Comm.(us)", configs, []int{0})
-	table(&b, sum, "put_latency", "Latency (us)", configs, []int{8, 1024, 65536, 1 << 20})
-	table(&b, sum, "get_latency", "Latency (us)", configs, []int{8, 1024, 65536, 1 << 20})
-	table(&b, sum, "put_bw", "Bandwidth (MB/s)", configs, []int{8, 1024, 65536, 1 << 20})
-	table(&b, sum, "fop_latency", "Latency (us)", configs, []int{8})
-	table(&b, sum, "latency-pair", "Latency (us)", configs, []int{8, 1024, 4096, 65536, 1 << 20})
-	table(&b, sum, "bw-pair", "Bandwidth (MB/s)", configs, []int{8, 1024, 65536, 1 << 20})
-	table(&b, sum, "mbw_mr-pair", "Messages/s", configs, []int{8, 1024})
+	compact(&b, summarize(samples), configs, false)
+	if limit := fastLimit(probes); limit > 0 {
+		fmt.Fprintf(&b, "\n## Compact tables, runs in the fast phase\n\n%s Cells: median (min–max) of those runs, n of them; "+
+			"compare configurations here when the phases differ between their runs.\n", phaseSummary(probes, limit))
+		compact(&b, summarize(fastSamples(samples, probes, limit)), configs, true)
+	}
 	b.WriteString("\n## Full tables\n")
 	for _, bench := range benches {
 		for _, col := range columns(bench) {
-			table(&b, sum, bench, col, configs, nil)
+			table(&b, sum, bench, col, configs, nil, false)
 		}
 	}
 	return b.String()
+}
+
+// compact writes the compact tables: the sizes the performance targets name.
+func compact(b *strings.Builder, sum map[key]stats, configs []string, withN bool) {
+	table(b, sum, "latency", "Latency (us)", configs, []int{8, 1024, 16384, 65536, 1 << 20, 4 << 20}, withN)
+	table(b, sum, "bw", "Bandwidth (MB/s)", configs, []int{8, 1024, 16384, 1 << 20, 4 << 20}, withN)
+	table(b, sum, "bibw", "Bandwidth (MB/s)", configs, []int{8, 1024, 16384, 1 << 20, 4 << 20}, withN)
+	table(b, sum, "allreduce", "Allreduce, 2 ranks, avg latency (us)", configs, []int{4, 1024, 65536, 1 << 20}, withN)
+	table(b, sum, "bcast", "Bcast, 2 ranks, avg latency (us)", configs, []int{1, 1024, 65536, 1 << 20}, withN)
+	table(b, sum, "alltoall", "Alltoall, 2 ranks, avg latency (us)", configs, []int{1, 1024, 65536}, withN)
+	table(b, sum, "barrier", "Barrier, 2 ranks, avg latency (us)", configs, []int{0}, withN)
+	table(b, sum, "latency-vector", "Latency (us)", configs, []int{8, 1024, 8192, 65536, 1 << 20}, withN)
+	table(b, sum, "halo3d", "Time per sweep (us)", configs, nil, withN)
+	table(b, sum, "halo3d", "Exchange (us)", configs, nil, withN)
+	table(b, sum, "iallreduce", "Pure Comm.(us)", configs, []int{8, 1024, 65536}, withN)
+	table(b, sum, "iallreduce", "Overlap(%)", configs, []int{8, 1024, 65536}, withN)
+	table(b, sum, "ialltoall", "Pure Comm.(us)", configs, []int{8, 1024, 65536}, withN)
+	table(b, sum, "ialltoall", "Overlap(%)", configs, []int{8, 1024, 65536}, withN)
+	table(b, sum, "ibarrier", "Pure Comm.(us)", configs, []int{0}, withN)
+	table(b, sum, "put_latency", "Latency (us)", configs, []int{8, 1024, 65536, 1 << 20}, withN)
+	table(b, sum, "get_latency", "Latency (us)", configs, []int{8, 1024, 65536, 1 << 20}, withN)
+	table(b, sum, "put_bw", "Bandwidth (MB/s)", configs, []int{8, 1024, 65536, 1 << 20}, withN)
+	table(b, sum, "fop_latency", "Latency (us)", configs, []int{8}, withN)
+	table(b, sum, "latency-pair", "Latency (us)", configs, []int{8, 1024, 4096, 65536, 1 << 20}, withN)
+	table(b, sum, "bw-pair", "Bandwidth (MB/s)", configs, []int{8, 1024, 65536, 1 << 20}, withN)
+	table(b, sum, "mbw_mr-pair", "Messages/s", configs, []int{8, 1024}, withN)
 }

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestProbeHop(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		require.Zero(t, probeHop(1000), "one CPU: no probe")
+		return
+	}
+	ns := probeHop(2000)
+	require.Greater(t, ns, 0.0)
+	require.Less(t, ns, 1e6, "a hop of a millisecond is not a cache line's")
+	require.Zero(t, probeHop(0))
+}
+
+func TestRepOrder(t *testing.T) {
+	jobs := []job{{Bench: "a"}, {Bench: "b"}, {Bench: "c"}}
+	names := func(js []job) (s string) {
+		for _, j := range js {
+			s += j.Bench
+		}
+		return s
+	}
+	require.Equal(t, "abc", names(repOrder(jobs, 1)))
+	require.Equal(t, "cba", names(repOrder(jobs, 2)))
+	require.Equal(t, "abc", names(repOrder(jobs, 3)))
+	require.Equal(t, "abc", names(jobs), "the plan itself is left alone")
+}
+
+func TestFastSamples(t *testing.T) {
+	probes := []runProbe{
+		{"bw", "amgo-shm", 1, 70, 80},   // fast
+		{"bw", "ompi-shm", 1, 75, 290},  // ends slow
+		{"bw", "amgo-shm", 2, 300, 280}, // slow
+		{"bw", "ompi-shm", 2, 60, 119},  // fast: 119 <= 2*60
+		{"bw", "mpich-shm", 1, 0, 0},    // not probed
+	}
+	limit := fastLimit(probes)
+	require.Equal(t, 120.0, limit)
+	var samples []sample
+	for _, p := range probes {
+		samples = append(samples, sample{Bench: p.Bench, Config: p.Config, Column: "MB/s", Size: 8, Rep: p.Rep, Value: 1})
+	}
+	fast := fastSamples(samples, probes, limit)
+	require.Len(t, fast, 2)
+	require.Equal(t, "amgo-shm", fast[0].Config)
+	require.Equal(t, 1, fast[0].Rep)
+	require.Equal(t, "ompi-shm", fast[1].Config)
+	require.Equal(t, 2, fast[1].Rep)
+
+	sum := phaseSummary(probes, limit)
+	require.Contains(t, sum, "lowest 60 ns")
+	require.Contains(t, sum, "2 of 5 runs")
+	require.Zero(t, fastLimit([]runProbe{{"bw", "x", 1, 0, 0}}))
+	require.Contains(t, phaseSummary(nil, 0), "No cross-core probes")
+}
+
+func TestReportFastPhaseTables(t *testing.T) {
+	cfg := func(name string) config { return config{Name: name} }
+	jobs := []job{{Bench: "bw", Cfg: cfg("amgo-shm")}, {Bench: "bw", Cfg: cfg("ompi-shm")}}
+	samples := []sample{
+		{"bw", "amgo-shm", "Bandwidth (MB/s)", 8, 1, 100, 70},
+		{"bw", "ompi-shm", "Bandwidth (MB/s)", 8, 1, 90, 300},
+		{"bw", "amgo-shm", "Bandwidth (MB/s)", 8, 2, 60, 280},
+		{"bw", "ompi-shm", "Bandwidth (MB/s)", 8, 2, 95, 72},
+	}
+	probes := []runProbe{{"bw", "amgo-shm", 1, 70, 65}, {"bw", "ompi-shm", 1, 300, 290},
+		{"bw", "amgo-shm", 2, 280, 260}, {"bw", "ompi-shm", 2, 72, 70}}
+	md := report(nil, jobs, samples, probes, nil)
+	all, fast, ok := strings.Cut(md, "## Compact tables, runs in the fast phase")
+	require.True(t, ok, md)
+	require.Contains(t, all, "| 8B | 80.0 (60.0–100) | 92.5 (90.0–95.0) |")
+	require.Contains(t, fast, "| 8B | 100 (100–100), n=1 | 95.0 (95.0–95.0), n=1 |")
+	require.Contains(t, fast, "2 of 4 runs")
+}
