@@ -85,23 +85,33 @@ type runProbe struct {
 // worst is the larger of the two probes.
 func (p runProbe) worst() float64 { return max(p.Before, p.After) }
 
+// fast reports whether the run was probed on both sides and lay wholly
+// within limit.
+func (p runProbe) fast(limit float64) bool {
+	return p.Before > 0 && p.After > 0 && p.worst() <= limit
+}
+
+// probeValues is every probe of the runs probed on both sides, sorted.
+func probeValues(probes []runProbe) []float64 {
+	var all []float64
+	for _, p := range probes {
+		if p.Before > 0 && p.After > 0 {
+			all = append(all, p.Before, p.After)
+		}
+	}
+	sort.Float64s(all)
+	return all
+}
+
 // fastLimit is the probe in ns at or under which a run counts as in the
 // fast phase: fastFactor times the session's low probe, the tenth
 // percentile of all its probes (not the lowest, which one lucky probe
 // would set); 0 when nothing was probed.
 func fastLimit(probes []runProbe) float64 {
-	var all []float64
-	for _, p := range probes {
-		for _, v := range []float64{p.Before, p.After} {
-			if v > 0 {
-				all = append(all, v)
-			}
-		}
-	}
+	all := probeValues(probes)
 	if len(all) == 0 {
 		return 0
 	}
-	sort.Float64s(all)
 	return fastFactor * all[len(all)/10]
 }
 
@@ -114,7 +124,7 @@ func fastSamples(samples []sample, probes []runProbe, limit float64) []sample {
 	}
 	fast := map[run]bool{}
 	for _, p := range probes {
-		if p.Before > 0 && p.After > 0 && p.worst() <= limit {
+		if p.fast(limit) {
 			fast[run{p.Bench, p.Config, p.Rep}] = true
 		}
 	}
@@ -130,20 +140,16 @@ func fastSamples(samples []sample, probes []runProbe, limit float64) []sample {
 // phaseSummary describes the session's probes in a sentence or two for the
 // report: their spread and how many runs fell wholly in the fast phase.
 func phaseSummary(probes []runProbe, limit float64) string {
-	var all []float64
-	fast := 0
-	for _, p := range probes {
-		if p.Before > 0 && p.After > 0 {
-			all = append(all, p.Before, p.After)
-			if p.worst() <= limit {
-				fast++
-			}
-		}
-	}
+	all := probeValues(probes)
 	if len(all) == 0 {
 		return "No cross-core probes (one CPU)."
 	}
-	sort.Float64s(all)
+	fast := 0
+	for _, p := range probes {
+		if p.fast(limit) {
+			fast++
+		}
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Cross-core probe (a cache line's one-way hop between two goroutines, before and after every run): "+
 		"lowest %.0f ns, median %.0f, highest %.0f. ", all[0], all[len(all)/2], all[len(all)-1])
