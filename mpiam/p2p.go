@@ -478,34 +478,44 @@ func (c *Comm) irecv(buf []byte, src, tag int) (Request, error) {
 }
 
 func (c *Comm) recv(buf []byte, src, tag int) (Status, error) {
+	var st Status
+	err := c.recvInto(buf, src, tag, &st)
+	return st, err
+}
+
+// recvInto is recv with the status written to *st (see copyStatus).
+func (c *Comm) recvInto(buf []byte, src, tag int, st *Status) error {
 	if !c.argsOK(src, tag) {
 		if err := c.checkRecvSlow(src, tag); err != nil {
-			return Status{}, err
+			*st = Status{}
+			return err
 		}
 	}
 	p := c.p
 	var r *reqState
 	if p.mu.Sequential() && src != ProcNull {
 		// As irecv's: the state straight off the cache's stack.
-		st := &p.states
-		if r = st.free.pop(); r == nil {
-			r = st.newState()
+		cache := &p.states
+		if r = cache.free.pop(); r == nil {
+			r = cache.newState()
 		}
 		c.setRecv(r, buf, src, tag)
 		p.syncDeaths()
 		p.mu.Lock()
 		if err := p.postRecv(r, true); err != nil {
-			return Status{}, err
+			*st = Status{}
+			return err
 		}
 	} else {
 		r, _ = c.newRecv(buf, src, tag, false)
 		if err := p.startRecv(r); err != nil {
-			return Status{}, err
+			*st = Status{}
+			return err
 		}
 	}
-	st, err := r.wait()
+	err := r.waitInto(st)
 	p.states.put(r)
-	return st, err
+	return err
 }
 
 // sendCall is a blocking send in mode, under the tools' hooks when any.
@@ -627,7 +637,11 @@ func Recv[T Elem](c *Comm, buf []T, src, tag int) (Status, error) {
 		return c.p.hookStatus(&Event{Call: CallRecv, Comm: c, Peer: src, Tag: tag, Bytes: len(b)},
 			func() (Status, error) { return c.recv(b, src, tag) })
 	}
-	return c.recv(bytesOf(buf), src, tag)
+	// The status a field at a time: see copyStatus.
+	var st Status
+	err := c.recvInto(bytesOf(buf), src, tag, &st)
+	return Status{Source: st.Source, Tag: st.Tag, Err: st.Err, Bytes: st.Bytes,
+		Cancelled: st.Cancelled, Piggyback: st.Piggyback, HasPiggyback: st.HasPiggyback}, err
 }
 
 // Irecv posts a receive (MPI_Irecv) and returns its request; buf must not be

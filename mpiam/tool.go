@@ -380,7 +380,11 @@ func (r *Request) Info() RequestInfo {
 func (r *Request) Wait() (Status, error) {
 	s := r.state()
 	if s == nil || s.p == nil || s.p.tools == nil {
-		return r.wait()
+		// The status a field at a time: see copyStatus.
+		var st Status
+		err := r.waitInto(&st)
+		return Status{Source: st.Source, Tag: st.Tag, Err: st.Err, Bytes: st.Bytes,
+			Cancelled: st.Cancelled, Piggyback: st.Piggyback, HasPiggyback: st.HasPiggyback}, err
 	}
 	e := Event{Call: CallWait, Comm: s.comm, Request: *r, Requests: []Request{*r}}
 	s.p.around(&e, func(e *Event) {
