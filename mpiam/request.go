@@ -466,6 +466,7 @@ func waitall(reqs []Request, statuses []Status) error {
 	var failed int
 	var firstErr error
 	var spent stateBatch
+	var scratch Status
 	for i := range reqs {
 		r := &reqs[i]
 		s := r.state()
@@ -480,7 +481,7 @@ func waitall(reqs []Request, statuses []Status) error {
 				}
 			}
 			if statuses != nil {
-				statuses[i] = s.status
+				copyStatus(&statuses[i], &s.status)
 			}
 			if c := &s.p.states; c.mu.Sequential() && len(c.free) < reqCacheMax {
 				s.reset() // reqCache.put's common case, without its call
@@ -491,12 +492,14 @@ func waitall(reqs []Request, statuses []Status) error {
 			*r = Request{}
 			continue
 		}
-		st, err := r.waitKeep()
+		// The status straight into its place (see copyStatus).
+		st := &scratch
+		if statuses != nil {
+			st = &statuses[i]
+		}
+		err := r.waitKeepInto(st)
 		if s := r.detach(); s != nil {
 			spent.add(s)
-		}
-		if statuses != nil {
-			statuses[i] = st
 		}
 		if err != nil {
 			failed++
