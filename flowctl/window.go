@@ -60,16 +60,25 @@ type block struct {
 }
 
 // Window allocates space in one peer's receive buffer of Size bytes.
+//
+// Its memory grows with the blocks outstanding at once, not with the
+// buffer: a job keeps a Window for every peer, most of which see little
+// traffic, and a buffer of 256 KiB could hold 4096 blocks of one granule.
+// The FIFO of blocks starts empty and doubles when full (at most
+// Size/Granule entries); a free that does not start at the oldest block finds
+// its block by binary search, the blocks being in position order.
 type Window struct {
 	size   uint64
 	head   uint64  // next position to hand out
 	hoff   uint64  // head modulo size (kept, so that no path divides)
 	tail   uint64  // oldest position not yet free
-	blocks []block // FIFO of outstanding blocks, ring buffer
+	blocks []block // FIFO of outstanding blocks, ring buffer (grows: grow)
 	first  int     // index of the oldest block in blocks
 	count  int
-	byOff  []int32 // block index by offset/Granule, -1 when none starts there
 }
+
+// minBlocks is the FIFO's first capacity, in blocks.
+const minBlocks = 16
 
 // NewWindow returns a window over a buffer of size bytes (a positive multiple of
 // Granule, at most 1 GiB).
@@ -77,15 +86,22 @@ func NewWindow(size int) (*Window, error) {
 	if size <= 0 || size%Granule != 0 || size > 1<<30 {
 		return nil, fmt.Errorf("%w: buffer of %d bytes (want a positive multiple of %d up to 1 GiB)", ErrBadSize, size, Granule)
 	}
-	nb := size / Granule
 	// Off other objects' cache lines: an endpoint allocates and frees on
 	// every message, and goroutine ranks share one heap (internal/cacheline).
 	w := cacheline.New[Window]()
-	*w = Window{size: uint64(size), blocks: cacheline.Slice[block](nb), byOff: cacheline.Slice[int32](nb)}
-	for i := range w.byOff {
-		w.byOff[i] = -1
-	}
+	*w = Window{size: uint64(size)}
 	return w, nil
+}
+
+// grow doubles the FIFO of blocks (to at least minBlocks, at most one block
+// per granule of the buffer), keeping its order; the FIFO is full.
+func (w *Window) grow() {
+	n := min(max(2*len(w.blocks), minBlocks), int(w.size/Granule))
+	b := cacheline.Slice[block](n)
+	for k, j := 0, w.first; k < w.count; k, j = k+1, w.next(j) {
+		b[k] = w.blocks[j]
+	}
+	w.blocks, w.first = b, 0
 }
 
 // Size is the buffer's size in bytes.
@@ -128,13 +144,15 @@ func (w *Window) Alloc(n int) (off uint32, ok bool, err error) {
 	if pos+uint64(n)-w.tail > w.size {
 		return 0, false, nil
 	}
+	if w.count == len(w.blocks) {
+		w.grow() // never past a block per granule: the space check above bounds count
+	}
 	i := w.first + w.count
 	if i >= len(w.blocks) {
 		i -= len(w.blocks)
 	}
 	w.blocks[i] = block{pos: pos, off: uint32(o), n: uint32(n)}
 	w.count++
-	w.byOff[o/Granule] = int32(i)
 	w.head = pos + uint64(n)
 	if w.hoff = o + uint64(n); w.hoff == w.size {
 		w.hoff = 0
@@ -162,25 +180,61 @@ func (w *Window) Free(off, n uint32) error {
 	if w.count > 0 && w.blocks[w.first].off == off && w.freeOldest(off, end) {
 		return nil
 	}
-	// Validate the whole range before changing anything.
+	// Validate the whole range before changing anything. The blocks that
+	// tile it are found one by one: they follow one another in the FIFO
+	// except where the range joins the newest block to the oldest.
 	for o := off; o < end; {
-		i := w.byOff[o/Granule]
-		if i < 0 || w.blocks[i].freed || w.blocks[i].off != o {
+		k, ok := w.find(o)
+		if !ok || w.blocks[w.at(k)].freed {
 			return fmt.Errorf("%w: no block at offset %d (freeing [%d,+%d))", ErrNotAllocated, o, off, n)
 		}
-		o += w.blocks[i].n
+		o += w.blocks[w.at(k)].n
 		if o > end {
 			return fmt.Errorf("%w: [%d,+%d) ends inside a block", ErrNotAllocated, off, n)
 		}
 	}
 	for o := off; o < end; {
-		i := w.byOff[o/Granule]
-		w.blocks[i].freed = true
-		w.byOff[o/Granule] = -1
-		o += w.blocks[i].n
+		k, _ := w.find(o)
+		b := &w.blocks[w.at(k)]
+		b.freed = true
+		o += b.n
 	}
 	w.advance()
 	return nil
+}
+
+// at is the index in blocks of the k-th oldest outstanding block.
+func (w *Window) at(k int) int {
+	if i := w.first + k; i < len(w.blocks) {
+		return i
+	}
+	return w.first + k - len(w.blocks)
+}
+
+// find returns k such that the k-th oldest outstanding block starts at
+// offset off, and whether there is one. Outstanding blocks lie within one
+// buffer's length of positions from the oldest, so off names one position
+// there; their positions increase, so a binary search finds it.
+func (w *Window) find(off uint32) (int, bool) {
+	if w.count == 0 {
+		return 0, false
+	}
+	b0 := &w.blocks[w.first]
+	d := uint64(off) + w.size - uint64(b0.off)
+	if d >= w.size {
+		d -= w.size
+	}
+	pos := b0.pos + d
+	lo, hi := 0, w.count
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if w.blocks[w.at(m)].pos < pos {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, lo < w.count && w.blocks[w.at(lo)].pos == pos
 }
 
 // freeOldest is Free of [off, end) when the range starts at the oldest
@@ -202,12 +256,7 @@ func (w *Window) freeOldest(off, end uint32) bool {
 		o += b.n
 		j = w.next(j)
 	}
-	for j := w.first; k > 0; k-- {
-		w.byOff[w.blocks[j].off/Granule] = -1
-		j = w.next(j)
-		w.first = j
-		w.count--
-	}
+	w.first, w.count = j, w.count-k
 	w.advance()
 	return true
 }

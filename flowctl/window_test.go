@@ -235,3 +235,68 @@ func TestWindowInOrderCoalescedRandomized(t *testing.T) {
 	require.Equal(t, 0, w.InUse())
 	require.Equal(t, 0, w.Outstanding())
 }
+
+// A Window's memory follows the blocks outstanding at once, not its buffer:
+// none before the first reservation, a small FIFO for a window of a few
+// messages however often it turns over, and one block per granule only
+// when that many are outstanding.
+func TestWindowMemoryFollowsOutstanding(t *testing.T) {
+	const size = 1 << 20
+	w, err := NewWindow(size)
+	require.NoError(t, err)
+	require.Zero(t, cap(w.blocks), "an idle peer's window holds no blocks")
+	var offs []uint32
+	for round := 0; round < 10000; round++ {
+		for len(offs) < 10 {
+			off, ok, err := w.Alloc(2 * Granule)
+			require.NoError(t, err)
+			require.True(t, ok)
+			offs = append(offs, off)
+		}
+		require.NoError(t, w.Free(offs[0], 2*Granule))
+		offs = offs[1:]
+	}
+	require.Equal(t, minBlocks, cap(w.blocks))
+	for _, off := range offs {
+		require.NoError(t, w.Free(off, 2*Granule))
+	}
+	for i := 0; i < size/Granule; i++ {
+		_, ok, err := w.Alloc(Granule)
+		require.NoError(t, err)
+		require.True(t, ok, "granule %d", i)
+	}
+	_, ok, err := w.Alloc(Granule)
+	require.NoError(t, err)
+	require.False(t, ok, "the buffer is full")
+	require.Equal(t, size/Granule, cap(w.blocks))
+	require.Equal(t, size/Granule, w.Outstanding())
+}
+
+// A free that joins the newest block to the oldest (their offsets adjacent
+// across the buffer's start, as a receiver coalesces space it consumed in
+// that order) is found by offset, not by FIFO order.
+func TestFreeJoiningNewestToOldest(t *testing.T) {
+	w, err := NewWindow(8 * Granule)
+	require.NoError(t, err)
+	alloc := func(want uint32) {
+		t.Helper()
+		off, ok, err := w.Alloc(Granule)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, want, off)
+	}
+	for i := uint32(0); i < 8; i++ {
+		alloc(i * Granule)
+	}
+	require.NoError(t, w.Free(0, 4*Granule))
+	for i := uint32(0); i < 4; i++ {
+		alloc(i * Granule) // the next lap: the newest now ends where the oldest starts
+	}
+	require.NoError(t, w.Free(3*Granule, 2*Granule), "the newest block and the oldest, as one range")
+	require.Equal(t, 6, w.Outstanding())
+	require.Equal(t, 7*Granule, w.InUse(), "the oldest is freed: the tail moved past it")
+	require.ErrorIs(t, w.Free(3*Granule, Granule), ErrNotAllocated, "freed twice")
+	require.NoError(t, w.Free(5*Granule, 3*Granule))
+	require.NoError(t, w.Free(0, 3*Granule))
+	require.Zero(t, w.InUse())
+}
