@@ -157,16 +157,8 @@ func (d *doneFlag) Store(done bool) {
 	release.Store32(&d.v, v)
 }
 
-// waitKeep is wait that leaves the state with its handle (for the caller to
-// detach). It repeats reqState.wait rather than call it: one more layer
-// returning the 80-byte status costs ~15 ns per call.
-func (r *Request) waitKeep() (Status, error) {
-	var st Status
-	err := r.waitKeepInto(&st)
-	return st, err
-}
-
-// waitKeepInto is waitKeep with the status written to *st (see copyStatus).
+// waitKeepInto is wait with the status written to *st (see copyStatus),
+// leaving the state with its handle for the caller to detach.
 func (r *Request) waitKeepInto(st *Status) error {
 	return r.state().waitInto(st)
 }
