@@ -359,7 +359,8 @@ func (p *Producer) copyIn(at uint64, hdr, payload []byte) {
 const wordHeaders = runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64"
 
 // maxWordHeader is the longest header copyIn copies by words, in bytes: an
-// immediate header with four arguments.
+// immediate header with up to four arguments (mpiam's eager messages carry
+// two); longer ones, rare, take copy.
 const maxWordHeader = 36
 
 // Filler writes a record's payload in place (PushFill).
