@@ -261,6 +261,7 @@ func TestCorruptHeader(t *testing.T) {
 		validBit | padBit | 256,          // past the end
 		validBit | padBit | wideBit | 32, // a pad with the wide bit
 		validBit | 120,                   // over max record 80
+		validBit | padBit | gapLen,       // a gap past the end
 	} {
 		p, c, mem := newRing(t, 256)
 		require.True(t, p.Push(make([]byte, 8), nil))
@@ -272,6 +273,16 @@ func TestCorruptHeader(t *testing.T) {
 		require.False(t, ok, "%#x", w)
 		require.ErrorIs(t, c.Err(), ErrCorrupt, "%#x", w)
 	}
+
+	// Three pads in a row: a correct producer writes at most a gap and
+	// then a slot or the end.
+	_, c, mem = newRing(t, 16<<10)
+	for i := range 3 {
+		word(mem, ControlLen+uint64(i)*gapLen).Store(validBit | padBit | gapLen)
+	}
+	_, ok = c.Peek()
+	require.False(t, ok)
+	require.ErrorIs(t, c.Err(), ErrCorrupt)
 
 	p, _, mem = newRing(t, 256)
 	word(mem, offTail).Store(1 << 20) // a tail ahead of the producer
@@ -293,20 +304,25 @@ func TestNoAllocs(t *testing.T) {
 }
 
 // TestStream sends 10^6 records of random sizes from one goroutine to another
-// and checks content and order.
+// and checks content and order, with and without the short lap, and as a
+// stream (Streaming: no zeroing ahead for mid-sized records, a gap after
+// some).
 func TestStream(t *testing.T) {
 	for _, lap := range []int{0, 4 << 10} {
-		t.Run(fmt.Sprintf("lap%d", lap), func(t *testing.T) { testStream(t, lap) })
+		for _, streaming := range []bool{false, true} {
+			t.Run(fmt.Sprintf("lap%d/streaming=%v", lap, streaming), func(t *testing.T) { testStream(t, lap, streaming) })
+		}
 	}
 }
 
-func testStream(t *testing.T, lap int) {
+func testStream(t *testing.T, lap int, streaming bool) {
 	n := 1_000_000
 	if testing.Short() || raceEnabled {
 		n = 200_000
 	}
 	p, c, _ := newRing(t, 16<<10)
 	p.SetLap(lap)
+	p.Streaming(streaming)
 	max := p.MaxRecord()
 	done := make(chan struct{})
 	go func() {
@@ -757,4 +773,56 @@ func TestShortLap(t *testing.T) {
 	}
 	require.NoError(t, c.Err())
 	require.NoError(t, p.Err())
+}
+
+// TestGapAfterStreamRecord: in a stream, a record of gapFrom to gapTo bytes
+// is followed by a pad of gapLen bytes that nothing else is written in;
+// the consumer steps over it, and finds nothing past it until the next
+// record is published. Outside a stream, or for a smaller record, no gap.
+func TestGapAfterStreamRecord(t *testing.T) {
+	p, c, mem := newRing(t, 16<<10)
+	p.Streaming(true)
+	payload := make([]byte, 1008) // with an 8-byte header, a record of 1024 bytes
+	for i := range payload {
+		payload[i] = byte(i)
+	}
+	require.True(t, p.Push(make([]byte, 8), payload))
+	require.Equal(t, uint64(1024+gapLen), p.pos)
+	require.Equal(t, uint64(validBit|padBit|gapLen), word(mem, ControlLen+1024).Load()&(1<<32-1))
+	require.Equal(t, make([]byte, gapLen-4), mem[ControlLen+1028:ControlLen+1024+gapLen], "nothing written in the gap")
+
+	rec, ok := c.Peek()
+	require.True(t, ok)
+	require.Equal(t, payload, rec[8:])
+	c.Advance()
+	_, ok = c.Peek()
+	require.False(t, ok)
+	require.NoError(t, c.Err())
+	require.Equal(t, uint64(1024+gapLen), c.head, "the consumer is past the gap")
+
+	// A record of an odd number of slots leaves the position mid-line past
+	// its gap; one of an even number after it starts the next line: gap,
+	// then a slot of pad, then the record (which, placed past a pad, takes
+	// no gap of its own).
+	require.True(t, p.Push(make([]byte, 8), make([]byte, 1008-32)))
+	require.Equal(t, uint64(1024+gapLen+992+gapLen), p.pos)
+	require.True(t, p.Push(make([]byte, 8), make([]byte, 1008)))
+	require.Equal(t, uint64(1024+gapLen+992+gapLen+32+1024), p.pos)
+	for _, want := range []int{1008 - 32, 1008} {
+		rec, ok := c.Peek()
+		require.True(t, ok)
+		require.Len(t, rec, 8+want)
+		c.Advance()
+	}
+
+	// No gap outside a stream, nor after a record of gapFrom bytes or less.
+	for _, tc := range []struct {
+		streaming bool
+		n         int
+	}{{false, 1008}, {true, gapFrom - 16}} {
+		p, _, _ := newRing(t, 16<<10)
+		p.Streaming(tc.streaming)
+		require.True(t, p.Push(make([]byte, 8), make([]byte, tc.n)))
+		require.Equal(t, recordSize(uint64(8+tc.n), 8), p.pos, "%+v", tc)
+	}
 }
