@@ -221,7 +221,7 @@ type Producer struct {
 	zeroed  uint64 // every word in [pos, zeroed) is zero when zeroed > pos; zeroed <= tail+cap
 	ahead   uint64 // how far past pos Push keeps the area zeroed
 	// streaming: the caller said that records go back to back (Streaming),
-	// so those between smallRecord and bigRecord bytes skip zeroing ahead.
+	// so those between smallRecord and streamRecord bytes skip zeroing ahead.
 	streaming bool
 	// lap: records of at most lapRecord bytes go back to the data area's
 	// start rather than past lap bytes into it, when that space is free
@@ -594,8 +594,8 @@ func (p *Producer) zeroNext(start, at, end uint64) {
 // hundred bytes to 4 KiB; in a stream it is a second pass of stores on the
 // side that bounds the rate (docs/performance.md, "Zeroing ahead only
 // between streams"). In a stream, records of more than smallRecord and at
-// most bigRecord bytes skip it; the zeroes correctness needs are written all
-// the same (zeroNext).
+// most streamRecord bytes skip it; the zeroes correctness needs are written
+// all the same (zeroNext).
 func (p *Producer) Streaming(on bool) { p.streaming = on }
 
 // readyAhead readies the area past the record of size bytes that ends at
@@ -612,11 +612,22 @@ func (p *Producer) readyAhead(end, size uint64) {
 
 // zeroAheadDue reports whether, after publishing a record of size bytes
 // that ends at end, the area ahead is to be zeroed now (zeroAhead): after
-// a big record always; after another, when the zeroed area is short of
-// Producer.ahead, unless the record is mid-sized in a stream (Streaming).
+// a big record, unless it is in a stream and at most streamRecord bytes;
+// after a small one, when the zeroed area is short of Producer.ahead,
+// unless the record is mid-sized in a stream (Streaming).
 func (p *Producer) zeroAheadDue(end, size uint64) bool {
-	return size > bigRecord || (size <= smallRecord || !p.streaming) && p.zeroed < end+p.ahead
+	if p.streaming {
+		return size > streamRecord || size <= smallRecord && p.zeroed < end+p.ahead
+	}
+	return size > bigRecord || p.zeroed < end+p.ahead
 }
+
+// streamRecord is the largest record, in bytes, that skips zeroing ahead
+// in a stream: a 32 KiB payload and its headers (over shm, MPI sends larger
+// messages by rendezvous while others are in flight). Zeroing twice a 4 to 32 KiB record ahead in a stream
+// cost osu bw and bibw 5-20 % (docs/performance.md, "No zeroing ahead in a
+// stream of records up to 32 KiB").
+const streamRecord = 32<<10 + 256
 
 // smallRecord is the record size, in bytes, up to which Push keeps the area
 // ahead zeroed even in a stream (a stream of them fills lines fast enough
