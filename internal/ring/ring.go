@@ -624,9 +624,10 @@ func (p *Producer) zeroAheadDue(end, size uint64) bool {
 
 // streamRecord is the largest record, in bytes, that skips zeroing ahead
 // in a stream: a 32 KiB payload and its headers (over shm, MPI sends larger
-// messages by rendezvous while others are in flight). Zeroing twice a 4 to 32 KiB record ahead in a stream
-// cost osu bw and bibw 5-20 % (docs/performance.md, "No zeroing ahead in a
-// stream of records up to 32 KiB").
+// messages by rendezvous while others are in flight). Zeroing twice a 4 to
+// 32 KiB record ahead in a stream cost osu bw and bibw 6-23 %
+// (docs/performance.md, "No zeroing ahead in a stream of records up to
+// 32 KiB").
 const streamRecord = 32<<10 + 256
 
 // smallRecord is the record size, in bytes, up to which Push keeps the area
