@@ -345,9 +345,9 @@ func (p *Producer) Push(hdr, payload []byte) bool {
 // stream prefetcher, which runs ahead of sequential reads within a page,
 // would take the lines the producer is about to write (a read of a line
 // another core is writing costs both cores a transfer); behind a gap it
-// takes lines nobody writes. A stream of 1 KiB records between two cores
-// moved at 1.7 times the rate with a 1 KiB gap after each (a two-core
-// microbenchmark), and osu bw and bibw over shm gain 4-11 % at 1 and 2 KiB
+// takes lines nobody writes. Chunks of 1 and 2 KiB copied between two
+// cores that way move at 1.6 and 1.8 times the rate with a 1 KiB gap after
+// each (BenchmarkChase), and osu bw and bibw over shm gain 5-12 % at 1 and 2 KiB
 // (docs/performance.md, "A gap after each record of a stream"). Records of
 // up to gapFrom bytes are too many to a page for a gap to pay (bibw at 512
 // bytes lost 3 %), and from 4 KiB the gap was level while it costs ring
