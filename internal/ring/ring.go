@@ -223,7 +223,12 @@ type Producer struct {
 	// streaming: the caller said that records go back to back (Streaming),
 	// so those between smallRecord and streamRecord bytes skip zeroing ahead.
 	streaming bool
-	zeroAbove uint64 // the record size above which Push always zeroes ahead: bigRecord, or streamRecord in a stream
+	// zeroAbove: the record size above which Push always zeroes ahead,
+	// bigRecord, or streamRecord in a stream; set by Streaming rather than
+	// worked out from streaming in zeroAheadDue, which Push inlines and
+	// whose size its frame felt (docs/performance.md, "A gap after each
+	// record of a stream").
+	zeroAbove uint64
 	// lap: records of at most lapRecord bytes go back to the data area's
 	// start rather than past lap bytes into it, when that space is free
 	// (SetLap); lap == cap when off.
@@ -359,9 +364,10 @@ const (
 )
 
 // pushGapped is Push for a record of a stream that takes a gap: it writes
-// and publishes the record followed by a gap when both fit at the position
-// (no pad before the record) before the ring's end, in space known free up
-// to the next record's header, within the short lap; else it returns
+// and publishes the record followed by a gap when both fit as one record
+// would (fits: at the position, no pad before it, before the ring's end,
+// in space known free up to the next header, within the short lap, which
+// counts them as one record); else it returns
 // false, having written nothing, and Push goes on as for any record. Push
 // calls it first, with nothing of its own live across the call, so that
 // its common case keeps its frame (a ping-pong's latency moved 2-3 % when
@@ -375,12 +381,11 @@ func (p *Producer) pushGapped(hdr, payload []byte) bool {
 	at := dataOff(len(hdr))
 	size := recordSize(n, at)
 	off := p.pos & p.mask
-	if end := p.pos + size + gapLen; n > p.maxData || size&slotLen == 0 && off&slotLen != 0 || off+size+gapLen > p.cap ||
-		end+8-p.tail > p.cap || end > p.lapEnd && size <= p.lapRecord {
+	if !p.fits(n, off, size+gapLen) { // the record and its gap as one
 		return false
 	}
 	p.copyIn(off+at, hdr, payload)
-	if size > p.lapRecord {
+	if size+gapLen > p.lapRecord {
 		p.lapBig = true
 	}
 	g := off + size
