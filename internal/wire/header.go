@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"unsafe"
 )
 
@@ -345,6 +346,13 @@ func IsImmediate(pkt []byte) bool {
 	return len(pkt) >= ImmediateHeaderLen && Kind(pkt[1]) == KindRequestImmediate
 }
 
+// unalignedWords: EncodeImmediate may store the arguments as native words at
+// any alignment, which these architectures allow at full speed; elsewhere
+// (mips, riscv64, loong64, 32-bit arm) an unaligned word store traps or is
+// emulated by the kernel, so the arguments go byte-wise.
+const unalignedWords = runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64" ||
+	runtime.GOARCH == "386" || runtime.GOARCH == "ppc64le"
+
 // EncodeImmediate writes the header of an immediate request to handler with
 // args (at most MaxArgs) into b, which must hold ImmediateHeaderLen+8*len(args)
 // bytes, and returns the bytes written; the payload follows in the same
@@ -353,10 +361,12 @@ func EncodeImmediate(b []byte, handler uint8, args []uint64) int {
 	n := ImmediateHeaderLen + 8*len(args)
 	a := b[ImmediateHeaderLen:n]
 	binary.LittleEndian.PutUint32(b, uint32(immediateTag)|uint32(handler)<<16|uint32(len(args))<<24)
-	if nativeLittleEndian {
+	if nativeLittleEndian && unalignedWords {
 		// The words as they are in memory, stored one by one (a few
 		// arguments cost less so than a call to copy), no per-word bounds
-		// checks: a holds them all.
+		// checks: a holds them all. a starts 4 bytes into b, so these
+		// stores are unaligned when b is: only where that is allowed at
+		// full speed (unalignedWords).
 		d := unsafe.Pointer(unsafe.SliceData(a))
 		for i, v := range args {
 			*(*uint64)(unsafe.Add(d, 8*i)) = v

@@ -219,6 +219,12 @@ func TestImmediateRoundTrip(t *testing.T) {
 		require.NoError(t, err, "offset %d", off)
 		require.Equal(t, args, got, "offset %d", off)
 		require.Equal(t, "xyz", string(payload), "offset %d", off)
+		// And encoded at that offset: the same bytes at every alignment
+		// (word stores where the machine allows them unaligned, bytes
+		// elsewhere).
+		clear(raw)
+		require.Equal(t, n, EncodeImmediate(raw[off:off+n], 0xab, args), "offset %d", off)
+		require.Equal(t, want, raw[off:off+n], "offset %d", off)
 	}
 
 	var h Header
