@@ -145,18 +145,27 @@ func (c *Comm) irecvLay(mem []byte, lay *layout, mt msgType, src, tag int) (Requ
 
 // recvLay is a blocking receive of non-contiguous data.
 func (c *Comm) recvLay(mem []byte, lay *layout, mt msgType, src, tag int) (Status, error) {
+	var st Status
+	err := c.recvLayInto(mem, lay, mt, src, tag, &st)
+	return st, err
+}
+
+// recvLayInto is recvLay with the status written to *st (see copyStatus).
+func (c *Comm) recvLayInto(mem []byte, lay *layout, mt msgType, src, tag int, st *Status) error {
 	if err := c.checkRecv(src, tag); err != nil {
-		return Status{}, err
+		*st = Status{}
+		return err
 	}
 	r, _ := c.newRecv(mem, src, tag, false)
 	r.lay = lay
 	r.setType(mt)
 	if err := c.p.startRecv(r); err != nil {
-		return Status{}, err
+		*st = Status{}
+		return err
 	}
-	st, err := r.wait()
+	err := r.waitInto(st)
 	c.p.states.put(r)
-	return st, err
+	return err
 }
 
 // sendTyped is the blocking typed send in mode, under the tools' hooks.
@@ -265,17 +274,24 @@ func RecvTyped[T any](c *Comm, buf []T, count int, d *Datatype, src, tag int) (S
 	if err != nil {
 		return Status{}, err
 	}
-	n := packedLen(mem, lay)
-	f := func() (Status, error) {
-		if lay == nil && !c.checking() {
-			return c.recv(mem, src, tag)
-		}
-		return c.recvLay(mem, lay, typeOf(d, count), src, tag)
-	}
 	if c.hooked() {
-		return c.p.hookStatus(&Event{Call: CallRecv, Comm: c, Peer: src, Tag: tag, Bytes: n}, f)
+		f := func() (Status, error) {
+			if lay == nil && !c.checking() {
+				return c.recv(mem, src, tag)
+			}
+			return c.recvLay(mem, lay, typeOf(d, count), src, tag)
+		}
+		return c.p.hookStatus(&Event{Call: CallRecv, Comm: c, Peer: src, Tag: tag, Bytes: packedLen(mem, lay)}, f)
 	}
-	return f()
+	// The status a field at a time, as Recv's: see copyStatus.
+	var st Status
+	if lay == nil && !c.checking() {
+		err = c.recvInto(mem, src, tag, &st)
+	} else {
+		err = c.recvLayInto(mem, lay, typeOf(d, count), src, tag, &st)
+	}
+	return Status{Source: st.Source, Tag: st.Tag, Err: st.Err, Bytes: st.Bytes,
+		Cancelled: st.Cancelled, Piggyback: st.Piggyback, HasPiggyback: st.HasPiggyback}, err
 }
 
 // IrecvTyped is MPI_Irecv with a datatype; see RecvTyped. buf must not be
