@@ -491,6 +491,20 @@ func (c *Comm) recvInto(buf []byte, src, tag int, st *Status) error {
 			return err
 		}
 	}
+	r, err := c.postBlocking(buf, src, tag)
+	if err != nil {
+		*st = Status{}
+		return err
+	}
+	err = r.waitInto(st)
+	c.p.states.put(r)
+	return err
+}
+
+// postBlocking posts a receive of buf from src with tag (checked) for a
+// blocking call, which waits for the state it returns and puts it back in
+// the cache (no handle).
+func (c *Comm) postBlocking(buf []byte, src, tag int) (*reqState, error) {
 	p := c.p
 	var r *reqState
 	if p.mu.Sequential() && src != ProcNull {
@@ -503,18 +517,49 @@ func (c *Comm) recvInto(buf []byte, src, tag int, st *Status) error {
 		p.syncDeaths()
 		p.mu.Lock()
 		if err := p.postRecv(r, true); err != nil {
-			*st = Status{}
-			return err
+			return nil, err
 		}
-	} else {
-		r, _ = c.newRecv(buf, src, tag, false)
-		if err := p.startRecv(r); err != nil {
+		return r, nil
+	}
+	r, _ = c.newRecv(buf, src, tag, false)
+	if err := p.startRecv(r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// sendrecvInto is Sendrecv of contiguous buffers without type checks, with
+// the status written to *st (see copyStatus). Both calls' arguments are
+// checked before anything starts. The receive is posted first, then the
+// send runs as a blocking Send: eager, it completes at once; by rendezvous,
+// its wait progresses the posted receive too, so two ranks that exchange
+// large messages this way both finish. That is MPI's definition (an Irecv,
+// an Isend and a Waitall, MPI-4.1 §3.10) without the two requests' handles.
+func (c *Comm) sendrecvInto(sbuf []byte, dest, sendtag int, rbuf []byte, src, recvtag int, st *Status) error {
+	if !c.argsOK(src, recvtag) || !c.argsOK(dest, sendtag) {
+		err := c.checkRecvSlow(src, recvtag)
+		if err == nil {
+			err = c.checkSendSlow(dest, sendtag)
+		}
+		if err != nil {
 			*st = Status{}
 			return err
 		}
 	}
-	err := r.waitInto(st)
-	p.states.put(r)
+	r, err := c.postBlocking(rbuf, src, recvtag)
+	if err != nil {
+		*st = Status{}
+		return err
+	}
+	if err := c.send(sbuf, dest, sendtag, Standard); err != nil {
+		_ = r.cancel()
+		_ = r.waitInto(st)
+		c.p.states.put(r)
+		*st = Status{}
+		return err
+	}
+	err = r.waitInto(st)
+	c.p.states.put(r)
 	return err
 }
 
@@ -665,10 +710,12 @@ func Irecv[T Elem](c *Comm, buf []T, src, tag int) (Request, error) {
 
 // sendrecv is Sendrecv without tool hooks.
 func sendrecv[S, R Elem](c *Comm, sendbuf []S, dest, sendtag int, recvbuf []R, src, recvtag int) (Status, error) {
-	var smt, rmt msgType
-	if c.checking() {
-		smt, rmt = sliceType[S](len(sendbuf)), sliceType[R](len(recvbuf))
+	if !c.checking() {
+		var st Status
+		err := c.sendrecvInto(bytesOf(sendbuf), dest, sendtag, bytesOf(recvbuf), src, recvtag, &st)
+		return st, err
 	}
+	smt, rmt := sliceType[S](len(sendbuf)), sliceType[R](len(recvbuf))
 	return c.sendrecvLay(bytesOf(sendbuf), nil, smt, dest, sendtag, bytesOf(recvbuf), nil, rmt, src, recvtag)
 }
 
@@ -694,11 +741,18 @@ func (c *Comm) sendrecvLay(smem []byte, slay *layout, smt msgType, dest, sendtag
 
 // sendrecvReplace is SendrecvReplace without tool hooks.
 func sendrecvReplace[T Elem](c *Comm, buf []T, dest, sendtag, src, recvtag int) (Status, error) {
-	out := append([]byte(nil), bytesOf(buf)...)
-	var mt msgType
-	if c.checking() {
-		mt = sliceType[T](len(buf))
+	if !c.checking() {
+		// The outgoing data from pooled scratch, which the blocking send
+		// is done with when sendrecvInto returns.
+		out := getScratch(len(bytesOf(buf)))
+		copy(out.b, bytesOf(buf))
+		var st Status
+		err := c.sendrecvInto(out.b, dest, sendtag, bytesOf(buf), src, recvtag, &st)
+		putScratch(out)
+		return st, err
 	}
+	out := append([]byte(nil), bytesOf(buf)...)
+	mt := sliceType[T](len(buf))
 	rr, err := c.irecvLay(bytesOf(buf), nil, mt, src, recvtag)
 	if err != nil {
 		return Status{}, err

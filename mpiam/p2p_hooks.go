@@ -10,7 +10,14 @@ func Sendrecv[S, R Elem](c *Comm, sendbuf []S, dest, sendtag int, recvbuf []R, s
 		return c.p.hookStatus(&Event{Call: CallSendrecv, Comm: c, Peer: dest, Tag: sendtag, Bytes: len(bytesOf(sendbuf))},
 			func() (Status, error) { return sendrecv(c, sendbuf, dest, sendtag, recvbuf, src, recvtag) })
 	}
-	return sendrecv(c, sendbuf, dest, sendtag, recvbuf, src, recvtag)
+	if c.checking() {
+		return sendrecv(c, sendbuf, dest, sendtag, recvbuf, src, recvtag)
+	}
+	// The status a field at a time, as Recv's: see copyStatus.
+	var st Status
+	err := c.sendrecvInto(bytesOf(sendbuf), dest, sendtag, bytesOf(recvbuf), src, recvtag, &st)
+	return Status{Source: st.Source, Tag: st.Tag, Err: st.Err, Bytes: st.Bytes,
+		Cancelled: st.Cancelled, Piggyback: st.Piggyback, HasPiggyback: st.HasPiggyback}, err
 }
 
 // SendrecvReplace sends buf to dest and receives a message from src into the

@@ -30,6 +30,30 @@ func benchSelfSendRecv(b *testing.B, cfg Config) {
 	}
 }
 
+// BenchmarkSelfSendrecv measures the CPU cost of one Sendrecv of 8 bytes
+// with no core crossing: a rank sends to itself and receives its own
+// message in one call (a ring shift's step, the halo exchange's call).
+func BenchmarkSelfSendrecv(b *testing.B) { byLevel(b, benchSelfSendrecv) }
+
+func benchSelfSendrecv(b *testing.B, cfg Config) {
+	err := RunLocal(1, cfg, func(w *Comm) error {
+		out := make([]byte, 8)
+		in := make([]byte, 8)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := Sendrecv(w, out, 0, 1, in, 0, 1); err != nil {
+				return err
+			}
+		}
+		b.StopTimer()
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
 // BenchmarkSelfPosted measures the CPU cost of one eager message that finds its
 // receive posted (a ping-pong's path) with no core crossing: a persistent
 // receive is started, the rank sends 8 bytes to itself and waits.
