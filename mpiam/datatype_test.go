@@ -333,6 +333,23 @@ func TestTypedTruncateAndPersistent(t *testing.T) {
 		for i, v := range got {
 			r.Equal(float64((1-w.Rank())*100000+2*i), v)
 		}
+
+		// Head to head by rendezvous, strided on both sides: each rank's
+		// send waits for the other's receive, posted first.
+		big, _, _ := column(r.t, 50_000)
+		out := make([]float64, 100_000)
+		for i := range out {
+			out[i] = float64(w.Rank()*1_000_000 + i)
+		}
+		in := make([]float64, 100_000)
+		st, err = SendrecvTyped(w, out, 1, big, 1-w.Rank(), 3, in, 1, big, 1-w.Rank(), 3)
+		r.NoError(err)
+		r.Equal(50_000*8, st.Bytes)
+		want := make([]float64, len(in))
+		for i := 0; i < len(want); i += 2 {
+			want[i] = float64((1-w.Rank())*1_000_000 + i) // the gaps stay 0
+		}
+		r.Equal(want, in)
 	})
 }
 

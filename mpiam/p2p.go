@@ -528,14 +528,18 @@ func (c *Comm) postBlocking(buf []byte, src, tag int) (*reqState, error) {
 	return r, nil
 }
 
-// sendrecvInto is Sendrecv of contiguous buffers without type checks, with
-// the status written to *st (see copyStatus). Both calls' arguments are
-// checked before anything starts. The receive is posted first, then the
-// send runs as a blocking Send: eager, it completes at once; by rendezvous,
-// its wait progresses the posted receive too, so two ranks that exchange
-// large messages this way both finish. That is MPI's definition (an Irecv,
-// an Isend and a Waitall, MPI-4.1 §3.10) without the two requests' handles.
-func (c *Comm) sendrecvInto(sbuf []byte, dest, sendtag int, rbuf []byte, src, recvtag int, st *Status) error {
+// sendrecvLayInto is a send and a receive at once, each of memory laid out
+// by its layout (nil: contiguous) and typed for the checks by its msgType,
+// with the receive's status written to *st (see copyStatus). Both calls'
+// arguments are checked before anything starts. The receive is posted
+// first, then the send runs as a blocking send: eager, it completes at
+// once; by rendezvous, its wait progresses the posted receive too, so two
+// ranks that exchange large messages this way both finish. That is MPI's
+// definition (an Irecv, an Isend and a Waitall, MPI-4.1 §3.10) without the
+// two requests' handles. A send that fails cancels the receive if it has
+// not matched yet, and its error is returned with an empty status.
+func (c *Comm) sendrecvLayInto(smem []byte, slay *layout, smt msgType, dest, sendtag int,
+	rmem []byte, rlay *layout, rmt msgType, src, recvtag int, st *Status) error {
 	if !c.argsOK(src, recvtag) || !c.argsOK(dest, sendtag) {
 		err := c.checkRecvSlow(src, recvtag)
 		if err == nil {
@@ -546,12 +550,29 @@ func (c *Comm) sendrecvInto(sbuf []byte, dest, sendtag int, rbuf []byte, src, re
 			return err
 		}
 	}
-	r, err := c.postBlocking(rbuf, src, recvtag)
-	if err != nil {
-		*st = Status{}
-		return err
+	var r *reqState
+	if rlay == nil && !c.checking() {
+		var err error
+		if r, err = c.postBlocking(rmem, src, recvtag); err != nil {
+			*st = Status{}
+			return err
+		}
+	} else {
+		r, _ = c.newRecv(rmem, src, recvtag, false)
+		r.lay = rlay
+		r.setType(rmt)
+		if err := c.p.startRecv(r); err != nil {
+			*st = Status{}
+			return err
+		}
 	}
-	if err := c.send(sbuf, dest, sendtag, Standard); err != nil {
+	var err error
+	if slay == nil && !c.checking() {
+		err = c.send(smem, dest, sendtag, Standard)
+	} else {
+		err = c.sendLay(smem, slay, smt, dest, sendtag, Standard)
+	}
+	if err != nil {
 		_ = r.cancel()
 		_ = r.waitInto(st)
 		c.p.states.put(r)
@@ -709,65 +730,27 @@ func Irecv[T Elem](c *Comm, buf []T, src, tag int) (Request, error) {
 }
 
 // sendrecv is Sendrecv without tool hooks.
-func sendrecv[S, R Elem](c *Comm, sendbuf []S, dest, sendtag int, recvbuf []R, src, recvtag int) (Status, error) {
-	if !c.checking() {
-		var st Status
-		err := c.sendrecvInto(bytesOf(sendbuf), dest, sendtag, bytesOf(recvbuf), src, recvtag, &st)
-		return st, err
+func sendrecv[S, R Elem](c *Comm, sendbuf []S, dest, sendtag int, recvbuf []R, src, recvtag int, st *Status) error {
+	var smt, rmt msgType
+	if c.checking() {
+		smt, rmt = sliceType[S](len(sendbuf)), sliceType[R](len(recvbuf))
 	}
-	smt, rmt := sliceType[S](len(sendbuf)), sliceType[R](len(recvbuf))
-	return c.sendrecvLay(bytesOf(sendbuf), nil, smt, dest, sendtag, bytesOf(recvbuf), nil, rmt, src, recvtag)
-}
-
-// sendrecvLay is a send and a receive at once, each of memory laid out by
-// its layout (nil: contiguous).
-func (c *Comm) sendrecvLay(smem []byte, slay *layout, smt msgType, dest, sendtag int, rmem []byte, rlay *layout, rmt msgType, src, recvtag int) (Status, error) {
-	rr, err := c.irecvLay(rmem, rlay, rmt, src, recvtag)
-	if err != nil {
-		return Status{}, err
-	}
-	sr, err := c.isendLay(smem, slay, smt, dest, sendtag, Standard)
-	if err != nil {
-		_ = rr.cancel()
-		_, _ = rr.wait()
-		return Status{}, err
-	}
-	st, rerr := rr.wait()
-	if _, serr := sr.wait(); serr != nil && rerr == nil {
-		return st, serr
-	}
-	return st, rerr
+	return c.sendrecvLayInto(bytesOf(sendbuf), nil, smt, dest, sendtag, bytesOf(recvbuf), nil, rmt, src, recvtag, st)
 }
 
 // sendrecvReplace is SendrecvReplace without tool hooks.
-func sendrecvReplace[T Elem](c *Comm, buf []T, dest, sendtag, src, recvtag int) (Status, error) {
-	if !c.checking() {
-		// The outgoing data from pooled scratch, which the blocking send
-		// is done with when sendrecvInto returns.
-		out := getScratch(len(bytesOf(buf)))
-		copy(out.b, bytesOf(buf))
-		var st Status
-		err := c.sendrecvInto(out.b, dest, sendtag, bytesOf(buf), src, recvtag, &st)
-		putScratch(out)
-		return st, err
+func sendrecvReplace[T Elem](c *Comm, buf []T, dest, sendtag, src, recvtag int, st *Status) error {
+	// The outgoing data from pooled scratch, which the blocking send is
+	// done with when sendrecvLayInto returns.
+	out := getScratch(len(bytesOf(buf)))
+	copy(out.b, bytesOf(buf))
+	var mt msgType
+	if c.checking() {
+		mt = sliceType[T](len(buf))
 	}
-	out := append([]byte(nil), bytesOf(buf)...)
-	mt := sliceType[T](len(buf))
-	rr, err := c.irecvLay(bytesOf(buf), nil, mt, src, recvtag)
-	if err != nil {
-		return Status{}, err
-	}
-	sr, err := c.isendLay(out, nil, mt, dest, sendtag, Standard)
-	if err != nil {
-		_ = rr.cancel()
-		_, _ = rr.wait()
-		return Status{}, err
-	}
-	st, rerr := rr.wait()
-	if _, serr := sr.wait(); serr != nil && rerr == nil {
-		return st, serr
-	}
-	return st, rerr
+	err := c.sendrecvLayInto(out.b, nil, mt, dest, sendtag, bytesOf(buf), nil, mt, src, recvtag, st)
+	putScratch(out)
+	return err
 }
 
 // SendInit creates an inactive persistent send request (MPI_Send_init and the

@@ -8,14 +8,15 @@ package mpiam
 func Sendrecv[S, R Elem](c *Comm, sendbuf []S, dest, sendtag int, recvbuf []R, src, recvtag int) (Status, error) {
 	if c.hooked() {
 		return c.p.hookStatus(&Event{Call: CallSendrecv, Comm: c, Peer: dest, Tag: sendtag, Bytes: len(bytesOf(sendbuf))},
-			func() (Status, error) { return sendrecv(c, sendbuf, dest, sendtag, recvbuf, src, recvtag) })
-	}
-	if c.checking() {
-		return sendrecv(c, sendbuf, dest, sendtag, recvbuf, src, recvtag)
+			func() (Status, error) {
+				var st Status
+				err := sendrecv(c, sendbuf, dest, sendtag, recvbuf, src, recvtag, &st)
+				return st, err
+			})
 	}
 	// The status a field at a time, as Recv's: see copyStatus.
 	var st Status
-	err := c.sendrecvInto(bytesOf(sendbuf), dest, sendtag, bytesOf(recvbuf), src, recvtag, &st)
+	err := sendrecv(c, sendbuf, dest, sendtag, recvbuf, src, recvtag, &st)
 	return Status{Source: st.Source, Tag: st.Tag, Err: st.Err, Bytes: st.Bytes,
 		Cancelled: st.Cancelled, Piggyback: st.Piggyback, HasPiggyback: st.HasPiggyback}, err
 }
@@ -25,9 +26,16 @@ func Sendrecv[S, R Elem](c *Comm, sendbuf []S, dest, sendtag int, recvbuf []R, s
 func SendrecvReplace[T Elem](c *Comm, buf []T, dest, sendtag, src, recvtag int) (Status, error) {
 	if c.hooked() {
 		return c.p.hookStatus(&Event{Call: CallSendrecvReplace, Comm: c, Peer: dest, Tag: sendtag, Bytes: len(bytesOf(buf))},
-			func() (Status, error) { return sendrecvReplace(c, buf, dest, sendtag, src, recvtag) })
+			func() (Status, error) {
+				var st Status
+				err := sendrecvReplace(c, buf, dest, sendtag, src, recvtag, &st)
+				return st, err
+			})
 	}
-	return sendrecvReplace(c, buf, dest, sendtag, src, recvtag)
+	var st Status
+	err := sendrecvReplace(c, buf, dest, sendtag, src, recvtag, &st)
+	return Status{Source: st.Source, Tag: st.Tag, Err: st.Err, Bytes: st.Bytes,
+		Cancelled: st.Cancelled, Piggyback: st.Piggyback, HasPiggyback: st.HasPiggyback}, err
 }
 
 // Start starts an inactive persistent request (MPI_Start). Errors: ErrRequest

@@ -334,13 +334,20 @@ func SendrecvTyped[S, R any](c *Comm, sendbuf []S, sendcount int, sendtype *Data
 	if err != nil {
 		return Status{}, err
 	}
-	f := func() (Status, error) {
-		return c.sendrecvLay(smem, slay, typeOf(sendtype, sendcount), dest, sendtag, rmem, rlay, typeOf(recvtype, recvcount), src, recvtag)
-	}
+	smt, rmt := typeOf(sendtype, sendcount), typeOf(recvtype, recvcount)
 	if c.hooked() {
-		return c.p.hookStatus(&Event{Call: CallSendrecv, Comm: c, Peer: dest, Tag: sendtag, Bytes: packedLen(smem, slay)}, f)
+		return c.p.hookStatus(&Event{Call: CallSendrecv, Comm: c, Peer: dest, Tag: sendtag, Bytes: packedLen(smem, slay)},
+			func() (Status, error) {
+				var st Status
+				err := c.sendrecvLayInto(smem, slay, smt, dest, sendtag, rmem, rlay, rmt, src, recvtag, &st)
+				return st, err
+			})
 	}
-	return f()
+	// The status a field at a time, as Recv's: see copyStatus.
+	var st Status
+	err = c.sendrecvLayInto(smem, slay, smt, dest, sendtag, rmem, rlay, rmt, src, recvtag, &st)
+	return Status{Source: st.Source, Tag: st.Tag, Err: st.Err, Bytes: st.Bytes,
+		Cancelled: st.Cancelled, Piggyback: st.Piggyback, HasPiggyback: st.HasPiggyback}, err
 }
 
 // SendInitTyped is MPI_Send_init with a datatype (and the mode variants):
