@@ -165,15 +165,24 @@ func (r *Request) waitKeepInto(st *Status) error {
 
 // test is Test without tool hooks.
 func (r *Request) test() (bool, Status, error) {
+	var st Status
+	done, err := r.testInto(&st)
+	return done, st, err
+}
+
+// testInto is test with the status written to *st once the request has
+// completed (see copyStatus); *st is left as it is when it has not.
+func (r *Request) testInto(st *Status) (bool, error) {
 	s := r.state()
 	if s.null() {
-		return true, emptyStatus, nil
+		copyStatus(st, &emptyStatus)
+		return true, nil
 	}
-	done, st, err := s.test()
+	done, err := s.testInto(st)
 	if done {
 		r.recycle()
 	}
-	return done, st, err
+	return done, err
 }
 
 // cancel is Cancel without tool hooks.
@@ -376,19 +385,22 @@ func copyStatus(dst, src *Status) {
 	dst.HasPiggyback = src.HasPiggyback
 }
 
-// test is Test without tool hooks.
-func (r *reqState) test() (bool, Status, error) {
+// testInto polls once unless r has completed, and reports whether it has;
+// if so it reports it (as Test does) and writes its status to *st.
+func (r *reqState) testInto(st *Status) (bool, error) {
 	if r.null() {
-		return true, emptyStatus, nil
+		copyStatus(st, &emptyStatus)
+		return true, nil
 	}
 	if !r.done.Load() {
 		r.p.progress()
 		if !r.done.Load() {
-			return false, Status{}, nil
+			return false, nil
 		}
 	}
 	r.report()
-	return true, r.status, r.status.Err
+	copyStatus(st, &r.status)
+	return true, r.status.Err
 }
 
 // cancel is Cancel without tool hooks.

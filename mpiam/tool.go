@@ -403,7 +403,11 @@ func (r *Request) Wait() (Status, error) {
 func (r *Request) Test() (bool, Status, error) {
 	s := r.state()
 	if s == nil || s.p == nil || s.p.tools == nil {
-		return r.test()
+		// The status a field at a time: see copyStatus.
+		var st Status
+		done, err := r.testInto(&st)
+		return done, Status{Source: st.Source, Tag: st.Tag, Err: st.Err, Bytes: st.Bytes,
+			Cancelled: st.Cancelled, Piggyback: st.Piggyback, HasPiggyback: st.HasPiggyback}, err
 	}
 	e := Event{Call: CallTest, Comm: s.comm, Request: *r, Requests: []Request{*r}}
 	s.p.around(&e, func(e *Event) {
