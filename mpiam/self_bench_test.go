@@ -37,13 +37,21 @@ func benchSelfSendRecv(b *testing.B, cfg Config) {
 func BenchmarkSelfSendrecv(b *testing.B) { byLevel(b, benchSelfSendrecv) }
 
 func benchSelfSendrecv(b *testing.B, cfg Config) {
+	out := make([]byte, 8)
+	in := make([]byte, 8)
+	selfLoop(b, cfg, func(w *Comm) error {
+		_, err := Sendrecv(w, out, 0, 1, in, 0, 1)
+		return err
+	})
+}
+
+// selfLoop runs op b.N times, timed, on the one rank of an in-process job.
+func selfLoop(b *testing.B, cfg Config, op func(w *Comm) error) {
 	err := RunLocal(1, cfg, func(w *Comm) error {
-		out := make([]byte, 8)
-		in := make([]byte, 8)
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			if _, err := Sendrecv(w, out, 0, 1, in, 0, 1); err != nil {
+			if err := op(w); err != nil {
 				return err
 			}
 		}
@@ -62,38 +70,26 @@ func benchSelfSendrecv(b *testing.B, cfg Config) {
 func BenchmarkSelfTest(b *testing.B) { byLevel(b, benchSelfTest) }
 
 func benchSelfTest(b *testing.B, cfg Config) {
-	err := RunLocal(1, cfg, func(w *Comm) error {
-		out := make([]byte, 8)
-		in := make([]byte, 8)
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			r, err := Irecv(w, in, 0, 1)
-			if err != nil {
-				return err
+	out := make([]byte, 8)
+	in := make([]byte, 8)
+	selfLoop(b, cfg, func(w *Comm) error {
+		r, err := Irecv(w, in, 0, 1)
+		if err != nil {
+			return err
+		}
+		if err := Send(w, out, 0, 1); err != nil {
+			return err
+		}
+		for {
+			done, st, err := r.Test()
+			if err != nil || done && st.Bytes != 8 {
+				return fmt.Errorf("status %+v: %w", st, err)
 			}
-			if err := Send(w, out, 0, 1); err != nil {
-				return err
-			}
-			for {
-				done, st, err := r.Test()
-				if err != nil {
-					return err
-				}
-				if done {
-					if st.Bytes != 8 {
-						return fmt.Errorf("status %+v", st)
-					}
-					break
-				}
+			if done {
+				return nil
 			}
 		}
-		b.StopTimer()
-		return nil
 	})
-	if err != nil {
-		b.Fatal(err)
-	}
 }
 
 // BenchmarkSelfPosted measures the CPU cost of one eager message that finds its
