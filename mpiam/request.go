@@ -386,12 +386,9 @@ func copyStatus(dst, src *Status) {
 }
 
 // testInto polls once unless r has completed, and reports whether it has;
-// if so it reports it (as Test does) and writes its status to *st.
+// if so it reports it (as Test does) and writes its status to *st. r is
+// not null (Request.testInto answers for a null request).
 func (r *reqState) testInto(st *Status) (bool, error) {
-	if r.null() {
-		copyStatus(st, &emptyStatus)
-		return true, nil
-	}
 	if !r.done.Load() {
 		r.p.progress()
 		if !r.done.Load() {

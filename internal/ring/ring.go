@@ -422,7 +422,8 @@ func (p *Producer) copyIn(at uint64, hdr, payload []byte) {
 }
 
 // wordHeaders: copyIn may copy a header by unaligned word loads and stores,
-// which these architectures allow at full speed.
+// which these architectures allow at full speed (internal/wire's
+// unalignedWords is the same set).
 const wordHeaders = runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64"
 
 // maxWordHeader is the longest header copyIn copies by words, in bytes: an

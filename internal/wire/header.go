@@ -347,11 +347,11 @@ func IsImmediate(pkt []byte) bool {
 }
 
 // unalignedWords: EncodeImmediate may store the arguments as native words at
-// any alignment, which these architectures allow at full speed; elsewhere
-// (mips, riscv64, loong64, 32-bit arm) an unaligned word store traps or is
+// any alignment, which these architectures allow at full speed (the same
+// set as internal/ring's wordHeaders, for the same reason); elsewhere (mips,
+// riscv64, loong64, 32-bit arm) an unaligned word store traps or is
 // emulated by the kernel, so the arguments go byte-wise.
-const unalignedWords = runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64" ||
-	runtime.GOARCH == "386" || runtime.GOARCH == "ppc64le"
+const unalignedWords = runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64"
 
 // EncodeImmediate writes the header of an immediate request to handler with
 // args (at most MaxArgs) into b, which must hold ImmediateHeaderLen+8*len(args)
