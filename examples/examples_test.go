@@ -106,6 +106,9 @@ func TestMPIExamplesUnderAmrun(t *testing.T) {
 			[]string{"25^3 on 2 x 1 x 1 ranks", "halo3d: check PASSED"}},
 		{"halo3d-shm-4-isend", []string{"-n", "4", halo3d, "-n", "23", "-sweeps", "8", "-mode", "isend"},
 			[]string{"23^3 on 2 x 2 x 1 ranks, isend exchange", "halo3d: check PASSED"}},
+		// The columns bench/harness reads (names apart by two spaces or more).
+		{"halo3d-shm-2-bench", []string{"-n", "2", halo3d, "-sizes", "12,16", "-sweeps", "3", "-bench"},
+			[]string{"# Size     Time per sweep (us)       Exchange (us)  Exchange only (us)\n12 ", "\n16 "}},
 		{"halo3d-loop-8", []string{"-n", "8", "--transport", "loop", halo3d, "-n", "19", "-sweeps", "6"},
 			[]string{"19^3 on 2 x 2 x 2 ranks", "halo3d: check PASSED"}},
 		{"halo3d-loop-6-isend", []string{"-n", "6", "--transport", "loop", halo3d, "-n", "21", "-sweeps", "6", "-mode", "isend"},

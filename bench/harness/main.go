@@ -858,6 +858,7 @@ func compact(b *strings.Builder, sum map[key]stats, configs []string, withN bool
 	table(b, sum, "latency-vector", "Latency (us)", configs, []int{8, 1024, 8192, 65536, 1 << 20}, withN)
 	table(b, sum, "halo3d", "Time per sweep (us)", configs, nil, withN)
 	table(b, sum, "halo3d", "Exchange (us)", configs, nil, withN)
+	table(b, sum, "halo3d", "Exchange only (us)", configs, nil, withN)
 	table(b, sum, "iallreduce", "Pure Comm.(us)", configs, []int{8, 1024, 65536}, withN)
 	table(b, sum, "iallreduce", "Overlap(%)", configs, []int{8, 1024, 65536}, withN)
 	table(b, sum, "ialltoall", "Pure Comm.(us)", configs, []int{8, 1024, 65536}, withN)
