@@ -288,3 +288,50 @@ func benchPingPong(b *testing.B, nw string, n int) {
 func runBench(b *testing.B, nw string, n int, fn func(w *Comm) error) error {
 	return runJobErr(b, nw, n, Config{}, func(r *rk, w *Comm) { r.NoError(fn(w)) })
 }
+
+// A blocking neighborhood collective allocates nothing in steady state, as
+// a halo exchange repeated every step needs: on a periodic ring of 2 ranks
+// (both neighbors the other rank) each step runs NeighborAlltoallw with a
+// strided block and a contiguous one, NeighborAlltoall, NeighborAlltoallv,
+// NeighborAllgather and NeighborAllgatherv. Each call used to allocate its
+// blocks, their receive order and the list of its receives.
+func TestNeighborCollectivesZeroAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	for _, nw := range []string{"loop", "shm"} {
+		t.Run(nw, func(t *testing.T) {
+			runJob(t, nw, 2, Config{}, func(r *rk, w *Comm) {
+				cart, err := w.CartCreate([]int{2}, []bool{true}, false)
+				r.NoError(err)
+				col, err := TypeVector(4, 1, 2, Float64)
+				r.NoError(err)
+				r.NoError(col.Commit())
+				grid := make([]float64, 32)
+				types := []*Datatype{col, Float64}
+				counts, sdispls, rdispls := []int{1, 4}, []int{0, 64}, []int{128, 192}
+				send, recv := make([]int64, 8), make([]int64, 8)
+				vcounts, vdispls := []int{4, 4}, []int{0, 4}
+				step := func() {
+					r.NoError(NeighborAlltoallw(cart, grid, counts, sdispls, types, grid, counts, rdispls, types))
+					r.NoError(NeighborAlltoall(cart, send, recv))
+					r.NoError(NeighborAlltoallv(cart, send, vcounts, vdispls, recv, vcounts, vdispls))
+					r.NoError(NeighborAllgather(cart, send[:4], recv))
+					r.NoError(NeighborAllgatherv(cart, send[:4], recv, vcounts, vdispls))
+				}
+				const warm, runs = 50, 200
+				if cart.Rank() == 1 {
+					for range warm + runs + 1 { // AllocsPerRun runs once more to warm up
+						step()
+					}
+					return
+				}
+				for range warm {
+					step()
+				}
+				allocs := testing.AllocsPerRun(runs, step)
+				r.Zero(allocs, "allocations per step of five neighborhood collectives")
+			})
+		})
+	}
+}

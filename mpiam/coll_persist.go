@@ -147,12 +147,13 @@ func NeighborAlltoallvInit[T any](c *Comm, send []T, scounts, sdispls []int, rec
 // (MPI_Neighbor_alltoallw_init): a halo exchange set up once and started
 // every iteration, each face packed into its message and unpacked from it.
 func NeighborAlltoallwInit[S, R any](c *Comm, send []S, scounts, sdispls []int, stypes []*Datatype, recv []R, rcounts, rdispls []int, rtypes []*Datatype) (Request, error) {
-	in, out, sargs, rargs, err := neighborWArgs(c, send, scounts, sdispls, stypes, recv, rcounts, rdispls, rtypes)
+	s := &nbScratch{}
+	in, out, err := neighborWArgs(c, s, send, scounts, sdispls, stypes, recv, rcounts, rdispls, rtypes)
 	if err != nil {
 		return Request{}, err
 	}
-	return c.initNeighbor(CallNeighborAlltoallwInit, argsBytes(sargs), func(x coll, b *sched.Builder) error {
-		neighborSchedule(b, c, in, rargs, out, sargs)
+	return c.initNeighbor(CallNeighborAlltoallwInit, argsBytes(s.sblocks), func(x coll, b *sched.Builder) error {
+		neighborSchedule(b, c, in, s.rblocks, out, s.sblocks)
 		return nil
 	})
 }

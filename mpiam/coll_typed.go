@@ -580,6 +580,11 @@ func blocksOf[T any](buf []T, counts, displs []int, types []*Datatype, n int, wh
 // argsOf checks the n blocks of a w collective's buffer: block i is
 // counts[i] instances of types[i] starting displs[i] bytes into buf.
 func argsOf[T any](buf []T, counts, displs []int, types []*Datatype, n int, what string) ([]typedArg, error) {
+	return argsInto(make([]typedArg, 0, n), buf, counts, displs, types, n, what)
+}
+
+// argsInto is argsOf appending the blocks to args.
+func argsInto[T any](args []typedArg, buf []T, counts, displs []int, types []*Datatype, n int, what string) ([]typedArg, error) {
 	if len(counts) != n || len(displs) != n || len(types) != n {
 		return nil, fmt.Errorf("%w: %s needs %d counts, displacements and datatypes, got %d, %d and %d", ErrCount, what, n, len(counts), len(displs), len(types))
 	}
@@ -587,7 +592,6 @@ func argsOf[T any](buf []T, counts, displs []int, types []*Datatype, n int, what
 	if err != nil {
 		return nil, err
 	}
-	args := make([]typedArg, n)
 	for i := range n {
 		if displs[i] < 0 || displs[i] > len(mem) {
 			return nil, fmt.Errorf("%w: %s block %d at byte %d of a buffer of %d", ErrBuffer, what, i, displs[i], len(mem))
@@ -596,7 +600,7 @@ func argsOf[T any](buf []T, counts, displs []int, types []*Datatype, n int, what
 		if err != nil {
 			return nil, fmt.Errorf("%s block %d: %w", what, i, err)
 		}
-		args[i] = typedArg{m, lay}
+		args = append(args, typedArg{m, lay})
 	}
 	return args, nil
 }
@@ -695,23 +699,27 @@ func staged(s, r blocksW, inner func(x coll, b *sched.Builder) error) func(x col
 // exchange's faces). Collective over c. Errors: those of
 // NeighborAlltoallv, ErrType, ErrBuffer.
 func NeighborAlltoallw[S, R any](c *Comm, send []S, scounts, sdispls []int, stypes []*Datatype, recv []R, rcounts, rdispls []int, rtypes []*Datatype) error {
-	in, out, sargs, rargs, err := neighborWArgs(c, send, scounts, sdispls, stypes, recv, rcounts, rdispls, rtypes)
+	s := newNbScratch(nil)
+	defer s.release()
+	in, out, err := neighborWArgs(c, s, send, scounts, sdispls, stypes, recv, rcounts, rdispls, rtypes)
 	if err != nil {
 		return err
 	}
-	return c.runColl(CallNeighborAlltoallw, AnySource, argsBytes(sargs), func(x coll) error {
-		return x.neighborExchange(in, rargs, out, sargs)
+	return c.runColl(CallNeighborAlltoallw, AnySource, argsBytes(s.sblocks), func(x coll) error {
+		return x.neighborExchange(s, in, s.rblocks, out, s.sblocks)
 	})
 }
 
-func neighborWArgs[S, R any](c *Comm, send []S, scounts, sdispls []int, stypes []*Datatype, recv []R, rcounts, rdispls []int, rtypes []*Datatype) (in, out []int, sargs, rargs []typedArg, err error) {
+// neighborWArgs checks a NeighborAlltoallw's blocks into s.sblocks and
+// s.rblocks and returns the neighbors.
+func neighborWArgs[S, R any](c *Comm, s *nbScratch, send []S, scounts, sdispls []int, stypes []*Datatype, recv []R, rcounts, rdispls []int, rtypes []*Datatype) (in, out []int, err error) {
 	if in, out, err = c.neighbors(); err != nil {
 		return
 	}
-	if sargs, err = argsOf(send, scounts, sdispls, stypes, len(out), "NeighborAlltoallw send"); err != nil {
+	if s.sblocks, err = argsInto(s.sblocks[:0], send, scounts, sdispls, stypes, len(out), "NeighborAlltoallw send"); err != nil {
 		return
 	}
-	rargs, err = argsOf(recv, rcounts, rdispls, rtypes, len(in), "NeighborAlltoallw receive")
+	s.rblocks, err = argsInto(s.rblocks[:0], recv, rcounts, rdispls, rtypes, len(in), "NeighborAlltoallw receive")
 	return
 }
 
@@ -727,12 +735,13 @@ func argsBytes(args []typedArg) int {
 // IneighborAlltoallw starts a NeighborAlltoallw (MPI_Ineighbor_alltoallw);
 // errors at the call as NeighborAlltoallw's.
 func IneighborAlltoallw[S, R any](c *Comm, send []S, scounts, sdispls []int, stypes []*Datatype, recv []R, rcounts, rdispls []int, rtypes []*Datatype) (Request, error) {
-	in, out, sargs, rargs, err := neighborWArgs(c, send, scounts, sdispls, stypes, recv, rcounts, rdispls, rtypes)
+	s := &nbScratch{}
+	in, out, err := neighborWArgs(c, s, send, scounts, sdispls, stypes, recv, rcounts, rdispls, rtypes)
 	if err != nil {
 		return Request{}, err
 	}
-	return c.startNeighbor(CallIneighborAlltoallw, argsBytes(sargs), func(x coll, b *sched.Builder) error {
-		neighborSchedule(b, c, in, rargs, out, sargs)
+	return c.startNeighbor(CallIneighborAlltoallw, argsBytes(s.sblocks), func(x coll, b *sched.Builder) error {
+		neighborSchedule(b, c, in, s.rblocks, out, s.sblocks)
 		return nil
 	})
 }

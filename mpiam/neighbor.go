@@ -2,8 +2,10 @@ package mpiam
 
 import (
 	"fmt"
-	"github.com/amgo-hpc/amgo/mpiam/internal/sched"
 	"slices"
+	"sync"
+
+	"github.com/amgo-hpc/amgo/mpiam/internal/sched"
 )
 
 // graphTopo is a distributed graph topology: this rank's in-neighbors
@@ -198,9 +200,7 @@ func neighborAllgather[T any](c *Comm, x coll, b *sched.Builder, send, recv []T)
 	if len(recv) != len(in)*k {
 		return fmt.Errorf("%w: NeighborAllgather of %d elements from %d in-neighbors into %d", ErrCount, k, len(in), len(recv))
 	}
-	rcounts, rdispls := evenBlocks(len(in), k)
-	scounts, sdispls := sameBlock(len(out), k)
-	return neighborExchangeV(x, b, in, out, send, scounts, sdispls, recv, rcounts, rdispls)
+	return neighborExchangeEven(x, b, in, out, send, recv, k, true)
 }
 
 // NeighborAlltoall sends block i of send to the i-th out-neighbor and
@@ -234,9 +234,7 @@ func neighborAlltoall[T any](c *Comm, x coll, b *sched.Builder, send, recv []T) 
 		return fmt.Errorf("%w: NeighborAlltoall of %d elements to %d out-neighbors and %d from %d in-neighbors (one block size for all)",
 			ErrCount, len(send), len(out), len(recv), len(in))
 	}
-	scounts, sdispls := evenBlocks(len(out), k)
-	rcounts, rdispls := evenBlocks(len(in), k)
-	return neighborExchangeV(x, b, in, out, send, scounts, sdispls, recv, rcounts, rdispls)
+	return neighborExchangeEven(x, b, in, out, send, recv, k, false)
 }
 
 // neighborExchange posts a receive of rblocks[i] from in[i] for every i,
@@ -246,14 +244,15 @@ func neighborAlltoall[T any](c *Comm, x coll, b *sched.Builder, send, recv []T) 
 // multigraph's repeated edges need; the receives are posted in recvOrder. A block with a layout (datatypes that
 // are not one run of bytes) is packed into its message and unpacked from
 // it, with no staging copy.
-func (x coll) neighborExchange(in []int, rblocks []typedArg, out []int, sblocks []typedArg) error {
-	in, rblocks = x.c.recvOrder(in, rblocks)
+func (x coll) neighborExchange(s *nbScratch, in []int, rblocks []typedArg, out []int, sblocks []typedArg) error {
+	in, rblocks = x.c.recvOrder(s, in, rblocks)
 	cc := x.cc
-	reqs := make([]*reqState, 0, len(in))
+	reqs := s.reqs[:0]
 	defer func() {
 		for _, rr := range reqs {
 			cc.p.states.put(rr)
 		}
+		s.reqs = reqs
 	}()
 	var first error
 	for i, src := range in {
@@ -336,8 +335,15 @@ func neighborAllgatherv[T any](c *Comm, x coll, b *sched.Builder, send, recv []T
 	if err := checkV(len(in), len(recv), counts, displs, "NeighborAllgatherv"); err != nil {
 		return err
 	}
-	scounts, sdispls := sameBlock(len(out), len(send))
-	return neighborExchangeV(x, b, in, out, send, scounts, sdispls, recv, counts, displs)
+	s := newNbScratch(b)
+	defer s.release()
+	for i := range in {
+		s.rblocks = append(s.rblocks, typedArg{mem: raw(recv[displs[i] : displs[i]+counts[i]])})
+	}
+	for range out {
+		s.sblocks = append(s.sblocks, typedArg{mem: raw(send)})
+	}
+	return x.neighborBlocks(b, s, in, out)
 }
 
 // NeighborAlltoallv is NeighborAlltoall with a count and displacement (in
@@ -372,8 +378,7 @@ func neighborAlltoallv[T any](c *Comm, x coll, b *sched.Builder, send []T, scoun
 	return neighborExchangeV(x, b, in, out, send, scounts, sdispls, recv, rcounts, rdispls)
 }
 
-// evenBlocks is n consecutive blocks of k elements; sameBlock is n times
-// the same block of k elements (an allgather's send).
+// evenBlocks is n consecutive blocks of k elements.
 func evenBlocks(n, k int) (counts, displs []int) {
 	counts, displs = make([]int, n), make([]int, n)
 	for i := range n {
@@ -382,35 +387,90 @@ func evenBlocks(n, k int) (counts, displs []int) {
 	return counts, displs
 }
 
-func sameBlock(n, k int) (counts, displs []int) {
-	counts = make([]int, n)
-	for i := range counts {
-		counts[i] = k
-	}
-	return counts, make([]int, n)
-}
-
 // neighborExchangeV is neighborExchange of the blocks of send and recv that
 // the (checked) counts and displacements name, one per neighbor; with b,
 // it adds the exchange to b's schedule instead.
 func neighborExchangeV[T any](x coll, b *sched.Builder, in, out []int, send []T, scounts, sdispls []int, recv []T, rcounts, rdispls []int) error {
-	rblocks := make([]typedArg, len(in))
+	s := newNbScratch(b)
+	defer s.release()
 	for i := range in {
-		rblocks[i].mem = raw(recv[rdispls[i] : rdispls[i]+rcounts[i]])
+		s.rblocks = append(s.rblocks, typedArg{mem: raw(recv[rdispls[i] : rdispls[i]+rcounts[i]])})
 	}
-	sblocks := make([]typedArg, len(out))
 	for i := range out {
-		sblocks[i].mem = raw(send[sdispls[i] : sdispls[i]+scounts[i]])
+		s.sblocks = append(s.sblocks, typedArg{mem: raw(send[sdispls[i] : sdispls[i]+scounts[i]])})
 	}
-	if b != nil {
-		neighborSchedule(b, x.c, in, rblocks, out, sblocks)
-		return nil
-	}
-	return x.neighborExchange(in, rblocks, out, sblocks)
+	return x.neighborBlocks(b, s, in, out)
 }
 
-// recvOrder is the order in which a neighborhood collective posts its
-// receives: on a Cartesian communicator the two blocks of each dimension
+// neighborExchangeEven is neighborExchangeV with blocks of k elements:
+// the i-th out-neighbor's is send's block i, or all of send when same (an
+// allgather); the i-th in-neighbor's lands in recv's block i.
+func neighborExchangeEven[T any](x coll, b *sched.Builder, in, out []int, send, recv []T, k int, same bool) error {
+	s := newNbScratch(b)
+	defer s.release()
+	for i := range in {
+		s.rblocks = append(s.rblocks, typedArg{mem: raw(recv[i*k : (i+1)*k])})
+	}
+	for i := range out {
+		blk := send
+		if !same {
+			blk = send[i*k : (i+1)*k]
+		}
+		s.sblocks = append(s.sblocks, typedArg{mem: raw(blk)})
+	}
+	return x.neighborBlocks(b, s, in, out)
+}
+
+// neighborBlocks exchanges s's blocks with the neighbors (neighborExchange),
+// or with b adds the exchange to b's schedule.
+func (x coll) neighborBlocks(b *sched.Builder, s *nbScratch, in, out []int) error {
+	if b != nil {
+		neighborSchedule(b, x.c, in, s.rblocks, out, s.sblocks)
+		return nil
+	}
+	return x.neighborExchange(s, in, s.rblocks, out, s.sblocks)
+}
+
+// nbScratch is the working memory of a neighborhood collective's exchange:
+// its blocks, the receives in recvOrder and their states. A blocking call
+// takes one from nbScratchPool and returns it, so that a halo exchange
+// repeated every step allocates nothing (five allocations a call before);
+// a nonblocking one, whose schedule keeps the blocks, gets its own.
+type nbScratch struct {
+	sblocks, rblocks []typedArg
+	rin              []int      // in-neighbors in recvOrder
+	rord             []typedArg // their blocks
+	reqs             []*reqState
+	pooled           bool
+}
+
+var nbScratchPool = sync.Pool{New: func() any { return &nbScratch{pooled: true} }}
+
+// newNbScratch is a pooled scratch for a blocking call (b nil), a new one
+// for a schedule (b not nil).
+func newNbScratch(b *sched.Builder) *nbScratch {
+	if b != nil {
+		return &nbScratch{}
+	}
+	return nbScratchPool.Get().(*nbScratch)
+}
+
+// release returns a pooled scratch, holding no user buffer or state.
+func (s *nbScratch) release() {
+	if !s.pooled {
+		return
+	}
+	clear(s.sblocks)
+	clear(s.rblocks)
+	clear(s.rord)
+	clear(s.reqs)
+	s.sblocks, s.rblocks, s.rin, s.rord, s.reqs = s.sblocks[:0], s.rblocks[:0], s.rin[:0], s.rord[:0], s.reqs[:0]
+	nbScratchPool.Put(s)
+}
+
+// recvOrder returns in and rblocks in the order in which a neighborhood
+// collective posts its receives (reordered into s's slices when the order
+// changes): on a Cartesian communicator the two blocks of each dimension
 // swapped, so that the block a neighbor sends in its negative direction
 // lands in this rank's block of the positive direction and the other way
 // round even when both neighbors along a dimension are one rank (a
@@ -418,14 +478,15 @@ func neighborExchangeV[T any](x coll, b *sched.Builder, in, out []int, send []T,
 // erratum to MPI-3.1, MPI Forum issue 153); messages between one pair of
 // ranks match in the order sent and received. Graph topologies keep list
 // order: the k-th edge to a rank matches the k-th edge from it.
-func (c *Comm) recvOrder(in []int, rblocks []typedArg) ([]int, []typedArg) {
+func (c *Comm) recvOrder(s *nbScratch, in []int, rblocks []typedArg) ([]int, []typedArg) {
 	if c.graph != nil || c.ggraph != nil || c.cart == nil || len(in)%2 != 0 {
 		return in, rblocks
 	}
-	sin, sb := make([]int, len(in)), make([]typedArg, len(in))
+	sin, sb := s.rin[:0], s.rord[:0]
 	for k := range in {
-		sin[k], sb[k] = in[k^1], rblocks[k^1]
+		sin, sb = append(sin, in[k^1]), append(sb, rblocks[k^1])
 	}
+	s.rin, s.rord = sin, sb
 	return sin, sb
 }
 
@@ -443,7 +504,7 @@ func (c *Comm) startNeighbor(call Call, bytes int, build func(x coll, b *sched.B
 // receive posted (in recvOrder), then every send, ProcNull neighbors
 // skipped.
 func neighborSchedule(b *sched.Builder, c *Comm, in []int, rblocks []typedArg, out []int, sblocks []typedArg) {
-	in, rblocks = c.recvOrder(in, rblocks)
+	in, rblocks = c.recvOrder(&nbScratch{}, in, rblocks)
 	for i, src := range in {
 		if src != ProcNull {
 			b.RecvExt(src, 0, rblocks[i].mem, rblocks[i].ext())
