@@ -518,11 +518,18 @@ func (p *proc) runWork(d deferred) {
 			err = p.storeTyped(&d)
 		} else if d.cts.N > 0 {
 			src := r.buf[d.cts.Off : d.cts.Off+d.cts.N]
-			if b := p.stageOutFor(d.dst, &d.cts); b != nil {
-				// Into the receiver's shared stage (stage.go), around the
-				// caches as storeTyped packs, then tell.
-				p.stages.packed.Add(int64(memcopy.CopyNT(b, src)))
-				memcopy.StoreFence()
+			if b, w := p.stageOutFor(d.dst, &d.cts); b != nil {
+				// Into the receiver's shared stage (stage.go), with the
+				// stores w chooses as storeTyped packs, then tell.
+				w.write(b, func(part []byte, at int, nt bool) {
+					if nt {
+						memcopy.CopyNT(part, src[at:])
+						memcopy.StoreFence()
+					} else {
+						copy(part, src[at:])
+					}
+				})
+				p.stages.packed.Add(int64(len(b)))
 				err = p.dataNotice(d.dst, &d.cts)
 			} else {
 				err = p.storeLast(d.dst, d.cts.Addr, src, &d.cts)

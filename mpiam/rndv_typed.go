@@ -150,21 +150,25 @@ func (p *proc) askPieceLocked(r *reqState, args *ctsArgs) bool {
 			asked = true
 		}
 	}
-	h := len(r.bounce) / 2
+	h := typedChunk / 2
 	k := min(typedPiece(r.end, h), r.end-r.at)
 	last := r.at+k >= r.end
 	if free < 0 || last && asked {
 		return false
 	}
-	*args = ctsArgs{SendID: r.peerSendID, Addr: r.seg.Addr + uint64(free*h), Off: uint64(r.at), N: uint64(k),
+	off := free * h
+	if st := r.stage; st != nil {
+		off = st.place(k)
+	}
+	*args = ctsArgs{SendID: r.peerSendID, Addr: r.seg.Addr + uint64(off), Off: uint64(r.at), N: uint64(k),
 		RecvID: r.id, Flags: proto.CTSPiece}
 	if !last {
 		args.Flags |= ctsMore
 	}
 	if r.stage != nil {
-		args.Flags |= r.stage.ctsFlags(free * h)
+		args.Flags |= r.stage.ctsFlags(off)
 	}
-	r.pfrom[free], r.plen[free], r.hstate[free] = r.at, int32(k), halfAsked
+	r.pfrom[free], r.poff[free], r.plen[free], r.hstate[free] = r.at, off, int32(k), halfAsked
 	r.at += k
 	p.ep.Expect(time.Duration(k/4)*time.Nanosecond + 50*time.Microsecond)
 	return true
@@ -242,7 +246,7 @@ func (p *proc) onDataPiece(tok *handlers.Token, a []uint64, _ []byte) {
 	}
 	unlink := landedLocked(r)
 	r.hstate[half] = halfFull
-	from, b := r.pfrom[half], r.bounce[half*(len(r.bounce)/2):][:r.plen[half]]
+	from, b := r.pfrom[half], r.bounce[r.poff[half]:][:r.plen[half]]
 	id := r.id
 	// The last piece waits until the others have landed: it may be asked
 	// for now, before this one is unpacked, so that the sender packs it
@@ -326,13 +330,16 @@ func (p *proc) getInto(r *reqState, src int, j pullJob) error {
 // runs the receiver's data handler.
 func (p *proc) storeTyped(d *deferred) error {
 	r, a := d.req, d.cts
-	if b := p.stageOutFor(d.dst, &a); b != nil {
-		// The receiver's shared stage: pack straight into it, then tell.
-		// Its lines were last read by the receiver's core: non-temporal
-		// stores send them to memory without first taking each one back
-		// from that core (docs/performance.md, "Packing into a shared
-		// stage around the caches").
-		r.lay.packNT(b, r.buf, int(a.Off))
+	if b, w := p.stageOutFor(d.dst, &a); b != nil {
+		// The receiver's shared stage: pack straight into it, with the
+		// stores w chooses, then tell.
+		w.write(b, func(part []byte, at int, nt bool) {
+			if nt {
+				r.lay.packNT(part, r.buf, int(a.Off)+at)
+			} else {
+				r.lay.pack(part, r.buf, int(a.Off)+at)
+			}
+		})
 		p.stages.packed.Add(int64(len(b)))
 		return p.dataNotice(d.dst, &a)
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/amgo-hpc/amgo/am"
 	"github.com/amgo-hpc/amgo/internal/shmem"
@@ -31,8 +32,11 @@ import (
 // has mapped it. The stage is also registered as a segment, so that a
 // sender that cannot map it stores into it instead.
 
-// stageBytes is a shared stage's size: one staging buffer (typedChunk).
-const stageBytes = typedChunk
+// stageBytes is a shared stage's size: four staging buffers (typedChunk),
+// so that the pieces of a receive, at most half a buffer each, go through
+// it in turn (stageIn.place) and a sender's ordinary stores seldom find a
+// line the receiver's core still holds from unpacking it (stageWriter).
+const stageBytes = 4 * typedChunk
 
 // maxStages bounds the shared stages a rank makes, one per sending rank.
 const maxStages = 16
@@ -55,12 +59,102 @@ type stageIn struct {
 	busy   bool // a receive stages in it
 	linked bool // its name is still in the file system
 	dead   bool // its sender failed, or it could not be made: never used again
+	next   int  // where place puts the next piece
+}
+
+// place returns where in the stage a piece of n bytes (at most half a
+// staging buffer) goes: right after the piece before it, or at the start
+// when it would pass the end. The two pieces a receive has in flight are
+// always apart, and a line is written again only after the receiver has
+// unpacked three quarters of a stage's worth of other pieces. p.mu is
+// held.
+func (st *stageIn) place(n int) int {
+	off := st.next
+	if off+n > len(st.mem) {
+		off = 0
+	}
+	st.next = (off + n + proto.StageUnit - 1) &^ (proto.StageUnit - 1)
+	return off
 }
 
 // stageOut is a peer's shared stage this rank sends into.
 type stageOut struct {
 	pid, gen uint32
 	mem      []byte // nil: could not be mapped (store instead)
+	w        stageWriter
+}
+
+// stageWriter chooses the stores with which one rank writes pieces into
+// one peer's shared stage. Ordinary stores leave the piece in this core's
+// caches, from which the receiver's unpack reads it at about twice the
+// rate it reads memory; but each store first takes its line back from
+// wherever it is, which is slow when the two cores share no cache (a
+// virtual machine's two CPUs on separate core complexes: a 1 MiB strided
+// message then took 3.5 times as long). Non-temporal stores write whole
+// lines to memory without taking them, at the same rate either way, and
+// the receiver then reads memory. So the writer measures both: every
+// piece's rate (nanoseconds a KiB, averaged over the last few) in the way
+// it was written, and every stageExplore-th piece writes its first
+// stageProbe bytes the other way; it takes non-temporal stores when
+// ordinary ones take more than stageNTRatio times as long (with them the
+// unpack out of memory bounds the pipeline near that ratio), and ordinary
+// ones otherwise. Pieces of one sender to one stage come one at a time
+// (the receiver asks for them in turn); the fields are atomic for the
+// rare overlap of two receives' pieces.
+type stageWriter struct {
+	plain, nt atomic.Int64 // ns a KiB; 0: not measured yet
+	pieces    atomic.Uint64
+}
+
+const (
+	stageExplore = 32
+	stageProbe   = 16 << 10
+	stageNTRatio = 2
+)
+
+// write fills dst, a piece of a shared stage, with fill(part, at, nt),
+// which writes part, the bytes from at of the piece, with non-temporal
+// stores (fenced) or not as nt says.
+func (w *stageWriter) write(dst []byte, fill func(part []byte, at int, nt bool)) {
+	nt := w.useNT()
+	if w.pieces.Add(1)%stageExplore == 1 && len(dst) >= 2*stageProbe {
+		w.timed(dst[:stageProbe], 0, !nt, fill)
+		w.timed(dst[stageProbe:], stageProbe, nt, fill)
+		return
+	}
+	w.timed(dst, 0, nt, fill)
+}
+
+// useNT reports whether the next piece goes with non-temporal stores.
+func (w *stageWriter) useNT() bool {
+	nt := w.nt.Load()
+	return nt > 0 && w.plain.Load() > stageNTRatio*nt
+}
+
+// timed runs fill on part and adds its rate to the way's average.
+func (w *stageWriter) timed(part []byte, at int, nt bool, fill func(part []byte, at int, nt bool)) {
+	if len(part) == 0 {
+		return
+	}
+	t0 := time.Now()
+	fill(part, at, nt)
+	w.record(nt, int64(time.Since(t0))<<10/int64(len(part)))
+}
+
+// record adds rate (ns a KiB) of a part written with non-temporal stores
+// or not to that way's average (a quarter of the new rate, three quarters
+// of the old).
+func (w *stageWriter) record(nt bool, rate int64) {
+	rate = max(rate, 1)
+	avg := &w.plain
+	if nt {
+		avg = &w.nt
+	}
+	if old := avg.Load(); old == 0 {
+		avg.Store(rate)
+	} else {
+		avg.Store(old + (rate-old)/4)
+	}
 }
 
 // stages is a rank's shared stages, both ways.
@@ -178,13 +272,14 @@ func (p *proc) unstageLocked(r *reqState, keep bool) (am.Segment, []byte) {
 }
 
 // stageOutFor maps the part [off, off+n) of the shared stage that a
-// clear-to-send from world rank dst names, or returns nil when the part
-// cannot be reached that way (the file cannot be mapped, or the part lies
-// outside it): the caller then stores.
-func (p *proc) stageOutFor(dst int, a *ctsArgs) []byte {
+// clear-to-send from world rank dst names, with the writer that chooses
+// how to write into that stage, or returns nil when the part cannot be
+// reached that way (the file cannot be mapped, or the part lies outside
+// it): the caller then stores.
+func (p *proc) stageOutFor(dst int, a *ctsArgs) ([]byte, *stageWriter) {
 	off, gen, pid, ok := a.Stage()
 	if !ok || p.stages.off || a.N > stageBytes || off > stageBytes-int(a.N) {
-		return nil
+		return nil, nil
 	}
 	s := &p.stages
 	s.mu.Lock()
@@ -204,9 +299,9 @@ func (p *proc) stageOutFor(dst int, a *ctsArgs) []byte {
 		s.out[dst] = so
 	}
 	if so.mem == nil {
-		return nil
+		return nil, nil
 	}
-	return so.mem[off : off+int(a.N)]
+	return so.mem[off : off+int(a.N)], &so.w
 }
 
 // dataNotice tells world rank dst that the part clear-to-send a asked for

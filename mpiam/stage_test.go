@@ -323,3 +323,76 @@ func TestTypedSharedStageContiguousSender(t *testing.T) {
 		})
 	}
 }
+
+// A stage's pieces go through it in turn, each after the one before it
+// (rounded up to the clear-to-send's offset unit), back at the start when
+// one would pass the end.
+func TestStagePlace(t *testing.T) {
+	st := &stageIn{mem: make([]byte, stageBytes)}
+	h := typedChunk / 2
+	for i := range 2*stageBytes/h + 1 {
+		require.Equal(t, i%(stageBytes/h)*h, st.place(h), "piece %d of %d bytes", i, h)
+	}
+	st.next = 0
+	odd := 40000 // not a multiple of the unit: the next starts at 40960
+	want := 0
+	for i := range 60 {
+		if want+odd > stageBytes {
+			want = 0
+		}
+		require.Equal(t, want, st.place(odd), "piece %d of %d bytes", i, odd)
+		want += 40960
+	}
+}
+
+// The stage writer takes ordinary stores until they take more than
+// stageNTRatio times as long as non-temporal ones, and goes back when they
+// no longer do; a new writer, which knows neither, takes ordinary ones.
+func TestStageWriterChooses(t *testing.T) {
+	var w stageWriter
+	require.False(t, w.useNT(), "a new writer")
+	w.record(false, 42)
+	require.False(t, w.useNT(), "non-temporal stores not measured yet")
+	w.record(true, 40)
+	require.False(t, w.useNT(), "ordinary stores as fast")
+	for range 3 {
+		w.record(false, 340) // the cores share no cache now
+	}
+	require.True(t, w.useNT(), "ordinary stores at %d ns/KiB against %d", w.plain.Load(), w.nt.Load())
+	var back int
+	for back = 1; back < 20 && w.useNT(); back++ {
+		w.record(false, 44) // explored: they share one again
+	}
+	require.False(t, w.useNT())
+	require.LessOrEqual(t, back, 8, "pieces explored before going back")
+}
+
+// Every stageExplore-th piece (the first among them) writes its first
+// stageProbe bytes the other way and the rest the chosen way; every byte of
+// every piece is written once, in order; pieces too short to split go
+// whole.
+func TestStageWriterExplores(t *testing.T) {
+	type part struct {
+		at, n int
+		nt    bool
+	}
+	var w stageWriter
+	dst := make([]byte, typedChunk/2)
+	for piece := 1; piece <= 2*stageExplore+1; piece++ {
+		var parts []part
+		chosen := w.useNT()
+		w.write(dst, func(p []byte, at int, nt bool) { parts = append(parts, part{at, len(p), nt}) })
+		if piece%stageExplore == 1 {
+			require.Equal(t, []part{{0, stageProbe, !chosen}, {stageProbe, len(dst) - stageProbe, chosen}}, parts, "piece %d", piece)
+		} else {
+			require.Equal(t, []part{{0, len(dst), chosen}}, parts, "piece %d", piece)
+		}
+	}
+	small := make([]byte, stageProbe)
+	for range stageExplore {
+		var parts []part
+		w.write(small, func(p []byte, at int, nt bool) { parts = append(parts, part{at, len(p), nt}) })
+		require.Len(t, parts, 1)
+		require.Equal(t, len(small), parts[0].n)
+	}
+}
