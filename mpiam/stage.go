@@ -94,15 +94,16 @@ type stageOut struct {
 // lines to memory without taking them, at the same rate either way, and
 // the receiver then reads memory. So the writer measures both: every
 // piece's rate (nanoseconds a KiB, averaged over the last few) in the way
-// it was written, and every stageExplore-th piece writes its first
-// stageProbe bytes the other way; it takes non-temporal stores when
-// ordinary ones take more than stageNTRatio times as long (with them the
+// it was written (record keeps each way's recent best), and every
+// stageExplore-th piece writes its first stageProbe bytes the other way;
+// it takes non-temporal stores when ordinary ones take more than
+// stageNTRatio times as long (with them the
 // unpack out of memory bounds the pipeline near that ratio), and ordinary
 // ones otherwise. Pieces of one sender to one stage come one at a time
 // (the receiver asks for them in turn); the fields are atomic for the
 // rare overlap of two receives' pieces.
 type stageWriter struct {
-	plain, nt atomic.Int64 // ns a KiB; 0: not measured yet
+	plain, nt atomic.Int64 // recent best, ns a KiB; 0: not measured yet
 	pieces    atomic.Uint64
 }
 
@@ -142,18 +143,21 @@ func (w *stageWriter) timed(part []byte, at int, nt bool, fill func(part []byte,
 }
 
 // record adds rate (ns a KiB) of a part written with non-temporal stores
-// or not to that way's average (a quarter of the new rate, three quarters
-// of the old).
+// or not to that way's recent best: a faster rate replaces it, a slower
+// one moves it an eighth of the way. A way's best is what it does when
+// nothing else gets in the way (a piece now and then is slowed by the
+// lines it finds, a page fault, an interrupt), and it follows a lasting
+// change within a few pieces.
 func (w *stageWriter) record(nt bool, rate int64) {
 	rate = max(rate, 1)
-	avg := &w.plain
+	best := &w.plain
 	if nt {
-		avg = &w.nt
+		best = &w.nt
 	}
-	if old := avg.Load(); old == 0 {
-		avg.Store(rate)
+	if old := best.Load(); old == 0 || rate < old {
+		best.Store(rate)
 	} else {
-		avg.Store(old + (rate-old)/4)
+		best.Store(old + (rate-old)/8)
 	}
 }
 
