@@ -150,13 +150,12 @@ func (p *proc) askPieceLocked(r *reqState, args *ctsArgs) bool {
 			asked = true
 		}
 	}
-	h := typedChunk / 2
-	k := min(typedPiece(r.end, h), r.end-r.at)
+	k := r.pieceAt(r.at)
 	last := r.at+k >= r.end
 	if free < 0 || last && asked {
 		return false
 	}
-	off := free * h
+	off := free * typedChunk / 2
 	if st := r.stage; st != nil {
 		off = st.place(k)
 	}
@@ -168,7 +167,7 @@ func (p *proc) askPieceLocked(r *reqState, args *ctsArgs) bool {
 	if r.stage != nil {
 		args.Flags |= r.stage.ctsFlags(off)
 	}
-	r.pfrom[free], r.poff[free], r.plen[free], r.hstate[free] = r.at, off, int32(k), halfAsked
+	r.pfrom[free], r.poff[free], r.hstate[free] = r.at, int32(off), halfAsked
 	r.at += k
 	p.ep.Expect(time.Duration(k/4)*time.Nanosecond + 50*time.Microsecond)
 	return true
@@ -212,6 +211,12 @@ func typedPiece(n, h int) int {
 	return min(h, max(typedPieceMin, (n/2+4095)&^4095))
 }
 
+// pieceAt is the length of staged receive r's piece from packed byte from:
+// typedPiece's, or what remains.
+func (r *reqState) pieceAt(from int) int {
+	return min(typedPiece(r.end, typedChunk/2), r.end-from)
+}
+
 // onDataPiece runs at a staged receive when a piece it asked for has landed
 // in its staging buffer (the piece notice: a store's handler, or a short
 // request after the sender packed into a shared stage).
@@ -246,7 +251,7 @@ func (p *proc) onDataPiece(tok *handlers.Token, a []uint64, _ []byte) {
 	}
 	unlink := landedLocked(r)
 	r.hstate[half] = halfFull
-	from, b := r.pfrom[half], r.bounce[r.poff[half]:][:r.plen[half]]
+	from, b := r.pfrom[half], r.bounce[r.poff[half]:][:r.pieceAt(r.pfrom[half])]
 	id := r.id
 	// The last piece waits until the others have landed: it may be asked
 	// for now, before this one is unpacked, so that the sender packs it
