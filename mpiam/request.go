@@ -538,11 +538,13 @@ func testall(reqs []Request, statuses []Status) (bool, error) {
 	return true, waitall(reqs, statuses)
 }
 
-// waitany is Waitany without tool hooks.
-func waitany(reqs []Request) (int, Status, error) {
+// waitany is Waitany without tool hooks, the status written to *st (see
+// copyStatus).
+func waitany(reqs []Request, st *Status) (int, error) {
 	p := activeProc(reqs)
 	if p == nil {
-		return Undefined, emptyStatus, nil
+		copyStatus(st, &emptyStatus)
+		return Undefined, nil
 	}
 	idx := -1
 	err := p.waitFor(func() bool {
@@ -555,32 +557,36 @@ func waitany(reqs []Request) (int, Status, error) {
 		return false
 	})
 	if err != nil {
-		return Undefined, Status{Err: err}, err
+		*st = Status{Err: err}
+		return Undefined, err
 	}
-	st, err := reqs[idx].wait()
+	err = reqs[idx].waitInto(st)
 	if !reqs[idx].persistent() {
 		reqs[idx] = Request{}
 	}
-	return idx, st, err
+	return idx, err
 }
 
-// testany is Testany without tool hooks.
-func testany(reqs []Request) (int, bool, Status, error) {
+// testany is Testany without tool hooks, the status written to *st (see
+// copyStatus) when it reports a request or none active, left as it is
+// otherwise.
+func testany(reqs []Request, st *Status) (int, bool, error) {
 	p := activeProc(reqs)
 	if p == nil {
-		return Undefined, true, emptyStatus, nil
+		copyStatus(st, &emptyStatus)
+		return Undefined, true, nil
 	}
 	p.progress()
 	for i, r := range reqs {
 		if !r.null() && r.completed() {
-			st, err := r.wait()
+			err := r.waitInto(st)
 			if !r.persistent() {
 				reqs[i] = Request{}
 			}
-			return i, true, st, err
+			return i, true, err
 		}
 	}
-	return Undefined, false, Status{}, nil
+	return Undefined, false, nil
 }
 
 // waitsome is Waitsome without tool hooks.

@@ -92,6 +92,32 @@ func benchSelfTest(b *testing.B, cfg Config) {
 	})
 }
 
+// BenchmarkSelfWaitany measures the CPU cost of one eager message whose
+// receive is completed by Waitany (a rank posts an Irecv from itself, sends
+// 8 bytes to itself and waits for any of a list of one request), as a
+// server loop that serves whichever request finishes first does.
+func BenchmarkSelfWaitany(b *testing.B) { byLevel(b, benchSelfWaitany) }
+
+func benchSelfWaitany(b *testing.B, cfg Config) {
+	out := make([]byte, 8)
+	in := make([]byte, 8)
+	reqs := make([]Request, 1)
+	selfLoop(b, cfg, func(w *Comm) error {
+		var err error
+		if reqs[0], err = Irecv(w, in, 0, 1); err != nil {
+			return err
+		}
+		if err := Send(w, out, 0, 1); err != nil {
+			return err
+		}
+		i, st, err := Waitany(reqs)
+		if err != nil || i != 0 || st.Bytes != 8 {
+			return fmt.Errorf("index %d, status %+v: %w", i, st, err)
+		}
+		return nil
+	})
+}
+
 // BenchmarkSelfPosted measures the CPU cost of one eager message that finds its
 // receive posted (a ping-pong's path) with no core crossing: a persistent
 // receive is started, the rank sends 8 bytes to itself and waits.

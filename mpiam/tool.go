@@ -512,11 +512,14 @@ func Testall(reqs []Request, statuses []Status) (bool, error) {
 func Waitany(reqs []Request) (int, Status, error) {
 	p, e := multiEvent(CallWaitany, reqs)
 	if e == nil {
-		return waitany(reqs)
+		var st Status
+		idx, err := waitany(reqs, &st)
+		return idx, Status{Source: st.Source, Tag: st.Tag, Err: st.Err, Bytes: st.Bytes,
+			Cancelled: st.Cancelled, Piggyback: st.Piggyback, HasPiggyback: st.HasPiggyback}, err
 	}
 	var idx int
 	p.around(e, func(e *Event) {
-		idx, e.Status, e.Err = waitany(reqs)
+		idx, e.Err = waitany(reqs, &e.Status)
 		if idx != Undefined {
 			e.Done, e.Statuses = []int{idx}, []Status{e.Status}
 		}
@@ -530,11 +533,14 @@ func Waitany(reqs []Request) (int, Status, error) {
 func Testany(reqs []Request) (int, bool, Status, error) {
 	p, e := multiEvent(CallTestany, reqs)
 	if e == nil {
-		return testany(reqs)
+		var st Status
+		idx, flag, err := testany(reqs, &st)
+		return idx, flag, Status{Source: st.Source, Tag: st.Tag, Err: st.Err, Bytes: st.Bytes,
+			Cancelled: st.Cancelled, Piggyback: st.Piggyback, HasPiggyback: st.HasPiggyback}, err
 	}
 	var idx int
 	p.around(e, func(e *Event) {
-		idx, e.Flag, e.Status, e.Err = testany(reqs)
+		idx, e.Flag, e.Err = testany(reqs, &e.Status)
 		if idx != Undefined {
 			e.Done, e.Statuses = []int{idx}, []Status{e.Status}
 		}
