@@ -441,7 +441,7 @@ type nbScratch struct {
 	rin              []int      // in-neighbors in recvOrder
 	rord             []typedArg // their blocks
 	reqs             []*reqState
-	pooled           bool
+	pooled           bool // from nbScratchPool, to which release returns it
 }
 
 var nbScratchPool = sync.Pool{New: func() any { return &nbScratch{pooled: true} }}

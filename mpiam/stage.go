@@ -92,16 +92,15 @@ type stageOut struct {
 // virtual machine's two CPUs on separate core complexes: a 1 MiB strided
 // message then took 3.5 times as long). Non-temporal stores write whole
 // lines to memory without taking them, at the same rate either way, and
-// the receiver then reads memory. So the writer measures both: every
-// piece's rate (nanoseconds a KiB, averaged over the last few) in the way
-// it was written (record keeps each way's recent best), and every
-// stageExplore-th piece writes its first stageProbe bytes the other way;
-// it takes non-temporal stores when ordinary ones take more than
-// stageNTRatio times as long (with them the
-// unpack out of memory bounds the pipeline near that ratio), and ordinary
-// ones otherwise. Pieces of one sender to one stage come one at a time
-// (the receiver asks for them in turn); the fields are atomic for the
-// rare overlap of two receives' pieces.
+// the receiver then reads memory. So the writer measures both: it times
+// every piece (nanoseconds a KiB) in the way it was written and keeps each
+// way's recent best (record), and every stageExplore-th piece writes its
+// first stageProbe bytes the other way; it takes non-temporal stores when
+// ordinary ones take more than stageNTRatio times as long (with
+// non-temporal stores the unpack out of memory bounds the pipeline at
+// about that ratio), and ordinary ones otherwise. Pieces of one sender to
+// one stage come one at a time (the receiver asks for them in turn); the
+// fields are atomic for the rare overlap of two receives' pieces.
 type stageWriter struct {
 	plain, nt atomic.Int64 // recent best, ns a KiB; 0: not measured yet
 	pieces    atomic.Uint64
@@ -132,7 +131,7 @@ func (w *stageWriter) useNT() bool {
 	return nt > 0 && w.plain.Load() > stageNTRatio*nt
 }
 
-// timed runs fill on part and adds its rate to the way's average.
+// timed runs fill on part and records its rate for the way it took.
 func (w *stageWriter) timed(part []byte, at int, nt bool, fill func(part []byte, at int, nt bool)) {
 	if len(part) == 0 {
 		return
