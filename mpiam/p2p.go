@@ -551,22 +551,16 @@ func (c *Comm) sendrecvLayInto(smem []byte, slay *layout, smt msgType, dest, sen
 		}
 	}
 	var r *reqState
-	if rlay == nil && !c.checking() {
-		var err error
-		if r, err = c.postBlocking(rmem, src, recvtag); err != nil {
-			*st = Status{}
-			return err
-		}
-	} else {
-		r, _ = c.newRecv(rmem, src, recvtag, false)
-		r.lay = rlay
-		r.setType(rmt)
-		if err := c.p.startRecv(r); err != nil {
-			*st = Status{}
-			return err
-		}
-	}
 	var err error
+	if rlay == nil && !c.checking() {
+		r, err = c.postBlocking(rmem, src, recvtag)
+	} else {
+		r, _, err = c.postLay(rmem, rlay, rmt, src, recvtag, false)
+	}
+	if err != nil {
+		*st = Status{}
+		return err
+	}
 	if slay == nil && !c.checking() {
 		err = c.send(smem, dest, sendtag, Standard)
 	} else {

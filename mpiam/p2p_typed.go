@@ -134,13 +134,22 @@ func (c *Comm) irecvLay(mem []byte, lay *layout, mt msgType, src, tag int) (Requ
 	if err := c.checkRecv(src, tag); err != nil {
 		return Request{}, err
 	}
-	r, h := c.newRecv(mem, src, tag, true)
+	_, h, err := c.postLay(mem, lay, mt, src, tag, true)
+	return h, err
+}
+
+// postLay posts a receive into mem laid out by lay (nil: contiguous) and
+// typed mt for the checks, its arguments checked by the caller; handle:
+// with a Request for a nonblocking call, else the state is the caller's to
+// wait for and put back.
+func (c *Comm) postLay(mem []byte, lay *layout, mt msgType, src, tag int, handle bool) (*reqState, Request, error) {
+	r, h := c.newRecv(mem, src, tag, handle)
 	r.lay = lay
 	r.setType(mt)
 	if err := c.p.startRecv(r); err != nil {
-		return Request{}, err
+		return nil, Request{}, err
 	}
-	return h, nil
+	return r, h, nil
 }
 
 // recvLay is a blocking receive of non-contiguous data.
@@ -156,14 +165,12 @@ func (c *Comm) recvLayInto(mem []byte, lay *layout, mt msgType, src, tag int, st
 		*st = Status{}
 		return err
 	}
-	r, _ := c.newRecv(mem, src, tag, false)
-	r.lay = lay
-	r.setType(mt)
-	if err := c.p.startRecv(r); err != nil {
+	r, _, err := c.postLay(mem, lay, mt, src, tag, false)
+	if err != nil {
 		*st = Status{}
 		return err
 	}
-	err := r.waitInto(st)
+	err = r.waitInto(st)
 	c.p.states.put(r)
 	return err
 }
