@@ -265,7 +265,8 @@ type reqCold struct {
 	// time (slots 0 and 1); slot i holds the piece from packed byte
 	// pfrom[i] (of pieceLen(i) bytes) at byte poff[i] of bounce (a half of
 	// a private buffer; the next part of a shared stage in turn) and is
-	// free, asked for or full (landed, being unpacked) by hstate[i];
+	// free, asked for (the clear-to-send queued), sent (the clear-to-send
+	// gone) or full (landed, being unpacked) by hstate[i];
 	// unpackers counts the pieces being unpacked outside p.mu, while which
 	// partDone leaves bounce to them.
 	bounce     []byte

@@ -126,33 +126,36 @@ func (p *proc) typedStoreLocked(r *reqState, src, from, n int, args *ctsArgs) er
 // The states of a half of a staged receive's buffer.
 const (
 	halfFree  = iota
-	halfAsked // its piece is asked for (the clear-to-send is queued or sent)
+	halfAsked // its piece is asked for (the clear-to-send is queued)
+	halfSent  // its piece's clear-to-send has gone to the sender
 	halfFull  // its piece has landed and is being unpacked
 )
 
 // askPieceLocked asks for receive r's next piece into a free half of its
 // staging buffer, filling args with the clear-to-send, and reports whether
 // it did: packed bytes remain to ask for, a half is free and, for the last
-// piece, no other piece is asked for and not landed yet (the last
-// clear-to-send, without the more flag, ends the sender's bookkeeping, so
-// it must reach the sender after the others; two goroutines may send the
-// others in either order). p.mu is held.
+// piece, every other piece's clear-to-send has gone (the last one, without
+// the more flag, ends the sender's bookkeeping, so it must reach the
+// sender after the others; two goroutines may send queued ones in either
+// order, but one queued after another has gone follows it on the peer's
+// ordered stream). The last piece is thus asked for while the one before
+// it is packed, not after it has landed. p.mu is held.
 func (p *proc) askPieceLocked(r *reqState, args *ctsArgs) bool {
 	if r.at >= r.end {
 		return false
 	}
-	free, asked := -1, false
+	free, queued := -1, false
 	for i, st := range r.hstate {
 		switch {
 		case st == halfFree && free < 0:
 			free = i
 		case st == halfAsked:
-			asked = true
+			queued = true
 		}
 	}
 	k := r.pieceAt(r.at)
 	last := r.at+k >= r.end
-	if free < 0 || last && asked {
+	if free < 0 || last && queued {
 		return false
 	}
 	off := free * typedChunk / 2
@@ -186,18 +189,31 @@ func (p *proc) queueAsksLocked(r *reqState, src int) {
 }
 
 // askAfterCTS runs once clear-to-send a of receive r went to world rank src:
-// when it asked for a piece, the receive may ask for another at once (its
-// first clear-to-send asks for one piece; the second half's follows it),
-// so that the sender packs the next piece while this rank unpacks.
+// when it asked for a piece, that piece's half is marked sent and the
+// receive may ask for another at once (its first clear-to-send asks for one
+// piece; the second half's follows it, the last piece's included), so that
+// the sender packs the next piece while this rank unpacks.
 func (p *proc) askAfterCTS(r *reqState, src int, a *ctsArgs) {
 	if a.Flags&proto.CTSPiece == 0 || a.Flags&ctsMore == 0 {
 		return
 	}
 	p.mu.Lock()
+	p.ctsSentLocked(r, src, a)
+	p.mu.Unlock()
+}
+
+// ctsSentLocked is askAfterCTS with p.mu held, for a clear-to-send that
+// asked for a piece and for more: sent as a request, or as the reply to the
+// request-to-send (matchArrivalsLocked).
+func (p *proc) ctsSentLocked(r *reqState, src int, a *ctsArgs) {
 	if r.parts > 0 && r.id == a.RecvID && p.reqs[r.id] == r && r.lay != nil && r.bounce != nil {
+		for i := range r.hstate {
+			if r.hstate[i] == halfAsked && uint64(r.pfrom[i]) == a.Off {
+				r.hstate[i] = halfSent
+			}
+		}
 		p.queueAsksLocked(r, src)
 	}
-	p.mu.Unlock()
 }
 
 // typedPieceMin is the smallest piece a staged receive asks for, in bytes.
@@ -240,7 +256,9 @@ func (p *proc) onDataPiece(tok *handlers.Token, a []uint64, _ []byte) {
 	}
 	half := -1
 	for i := range r.hstate {
-		if r.hstate[i] == halfAsked && uint64(r.pfrom[i]) == m.Off {
+		// Sent, or still marked asked: the piece may land before the
+		// goroutine that sent its clear-to-send marks it (askAfterCTS).
+		if (r.hstate[i] == halfAsked || r.hstate[i] == halfSent) && uint64(r.pfrom[i]) == m.Off {
 			half = i
 		}
 	}

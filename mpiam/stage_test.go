@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/amgo-hpc/amgo/mpiam/internal/proto"
 )
 
 // stageFiles lists the shared stages' files in dir.
@@ -395,4 +397,48 @@ func TestStageWriterExplores(t *testing.T) {
 		require.Len(t, parts, 1)
 		require.Equal(t, len(small), parts[0].n)
 	}
+}
+
+// A staged receive asks for its last piece as soon as the clear-to-send of
+// every other piece has gone, not once they have landed: while one is only
+// queued the last waits (it ends the sender's bookkeeping, so it must reach
+// the sender after the others), and once that one is marked sent the last
+// is queued at once, without the more flag.
+func TestStagedLastPieceAskedOnceOthersSent(t *testing.T) {
+	runJob(t, "loop", 1, Config{}, func(rr *rk, w *Comm) {
+		p := w.p
+		n := 128 << 10
+		r := &reqState{}
+		r.useCold()
+		r.kind, r.lay = kindRecv, &layout{n: n}
+		r.bounce, r.end, r.parts = make([]byte, typedChunk), n, 1
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.nextID++
+		r.id = p.nextID
+		p.fileReqLocked(r)
+		defer p.unfileReqLocked(r.id)
+		defer func() { p.work, p.workHead = p.work[:0], 0; p.hasWork.Store(false) }()
+
+		var first ctsArgs
+		rr.True(p.askPieceLocked(r, &first))
+		rr.Equal(uint64(0), first.Off)
+		rr.Equal(uint64(n/2), first.N)
+		rr.NotZero(first.Flags&ctsMore, "more pieces follow")
+		rr.NotZero(first.Flags & proto.CTSPiece)
+
+		var last ctsArgs
+		rr.False(p.askPieceLocked(r, &last), "the last piece while the first's clear-to-send is only queued")
+
+		queued := len(p.work)
+		p.ctsSentLocked(r, 0, &first)
+		rr.Len(p.work, queued+1, "the last piece asked for once the first's clear-to-send has gone")
+		d := p.work[len(p.work)-1]
+		rr.Equal(workCTS, d.kind)
+		rr.Equal(uint64(n/2), d.cts.Off)
+		rr.Equal(uint64(n/2), d.cts.N)
+		rr.Zero(d.cts.Flags&ctsMore, "the last clear-to-send ends the sender's bookkeeping")
+		rr.Equal([2]uint8{halfSent, halfAsked}, r.hstate)
+		rr.False(p.askPieceLocked(r, &last), "nothing left to ask for")
+	})
 }
