@@ -56,10 +56,11 @@ type stageIn struct {
 	mem    []byte
 	seg    am.Segment
 	gen    uint32
-	busy   bool // a receive stages in it
-	linked bool // its name is still in the file system
-	dead   bool // its sender failed, or it could not be made: never used again
-	next   int  // where place puts the next piece
+	pid    uint32 // this process's id, which the stage's name and clear-to-sends carry
+	busy   bool   // a receive stages in it
+	linked bool   // its name is still in the file system
+	dead   bool   // its sender failed, or it could not be made: never used again
+	next   int    // where place puts the next piece
 }
 
 // place returns where in the stage a piece of n bytes (at most half a
@@ -226,7 +227,8 @@ func (p *proc) stageForLocked(src int) *stageIn {
 // not be made comes back dead, so that it is not tried again.
 func (p *proc) makeStage() *stageIn {
 	gen := stageGen.Add(1)
-	st := &stageIn{gen: gen, path: stagePath(uint32(os.Getpid()), gen)}
+	pid := uint32(os.Getpid())
+	st := &stageIn{gen: gen, pid: pid, path: stagePath(pid, gen)}
 	mem, err := shmem.CreateAt(st.path, stageBytes)
 	if err != nil {
 		st.dead = true
@@ -246,7 +248,7 @@ func (p *proc) makeStage() *stageIn {
 // ctsFlags are the clear-to-send flags that name the piece at byte off of
 // stage st.
 func (st *stageIn) ctsFlags(off int) uint64 {
-	return proto.StageFlags(off, st.gen, uint32(os.Getpid()))
+	return proto.StageFlags(off, st.gen, st.pid) // not getpid(2) on every clear-to-send
 }
 
 // unstageLocked detaches receive r's staging buffer and segment and returns
