@@ -160,7 +160,17 @@ func (p *proc) askPieceLocked(r *reqState, args *ctsArgs) bool {
 	}
 	off := free * typedChunk / 2
 	if st := r.stage; st != nil {
+		// In turn through the shared stage, but never over a piece still
+		// in flight: one piece may lag (its sender's goroutine slow, its
+		// unpacking not done) while the other half's pieces go round the
+		// stage. It is asked for once that piece has been unpacked.
 		off = st.place(k)
+		for i, hs := range r.hstate {
+			if hs != halfFree && i != free && off < int(r.poff[i])+r.pieceAt(r.pfrom[i]) && int(r.poff[i]) < off+k {
+				return false
+			}
+		}
+		st.take(off, k)
 	}
 	*args = ctsArgs{SendID: r.peerSendID, Addr: r.seg.Addr + uint64(off), Off: uint64(r.at), N: uint64(k),
 		RecvID: r.id, Flags: proto.CTSPiece}

@@ -65,17 +65,22 @@ type stageIn struct {
 
 // place returns where in the stage a piece of n bytes (at most half a
 // staging buffer) goes: right after the piece before it, or at the start
-// when it would pass the end. The two pieces a receive has in flight are
-// always apart, and a line is written again only after the receiver has
-// unpacked three quarters of a stage's worth of other pieces. p.mu is
-// held.
+// when it would pass the end; a line is thus written again only after the
+// receiver has unpacked most of a stage's worth of other pieces. The
+// caller checks that the place is clear of the pieces still in flight
+// (askPieceLocked: one may lag while the others go round the stage) and
+// then takes it (take). p.mu is held.
 func (st *stageIn) place(n int) int {
-	off := st.next
-	if off+n > len(st.mem) {
-		off = 0
+	if st.next+n > len(st.mem) {
+		return 0
 	}
+	return st.next
+}
+
+// take takes the place place gave for a piece of n bytes: the next piece
+// goes after it. p.mu is held.
+func (st *stageIn) take(off, n int) {
 	st.next = (off + n + proto.StageUnit - 1) &^ (proto.StageUnit - 1)
-	return off
 }
 
 // stageOut is a peer's shared stage this rank sends into.

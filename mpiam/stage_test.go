@@ -333,7 +333,9 @@ func TestStagePlace(t *testing.T) {
 	st := &stageIn{mem: make([]byte, stageBytes)}
 	h := typedChunk / 2
 	for i := range 2*stageBytes/h + 1 {
-		require.Equal(t, i%(stageBytes/h)*h, st.place(h), "piece %d of %d bytes", i, h)
+		off := st.place(h)
+		require.Equal(t, i%(stageBytes/h)*h, off, "piece %d of %d bytes", i, h)
+		st.take(off, h)
 	}
 	st.next = 0
 	odd := 40000 // not a multiple of the unit: the next starts at 40960
@@ -342,7 +344,9 @@ func TestStagePlace(t *testing.T) {
 		if want+odd > stageBytes {
 			want = 0
 		}
-		require.Equal(t, want, st.place(odd), "piece %d of %d bytes", i, odd)
+		off := st.place(odd)
+		require.Equal(t, want, off, "piece %d of %d bytes", i, odd)
+		st.take(off, odd)
 		want += 40960
 	}
 }
@@ -440,5 +444,40 @@ func TestStagedLastPieceAskedOnceOthersSent(t *testing.T) {
 		rr.Zero(d.cts.Flags&ctsMore, "the last clear-to-send ends the sender's bookkeeping")
 		rr.Equal([2]uint8{halfSent, halfAsked}, r.hstate)
 		rr.False(p.askPieceLocked(r, &last), "nothing left to ask for")
+	})
+}
+
+// A piece is never placed over one still in flight in a shared stage: while
+// one lags (its sender's goroutine slow, its unpacking not done), the other
+// half's pieces go round the stage, and the one that would land on it is
+// asked for only once it has been unpacked.
+func TestStagedPieceNotPlacedOverOneInFlight(t *testing.T) {
+	runJob(t, "loop", 1, Config{}, func(rr *rk, w *Comm) {
+		p := w.p
+		n := 2 << 20
+		h := typedChunk / 2
+		st := &stageIn{mem: make([]byte, stageBytes)}
+		r := &reqState{}
+		r.useCold()
+		r.kind, r.lay = kindRecv, &layout{n: n}
+		r.stage, r.bounce, r.end, r.parts = st, st.mem, n, 1
+		p.mu.Lock()
+		defer p.mu.Unlock()
+
+		var a ctsArgs
+		rr.True(p.askPieceLocked(r, &a))
+		rr.Equal(0, int(r.poff[0]), "the first piece")
+		rr.Equal(h, r.pieceAt(0))
+		r.hstate[0] = halfSent // and it lags
+		for i := 1; i < stageBytes/h; i++ {
+			rr.True(p.askPieceLocked(r, &a), "piece %d", i)
+			rr.Equal(i*h, int(r.poff[1]), "piece %d", i)
+			r.hstate[1] = halfFree // landed and unpacked
+		}
+		rr.False(p.askPieceLocked(r, &a), "the next piece would land on the first, still in flight")
+		r.hstate[0] = halfFree
+		rr.True(p.askPieceLocked(r, &a), "once the first has been unpacked")
+		rr.Equal(0, int(r.poff[0]))
+		rr.Equal(uint64(stageBytes), a.Off, "the piece after the stage's worth")
 	})
 }
