@@ -262,9 +262,10 @@ type reqCold struct {
 	// A rendezvous receive of non-contiguous data stages it in bounce
 	// (rndv_typed.go): it asks the sender for the packed bytes up to end,
 	// at being those asked for so far, a piece at a time, at most two at a
-	// time (slots 0 and 1); slot i holds the piece from packed byte
-	// pfrom[i] (of pieceLen(i) bytes) at byte poff[i] of bounce (a half of
-	// a private buffer; the next part of a shared stage in turn) and is
+	// time (slots 0 and 1; through a shared stage stageSlots); slot i holds
+	// the piece from packed byte pfrom[i] (of pieceAt(pfrom[i]) bytes) at
+	// byte poff[i] of bounce (a half of a private buffer; the next part of
+	// a shared stage in turn) and is
 	// free, asked for (the clear-to-send queued), sent (the clear-to-send
 	// gone) or full (landed, being unpacked) by hstate[i];
 	// unpackers counts the pieces being unpacked outside p.mu, while which
@@ -272,9 +273,9 @@ type reqCold struct {
 	bounce     []byte
 	stage      *stageIn // bounce is this shared stage (stage.go)
 	at         int
-	pfrom      [2]int
-	poff       [2]int32
-	hstate     [2]uint8
+	pfrom      [stageSlots]int
+	poff       [stageSlots]int32
+	hstate     [stageSlots]uint8
 	unpackers  int8
 	end        int    // the packed bytes the receive takes
 	peerSendID uint64 // the sender's request id, for further clear-to-sends

@@ -27,8 +27,9 @@ import (
 //     chunk at a time into a staging buffer and unpacks it (pull), or,
 //     without a single-copy read or from a sender of this node with shared
 //     stages (stage.go), asks the sender for pieces into the two halves of
-//     its staging buffer, up to one per half at a time, and unpacks each as
-//     it lands while the sender packs the other.
+//     its staging buffer, up to one per half at a time (into a shared
+//     stage, up to stageSlots in turn), and unpacks each as it lands while
+//     the sender packs the next.
 //
 // No message is ever staged whole: at most typedChunk bytes per transfer.
 
@@ -118,38 +119,40 @@ func (p *proc) typedStoreLocked(r *reqState, src, from, n int, args *ctsArgs) er
 	// A persistent receive starts here again: nothing of its last round's
 	// pieces carries over.
 	r.at, r.end, r.peerSendID = from, n, args.SendID
-	r.hstate = [2]uint8{}
+	r.hstate = [stageSlots]uint8{}
 	p.askPieceLocked(r, args)
 	return nil
 }
 
-// The states of a half of a staged receive's buffer.
+// The states of a slot of a staged receive: a piece in flight, into a half
+// of its private staging buffer or the next part of its shared stage.
 const (
-	halfFree  = iota
-	halfAsked // its piece is asked for (the clear-to-send is queued)
-	halfSent  // its piece's clear-to-send has gone to the sender
-	halfFull  // its piece has landed and is being unpacked
+	slotFree  = iota
+	slotAsked // its piece is asked for (the clear-to-send is queued)
+	slotSent  // its piece's clear-to-send has gone to the sender
+	slotFull  // its piece has landed and is being unpacked
 )
 
-// askPieceLocked asks for receive r's next piece into a free half of its
-// staging buffer, filling args with the clear-to-send, and reports whether
-// it did: packed bytes remain to ask for, a half is free and, for the last
-// piece, every other piece's clear-to-send has gone (the last one, without
-// the more flag, ends the sender's bookkeeping, so it must reach the
-// sender after the others; two goroutines may send queued ones in either
-// order, but one queued after another has gone follows it on the peer's
-// ordered stream). The last piece is thus asked for while the one before
-// it is packed, not after it has landed. p.mu is held.
+// askPieceLocked asks for receive r's next piece into a free slot (a half of
+// its private staging buffer; the next part of its shared stage, clear of
+// the pieces in flight), filling args with the clear-to-send, and reports
+// whether it did: packed bytes remain to ask for, a slot is free and, for
+// the last piece, every other piece's clear-to-send has gone (the last one,
+// without the more flag, ends the sender's bookkeeping, so it must reach
+// the sender after the others; two goroutines may send queued ones in
+// either order, but one queued after another has gone follows it on the
+// peer's ordered stream). The last piece is thus asked for while the one
+// before it is packed, not after it has landed. p.mu is held.
 func (p *proc) askPieceLocked(r *reqState, args *ctsArgs) bool {
 	if r.at >= r.end {
 		return false
 	}
 	free, queued := -1, false
-	for i, st := range r.hstate {
+	for i, st := range r.hstate[:r.slots()] {
 		switch {
-		case st == halfFree && free < 0:
+		case st == slotFree && free < 0:
 			free = i
-		case st == halfAsked:
+		case st == slotAsked:
 			queued = true
 		}
 	}
@@ -162,11 +165,11 @@ func (p *proc) askPieceLocked(r *reqState, args *ctsArgs) bool {
 	if st := r.stage; st != nil {
 		// In turn through the shared stage, but never over a piece still
 		// in flight: one piece may lag (its sender's goroutine slow, its
-		// unpacking not done) while the other half's pieces go round the
+		// unpacking not done) while the other slots' pieces go round the
 		// stage. It is asked for once that piece has been unpacked.
 		off = st.place(k)
 		for i, hs := range r.hstate {
-			if hs != halfFree && i != free && off < int(r.poff[i])+r.pieceAt(r.pfrom[i]) && int(r.poff[i]) < off+k {
+			if hs != slotFree && i != free && off < int(r.poff[i])+r.pieceAt(r.pfrom[i]) && int(r.poff[i]) < off+k {
 				return false
 			}
 		}
@@ -180,7 +183,7 @@ func (p *proc) askPieceLocked(r *reqState, args *ctsArgs) bool {
 	if r.stage != nil {
 		args.Flags |= r.stage.ctsFlags(off)
 	}
-	r.pfrom[free], r.poff[free], r.hstate[free] = r.at, int32(off), halfAsked
+	r.pfrom[free], r.poff[free], r.hstate[free] = r.at, int32(off), slotAsked
 	r.at += k
 	p.ep.Expect(time.Duration(k/4)*time.Nanosecond + 50*time.Microsecond)
 	return true
@@ -199,10 +202,10 @@ func (p *proc) queueAsksLocked(r *reqState, src int) {
 }
 
 // askAfterCTS runs once clear-to-send a of receive r went to world rank src:
-// when it asked for a piece, that piece's half is marked sent and the
-// receive may ask for another at once (its first clear-to-send asks for one
-// piece; the second half's follows it, the last piece's included), so that
-// the sender packs the next piece while this rank unpacks.
+// when it asked for a piece, that piece's slot is marked sent and the
+// receive may ask for more at once (its first clear-to-send asks for one
+// piece; the other slots' follow it, the last piece's included), so that
+// the sender packs the next pieces while this rank unpacks.
 func (p *proc) askAfterCTS(r *reqState, src int, a *ctsArgs) {
 	if a.Flags&proto.CTSPiece == 0 || a.Flags&ctsMore == 0 {
 		return
@@ -218,8 +221,8 @@ func (p *proc) askAfterCTS(r *reqState, src int, a *ctsArgs) {
 func (p *proc) ctsSentLocked(r *reqState, src int, a *ctsArgs) {
 	if r.parts > 0 && r.id == a.RecvID && p.reqs[r.id] == r && r.lay != nil && r.bounce != nil {
 		for i := range r.hstate {
-			if r.hstate[i] == halfAsked && uint64(r.pfrom[i]) == a.Off {
-				r.hstate[i] = halfSent
+			if r.hstate[i] == slotAsked && uint64(r.pfrom[i]) == a.Off {
+				r.hstate[i] = slotSent
 			}
 		}
 		p.queueAsksLocked(r, src)
@@ -228,6 +231,22 @@ func (p *proc) ctsSentLocked(r *reqState, src int, a *ctsArgs) {
 
 // typedPieceMin is the smallest piece a staged receive asks for, in bytes.
 const typedPieceMin = 8 << 10
+
+// stageSlots is how many pieces a receive through a shared stage has in
+// flight at most; one through a private staging buffer has two, one per
+// half. With two, a message of more pieces than that, packed and unpacked
+// at about the same rate, alternates: the receiver asks for a piece only
+// once it has unpacked the one two before it, and waits while the request
+// crosses and the sender packs; with four the sender packs ahead.
+const stageSlots = 4
+
+// slots is how many pieces receive r has in flight at most.
+func (r *reqState) slots() int {
+	if r.stage != nil {
+		return stageSlots
+	}
+	return 2
+}
 
 // typedPiece is the piece a staged receive of n packed bytes asks for at a
 // time, into halves of h bytes: half the message (a multiple of 4 KiB, at
@@ -240,7 +259,29 @@ func typedPiece(n, h int) int {
 // pieceAt is the length of staged receive r's piece from packed byte from:
 // typedPiece's, or what remains.
 func (r *reqState) pieceAt(from int) int {
+	if r.stage != nil {
+		return min(typedStagePiece(r.end, typedChunk/2), r.end-from)
+	}
 	return min(typedPiece(r.end, typedChunk/2), r.end-from)
+}
+
+// stageQuarterMax is the largest message, in packed bytes, that a receive
+// through a shared stage asks for in quarters rather than halves: at 128
+// KiB the receiver then starts unpacking after a quarter has been packed
+// rather than a half (`osu latency -d vector`, fast phase: 0.91-0.95 of
+// halves), while from 256 KiB quarters of 64 KiB and up measured 4-15 %
+// slower than halves, and pieces of 32 KiB there slower still
+// (docs/performance.md, "Strided pieces asked for ahead").
+const stageQuarterMax = 128 << 10
+
+// typedStagePiece is typedPiece for a receive through a shared stage: a
+// quarter of a message of up to stageQuarterMax bytes (at least
+// typedPieceMin), so that four pieces overlap; typedPiece's half above.
+func typedStagePiece(n, h int) int {
+	if n <= stageQuarterMax {
+		return min(h, max(typedPieceMin, (n/stageSlots+4095)&^4095))
+	}
+	return typedPiece(n, h)
 }
 
 // onDataPiece runs at a staged receive when a piece it asked for has landed
@@ -264,28 +305,28 @@ func (p *proc) onDataPiece(tok *handlers.Token, a []uint64, _ []byte) {
 		p.mu.Unlock() // failed meanwhile
 		return
 	}
-	half := -1
+	slot := -1
 	for i := range r.hstate {
 		// Sent, or still marked asked: the piece may land before the
 		// goroutine that sent its clear-to-send marks it (askAfterCTS).
-		if (r.hstate[i] == halfAsked || r.hstate[i] == halfSent) && uint64(r.pfrom[i]) == m.Off {
-			half = i
+		if (r.hstate[i] == slotAsked || r.hstate[i] == slotSent) && uint64(r.pfrom[i]) == m.Off {
+			slot = i
 		}
 	}
-	if half < 0 {
+	if slot < 0 {
 		p.mu.Unlock()
 		p.dropped(fmt.Errorf("piece notice from rank %d for receive %d at %d, which it did not ask for", src, m.RecvID, m.Off))
 		return
 	}
 	unlink := landedLocked(r)
-	r.hstate[half] = halfFull
-	from, b := r.pfrom[half], r.bounce[r.poff[half]:][:r.pieceAt(r.pfrom[half])]
+	r.hstate[slot] = slotFull
+	from, b := r.pfrom[slot], r.bounce[r.poff[slot]:][:r.pieceAt(r.pfrom[slot])]
 	id := r.id
 	// The last piece waits until the others have landed: it may be asked
 	// for now, before this one is unpacked, so that the sender packs it
 	// meanwhile.
 	p.queueAsksLocked(r, src)
-	p.queueLocked(deferred{kind: workFunc, fn: func() { p.unpackChunk(r, id, src, half, b, from) }})
+	p.queueLocked(deferred{kind: workFunc, fn: func() { p.unpackChunk(r, id, src, slot, b, from) }})
 	p.mu.Unlock()
 	if unlink != "" {
 		_ = shmem.Remove(unlink)
@@ -293,12 +334,12 @@ func (p *proc) onDataPiece(tok *handlers.Token, a []uint64, _ []byte) {
 }
 
 // unpackChunk unpacks piece b, packed bytes from on, of receive r (whose
-// transfer id is id) from half of its staging buffer; it then asks world
-// rank src for the next piece into that half, and finishes r once every
+// transfer id is id) from that slot of its staging buffer; it then asks world
+// rank src for the next piece into that slot, and finishes r once every
 // piece has landed and been unpacked (pieces may be unpacked by two
 // goroutines at once). A receive that failed meanwhile, or whose state went
 // on to another operation, is left alone.
-func (p *proc) unpackChunk(r *reqState, id uint64, src, half int, b []byte, from int) {
+func (p *proc) unpackChunk(r *reqState, id uint64, src, slot int, b []byte, from int) {
 	p.mu.Lock()
 	if r.parts <= 0 || r.id != id || p.reqs[id] != r {
 		p.mu.Unlock()
@@ -316,7 +357,7 @@ func (p *proc) unpackChunk(r *reqState, id uint64, src, half int, b []byte, from
 		return
 	}
 	r.unpackers--
-	r.hstate[half] = halfFree
+	r.hstate[slot] = slotFree
 	var bounce []byte
 	done := false
 	switch {
@@ -324,7 +365,7 @@ func (p *proc) unpackChunk(r *reqState, id uint64, src, half int, b []byte, from
 		if r.unpackers == 0 {
 			_, bounce = p.unstageLocked(r, false) // partDone left it to the unpackers
 		}
-	case r.at >= r.end && r.hstate == [2]uint8{}:
+	case r.at >= r.end && r.hstate == [stageSlots]uint8{}:
 		done = true
 	default:
 		p.queueAsksLocked(r, src)

@@ -442,7 +442,7 @@ func TestStagedLastPieceAskedOnceOthersSent(t *testing.T) {
 		rr.Equal(uint64(n/2), d.cts.Off)
 		rr.Equal(uint64(n/2), d.cts.N)
 		rr.Zero(d.cts.Flags&ctsMore, "the last clear-to-send ends the sender's bookkeeping")
-		rr.Equal([2]uint8{halfSent, halfAsked}, r.hstate)
+		rr.Equal([]uint8{slotSent, slotAsked}, r.hstate[:2], "a private buffer's two halves")
 		rr.False(p.askPieceLocked(r, &last), "nothing left to ask for")
 	})
 }
@@ -468,16 +468,60 @@ func TestStagedPieceNotPlacedOverOneInFlight(t *testing.T) {
 		rr.True(p.askPieceLocked(r, &a))
 		rr.Equal(0, int(r.poff[0]), "the first piece")
 		rr.Equal(h, r.pieceAt(0))
-		r.hstate[0] = halfSent // and it lags
+		r.hstate[0] = slotSent // and it lags
 		for i := 1; i < stageBytes/h; i++ {
 			rr.True(p.askPieceLocked(r, &a), "piece %d", i)
 			rr.Equal(i*h, int(r.poff[1]), "piece %d", i)
-			r.hstate[1] = halfFree // landed and unpacked
+			r.hstate[1] = slotFree // landed and unpacked
 		}
 		rr.False(p.askPieceLocked(r, &a), "the next piece would land on the first, still in flight")
-		r.hstate[0] = halfFree
+		r.hstate[0] = slotFree
 		rr.True(p.askPieceLocked(r, &a), "once the first has been unpacked")
 		rr.Equal(0, int(r.poff[0]))
 		rr.Equal(uint64(stageBytes), a.Off, "the piece after the stage's worth")
+	})
+}
+
+// A receive through a shared stage has up to stageSlots pieces in flight,
+// a quarter of the message each: once the first clear-to-send has gone the
+// two after it are asked for at once, and the last once theirs have gone.
+func TestStagedPiecesInFlight(t *testing.T) {
+	runJob(t, "loop", 1, Config{}, func(rr *rk, w *Comm) {
+		p := w.p
+		n := 128 << 10
+		st := &stageIn{mem: make([]byte, stageBytes)}
+		r := &reqState{}
+		r.useCold()
+		r.kind, r.lay = kindRecv, &layout{n: n}
+		r.stage, r.bounce, r.end, r.parts = st, st.mem, n, 1
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.nextID++
+		r.id = p.nextID
+		p.fileReqLocked(r)
+		defer p.unfileReqLocked(r.id)
+		defer func() { p.work, p.workHead = p.work[:0], 0; p.hasWork.Store(false) }()
+
+		var first ctsArgs
+		rr.True(p.askPieceLocked(r, &first))
+		rr.Equal(uint64(n/4), first.N, "a quarter of the message")
+		queued := len(p.work)
+		p.ctsSentLocked(r, 0, &first)
+		rr.Len(p.work, queued+2, "the second and third pieces, not the last while they are only queued")
+		for i, d := range p.work[queued:] {
+			rr.Equal(uint64((i+1)*n/4), d.cts.Off)
+			rr.NotZero(d.cts.Flags & ctsMore)
+			rr.Equal(int(d.cts.Off), r.pfrom[i+1])
+			rr.Equal(int(d.cts.Addr), int(r.poff[i+1]), "in turn through the stage")
+			rr.Equal((i+1)*n/4, int(r.poff[i+1]))
+		}
+		p.ctsSentLocked(r, 0, &p.work[queued].cts)
+		rr.Len(p.work, queued+2, "the last while the third is only queued")
+		p.ctsSentLocked(r, 0, &p.work[queued+1].cts)
+		rr.Len(p.work, queued+3)
+		last := p.work[queued+2].cts
+		rr.Equal(uint64(3*n/4), last.Off)
+		rr.Zero(last.Flags & ctsMore)
+		rr.Equal([stageSlots]uint8{slotSent, slotSent, slotSent, slotAsked}, r.hstate)
 	})
 }
