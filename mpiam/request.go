@@ -249,13 +249,10 @@ type reqCold struct {
 
 	// Rendezvous transfer (rndv.go), under proc.mu: parts still to finish,
 	// the first failure, the peer's piggybacked value.
-	parts     int
-	xferErr   error
-	xferPB    uint64
-	xferHasPB bool
-	hasPBOut  bool
-	rndv      bool       // a send that goes by rendezvous whatever its size (a collective's exchange step: eagerStep)
-	bblock    bsendBlock // buffered send: space in the attached buffer
+	parts   int
+	xferErr error
+	xferPB  uint64
+	bblock  bsendBlock // buffered send: space in the attached buffer
 
 	pbOut uint64 // value to piggyback instead of the tool's current one (hasPBOut)
 
@@ -264,8 +261,8 @@ type reqCold struct {
 	// at being those asked for so far, a piece at a time, at most two at a
 	// time (slots 0 and 1; through a shared stage stageSlots); slot i holds
 	// the piece from packed byte pfrom[i] (of pieceAt(pfrom[i]) bytes) at
-	// byte poff[i] of bounce (a half of a private buffer; the next part of
-	// a shared stage in turn) and is
+	// poff[i] units of proto.StageUnit bytes into bounce (a half of a
+	// private buffer; the next part of a shared stage in turn) and is
 	// free, asked for (the clear-to-send queued), sent (the clear-to-send
 	// gone) or full (landed, being unpacked) by hstate[i];
 	// unpackers counts the pieces being unpacked outside p.mu, while which
@@ -274,9 +271,12 @@ type reqCold struct {
 	stage      *stageIn // bounce is this shared stage (stage.go)
 	at         int
 	pfrom      [stageSlots]int
-	poff       [stageSlots]int32
+	poff       [stageSlots]uint16
 	hstate     [stageSlots]uint8
 	unpackers  int8
+	xferHasPB  bool
+	hasPBOut   bool
+	rndv       bool   // a send that goes by rendezvous whatever its size (a collective's exchange step: eagerStep)
 	end        int    // the packed bytes the receive takes
 	peerSendID uint64 // the sender's request id, for further clear-to-sends
 }

@@ -466,25 +466,26 @@ func TestStagedPieceNotPlacedOverOneInFlight(t *testing.T) {
 
 		var a ctsArgs
 		rr.True(p.askPieceLocked(r, &a))
-		rr.Equal(0, int(r.poff[0]), "the first piece")
+		rr.Equal(0, r.pieceOff(0), "the first piece")
 		rr.Equal(h, r.pieceAt(0))
 		r.hstate[0] = slotSent // and it lags
 		for i := 1; i < stageBytes/h; i++ {
 			rr.True(p.askPieceLocked(r, &a), "piece %d", i)
-			rr.Equal(i*h, int(r.poff[1]), "piece %d", i)
+			rr.Equal(i*h, r.pieceOff(1), "piece %d", i)
 			r.hstate[1] = slotFree // landed and unpacked
 		}
 		rr.False(p.askPieceLocked(r, &a), "the next piece would land on the first, still in flight")
 		r.hstate[0] = slotFree
 		rr.True(p.askPieceLocked(r, &a), "once the first has been unpacked")
-		rr.Equal(0, int(r.poff[0]))
+		rr.Equal(0, r.pieceOff(0))
 		rr.Equal(uint64(stageBytes), a.Off, "the piece after the stage's worth")
 	})
 }
 
 // A receive through a shared stage has up to stageSlots pieces in flight,
 // a quarter of the message each: once the first clear-to-send has gone the
-// two after it are asked for at once, and the last once theirs have gone.
+// two after it are asked for at once, and the last once a slot is free and
+// the others' clear-to-sends have gone.
 func TestStagedPiecesInFlight(t *testing.T) {
 	runJob(t, "loop", 1, Config{}, func(rr *rk, w *Comm) {
 		p := w.p
@@ -512,16 +513,19 @@ func TestStagedPiecesInFlight(t *testing.T) {
 			rr.Equal(uint64((i+1)*n/4), d.cts.Off)
 			rr.NotZero(d.cts.Flags & ctsMore)
 			rr.Equal(int(d.cts.Off), r.pfrom[i+1])
-			rr.Equal(int(d.cts.Addr), int(r.poff[i+1]), "in turn through the stage")
-			rr.Equal((i+1)*n/4, int(r.poff[i+1]))
+			rr.Equal(int(d.cts.Addr), r.pieceOff(i+1), "in turn through the stage")
+			rr.Equal((i+1)*n/4, r.pieceOff(i+1))
 		}
 		p.ctsSentLocked(r, 0, &p.work[queued].cts)
-		rr.Len(p.work, queued+2, "the last while the third is only queued")
 		p.ctsSentLocked(r, 0, &p.work[queued+1].cts)
+		rr.Len(p.work, queued+2, "no slot free for the last")
+		rr.Equal([stageSlots]uint8{slotSent, slotSent, slotSent}, r.hstate)
+		r.hstate[0] = slotFree // the first piece landed and was unpacked
+		p.queueAsksLocked(r, 0)
 		rr.Len(p.work, queued+3)
 		last := p.work[queued+2].cts
 		rr.Equal(uint64(3*n/4), last.Off)
 		rr.Zero(last.Flags & ctsMore)
-		rr.Equal([stageSlots]uint8{slotSent, slotSent, slotSent, slotAsked}, r.hstate)
+		rr.Equal(uint64(3*n/4), uint64(r.pieceOff(0)), "in turn, after the third")
 	})
 }
