@@ -403,26 +403,44 @@ func TestStageWriterExplores(t *testing.T) {
 	}
 }
 
+// withStagedRecv runs body on a one-rank job with p.mu held and the state
+// of a staged receive of n packed bytes (through a shared stage of its own
+// when stage is set, else a private staging buffer), filed under a new id;
+// afterwards the state is unfiled and the work it queued dropped.
+func withStagedRecv(t *testing.T, n int, stage bool, body func(rr *rk, p *proc, r *reqState)) {
+	runJob(t, "loop", 1, Config{}, func(rr *rk, w *Comm) {
+		p := w.p
+		r := &reqState{}
+		r.useCold()
+		r.kind, r.lay, r.end, r.parts = kindRecv, &layout{n: n}, n, 1
+		if stage {
+			r.stage = &stageIn{mem: make([]byte, stageBytes)}
+			r.bounce = r.stage.mem
+		} else {
+			r.bounce = make([]byte, typedChunk)
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.nextID++
+		r.id = p.nextID
+		p.fileReqLocked(r)
+		defer func() {
+			p.unfileReqLocked(r.id)
+			p.work, p.workHead = p.work[:0], 0
+			p.hasWork.Store(false)
+		}()
+		body(rr, p, r)
+	})
+}
+
 // A staged receive asks for its last piece as soon as the clear-to-send of
 // every other piece has gone, not once they have landed: while one is only
 // queued the last waits (it ends the sender's bookkeeping, so it must reach
 // the sender after the others), and once that one is marked sent the last
 // is queued at once, without the more flag.
 func TestStagedLastPieceAskedOnceOthersSent(t *testing.T) {
-	runJob(t, "loop", 1, Config{}, func(rr *rk, w *Comm) {
-		p := w.p
-		n := 128 << 10
-		r := &reqState{}
-		r.useCold()
-		r.kind, r.lay = kindRecv, &layout{n: n}
-		r.bounce, r.end, r.parts = make([]byte, typedChunk), n, 1
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		p.nextID++
-		r.id = p.nextID
-		p.fileReqLocked(r)
-		defer p.unfileReqLocked(r.id)
-		defer func() { p.work, p.workHead = p.work[:0], 0; p.hasWork.Store(false) }()
+	n := 128 << 10
+	withStagedRecv(t, n, false, func(rr *rk, p *proc, r *reqState) {
 
 		var first ctsArgs
 		rr.True(p.askPieceLocked(r, &first))
@@ -452,17 +470,8 @@ func TestStagedLastPieceAskedOnceOthersSent(t *testing.T) {
 // half's pieces go round the stage, and the one that would land on it is
 // asked for only once it has been unpacked.
 func TestStagedPieceNotPlacedOverOneInFlight(t *testing.T) {
-	runJob(t, "loop", 1, Config{}, func(rr *rk, w *Comm) {
-		p := w.p
-		n := 2 << 20
-		h := typedChunk / 2
-		st := &stageIn{mem: make([]byte, stageBytes)}
-		r := &reqState{}
-		r.useCold()
-		r.kind, r.lay = kindRecv, &layout{n: n}
-		r.stage, r.bounce, r.end, r.parts = st, st.mem, n, 1
-		p.mu.Lock()
-		defer p.mu.Unlock()
+	h := typedChunk / 2
+	withStagedRecv(t, 2<<20, true, func(rr *rk, p *proc, r *reqState) {
 
 		var a ctsArgs
 		rr.True(p.askPieceLocked(r, &a))
@@ -487,21 +496,8 @@ func TestStagedPieceNotPlacedOverOneInFlight(t *testing.T) {
 // two after it are asked for at once, and the last once a slot is free and
 // the others' clear-to-sends have gone.
 func TestStagedPiecesInFlight(t *testing.T) {
-	runJob(t, "loop", 1, Config{}, func(rr *rk, w *Comm) {
-		p := w.p
-		n := 128 << 10
-		st := &stageIn{mem: make([]byte, stageBytes)}
-		r := &reqState{}
-		r.useCold()
-		r.kind, r.lay = kindRecv, &layout{n: n}
-		r.stage, r.bounce, r.end, r.parts = st, st.mem, n, 1
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		p.nextID++
-		r.id = p.nextID
-		p.fileReqLocked(r)
-		defer p.unfileReqLocked(r.id)
-		defer func() { p.work, p.workHead = p.work[:0], 0; p.hasWork.Store(false) }()
+	n := 128 << 10
+	withStagedRecv(t, n, true, func(rr *rk, p *proc, r *reqState) {
 
 		var first ctsArgs
 		rr.True(p.askPieceLocked(r, &first))
