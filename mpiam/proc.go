@@ -580,8 +580,8 @@ func (p *proc) completeMatchesLocked(out []match.Match[*reqState, *inMsg], tok *
 			var buf [proto.CTSArgs]uint64
 			rerr := tok.ReplyShortWith(hCTS, p.piggyback(), plan.args.Append(buf[:0])...)
 			plan.cts = rerr != nil // queue it as a request if the reply failed
-			if rerr == nil && plan.args.Flags&proto.CTSPiece != 0 && plan.args.Flags&ctsMore != 0 {
-				// A staged receive's first piece is asked for: ask for the
+			if rerr == nil {
+				// A staged receive's first piece asked for: ask for the
 				// next at once (askAfterCTS).
 				p.ctsSentLocked(r, m.src, &plan.args)
 			}

@@ -262,11 +262,11 @@ type reqCold struct {
 	// time (slots 0 and 1; through a shared stage stageSlots); slot i holds
 	// the piece from packed byte pfrom[i] (of pieceAt(pfrom[i]) bytes) at
 	// poff[i] units of proto.StageUnit bytes into bounce (a half of a
-	// private buffer; the next part of a shared stage in turn) and is
-	// free, asked for (the clear-to-send queued), sent (the clear-to-send
-	// gone) or full (landed, being unpacked) by hstate[i];
-	// unpackers counts the pieces being unpacked outside p.mu, while which
-	// partDone leaves bounce to them.
+	// private buffer; the next part of a shared stage in turn) and is free,
+	// asked for (the clear-to-send queued), sent (the clear-to-send gone)
+	// or full (landed, being unpacked) by hstate[i]; unpackers counts the
+	// pieces being unpacked outside p.mu, while which partDone leaves
+	// bounce to them.
 	bounce     []byte
 	stage      *stageIn // bounce is this shared stage (stage.go)
 	at         int

@@ -207,7 +207,7 @@ func (p *proc) queueAsksLocked(r *reqState, src int) {
 // piece; the other slots' follow it, the last piece's included), so that
 // the sender packs the next pieces while this rank unpacks.
 func (p *proc) askAfterCTS(r *reqState, src int, a *ctsArgs) {
-	if a.Flags&proto.CTSPiece == 0 || a.Flags&ctsMore == 0 {
+	if !morePieces(a) {
 		return
 	}
 	p.mu.Lock()
@@ -215,11 +215,14 @@ func (p *proc) askAfterCTS(r *reqState, src int, a *ctsArgs) {
 	p.mu.Unlock()
 }
 
-// ctsSentLocked is askAfterCTS with p.mu held, for a clear-to-send that
-// asked for a piece and for more: sent as a request, or as the reply to the
-// request-to-send (completeMatchesLocked).
+// morePieces reports whether clear-to-send a asked for a piece of a staged
+// receive that asks for more.
+func morePieces(a *ctsArgs) bool { return a.Flags&proto.CTSPiece != 0 && a.Flags&ctsMore != 0 }
+
+// ctsSentLocked is askAfterCTS with p.mu held, for a clear-to-send sent as a
+// request or as the reply to the request-to-send (completeMatchesLocked).
 func (p *proc) ctsSentLocked(r *reqState, src int, a *ctsArgs) {
-	if r.parts > 0 && r.id == a.RecvID && p.reqs[r.id] == r && r.lay != nil && r.bounce != nil {
+	if morePieces(a) && r.parts > 0 && r.id == a.RecvID && p.reqs[r.id] == r && r.lay != nil && r.bounce != nil {
 		for i := range r.hstate {
 			if r.hstate[i] == slotAsked && uint64(r.pfrom[i]) == a.Off {
 				r.hstate[i] = slotSent

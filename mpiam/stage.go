@@ -104,9 +104,10 @@ type stageOut struct {
 // first stageProbe bytes the other way; it takes non-temporal stores when
 // ordinary ones take more than stageNTRatio times as long (with
 // non-temporal stores the unpack out of memory bounds the pipeline at
-// about that ratio), and ordinary ones otherwise. Pieces of one sender to
-// one stage come one at a time (the receiver asks for them in turn); the
-// fields are atomic for the rare overlap of two receives' pieces.
+// about that ratio), and ordinary ones otherwise. Pieces to one stage are
+// usually written one after another (one goroutine takes the sender's
+// queued work); the fields are atomic for when two goroutines write pieces
+// at once (the async progress goroutine, or two receives' pieces).
 type stageWriter struct {
 	plain, nt atomic.Int64 // recent best, ns a KiB; 0: not measured yet
 	pieces    atomic.Uint64
