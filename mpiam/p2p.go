@@ -508,14 +508,16 @@ func (c *Comm) postBlocking(buf []byte, src, tag int) (*reqState, error) {
 	p := c.p
 	var r *reqState
 	if p.mu.Sequential() && src != ProcNull {
-		// As irecv's: the state straight off the cache's stack.
+		// As irecv's: the state straight off the cache's stack, taken once
+		// p.mu's flag is, so that a second goroutine (a misuse of the
+		// thread level) is caught before it can take the same state.
+		p.syncDeaths()
+		p.mu.Lock()
 		cache := &p.states
 		if r = cache.free.pop(); r == nil {
 			r = cache.newState()
 		}
 		c.setRecv(r, buf, src, tag)
-		p.syncDeaths()
-		p.mu.Lock()
 		if err := p.postRecv(r, true); err != nil {
 			return nil, err
 		}
