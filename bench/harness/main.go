@@ -37,6 +37,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -383,6 +384,37 @@ func plan(bin, ref string, quick bool) []job {
 	}
 	// Two pairs only where it does not oversubscribe busy-polling processes.
 	jobs = append(jobs, job{Bench: "mbw_mr-2pairs", Cfg: amgo("loop", 4), Args: append([]string{"mbw_mr"}, sizes...)})
+	return append(jobs, planFour(amgo("shm", 4), ompiShm, mpichShm, quick)...)
+}
+
+// planFour lists the collectives of four ranks on one node (the "-4"
+// benches): on a machine of fewer than four CPUs they are oversubscribed
+// for every implementation alike, each launched as it launches an
+// oversubscribed job. amrun leaves such ranks unbound and they yield while
+// they wait (docs/launch.md); Open MPI's mpirun --oversubscribe binds none
+// and yields; MPICH's ranks spin (MPIR_CVAR_POLLS_BEFORE_YIELD changes
+// nothing here), taking milliseconds per operation, so they run a tenth of
+// the iterations, unbound. amgo and ompi are the 2-rank configurations of
+// the same names with -n 4.
+func planFour(amgo, ompi, mpich config, quick bool) []job {
+	ompi.Launch = slices.Clone(ompi.Launch)
+	ompi.Launch[slices.Index(ompi.Launch, "-np")+1] = "4"
+	mpich.Launch = []string{"mpiexec.mpich", "-n", "4"}
+	iters, mpichIters := []string{"-i", "2000", "-x", "200"}, []string{"-i", "200", "-x", "20"}
+	if quick {
+		iters, mpichIters = []string{"-i", "200", "-x", "20"}, []string{"-i", "20", "-x", "2"}
+	}
+	var jobs []job
+	for _, b := range []string{"allreduce", "bcast", "barrier", "iallreduce", "ialltoall"} {
+		args := []string{b, "-m", "8:8"}
+		for _, c := range []config{amgo, ompi, mpich} {
+			it := iters
+			if c.Impl == "mpich" {
+				it = mpichIters
+			}
+			jobs = append(jobs, job{Bench: b + "-4", Cfg: c, Args: append(slices.Clone(args), it...)})
+		}
+	}
 	return jobs
 }
 
@@ -851,10 +883,10 @@ func compact(b *strings.Builder, sum map[key]stats, configs []string, withN bool
 	table(b, sum, "latency", "Latency (us)", configs, []int{8, 1024, 16384, 65536, 1 << 20, 4 << 20}, withN)
 	table(b, sum, "bw", "Bandwidth (MB/s)", configs, []int{8, 1024, 16384, 1 << 20, 4 << 20}, withN)
 	table(b, sum, "bibw", "Bandwidth (MB/s)", configs, []int{8, 1024, 16384, 1 << 20, 4 << 20}, withN)
-	table(b, sum, "allreduce", "Allreduce, 2 ranks, avg latency (us)", configs, []int{4, 1024, 65536, 1 << 20}, withN)
-	table(b, sum, "bcast", "Bcast, 2 ranks, avg latency (us)", configs, []int{1, 1024, 65536, 1 << 20}, withN)
-	table(b, sum, "alltoall", "Alltoall, 2 ranks, avg latency (us)", configs, []int{1, 1024, 65536}, withN)
-	table(b, sum, "barrier", "Barrier, 2 ranks, avg latency (us)", configs, []int{0}, withN)
+	table(b, sum, "allreduce", "Avg Latency(us)", configs, []int{4, 8, 1024, 65536, 1 << 20}, withN)
+	table(b, sum, "bcast", "Avg Latency(us)", configs, []int{1, 8, 1024, 65536, 1 << 20}, withN)
+	table(b, sum, "alltoall", "Avg Latency(us)", configs, []int{1, 1024, 65536}, withN)
+	table(b, sum, "barrier", "Avg Latency(us)", configs, []int{0}, withN)
 	table(b, sum, "latency-vector", "Latency (us)", configs, []int{8, 1024, 8192, 65536, 1 << 20}, withN)
 	table(b, sum, "halo3d", "Time per sweep (us)", configs, nil, withN)
 	table(b, sum, "halo3d", "Exchange (us)", configs, nil, withN)
@@ -864,6 +896,13 @@ func compact(b *strings.Builder, sum map[key]stats, configs []string, withN bool
 	table(b, sum, "ialltoall", "Pure Comm.(us)", configs, []int{8, 1024, 65536}, withN)
 	table(b, sum, "ialltoall", "Overlap(%)", configs, []int{8, 1024, 65536}, withN)
 	table(b, sum, "ibarrier", "Pure Comm.(us)", configs, []int{0}, withN)
+	table(b, sum, "allreduce-4", "Avg Latency(us)", configs, []int{8}, withN)
+	table(b, sum, "bcast-4", "Avg Latency(us)", configs, []int{8}, withN)
+	table(b, sum, "barrier-4", "Avg Latency(us)", configs, []int{0}, withN)
+	table(b, sum, "iallreduce-4", "Pure Comm.(us)", configs, []int{8}, withN)
+	table(b, sum, "iallreduce-4", "Overall(us)", configs, []int{8}, withN)
+	table(b, sum, "ialltoall-4", "Pure Comm.(us)", configs, []int{8}, withN)
+	table(b, sum, "ialltoall-4", "Overall(us)", configs, []int{8}, withN)
 	table(b, sum, "put_latency", "Latency (us)", configs, []int{8, 1024, 65536, 1 << 20}, withN)
 	table(b, sum, "get_latency", "Latency (us)", configs, []int{8, 1024, 65536, 1 << 20}, withN)
 	table(b, sum, "put_bw", "Bandwidth (MB/s)", configs, []int{8, 1024, 65536, 1 << 20}, withN)

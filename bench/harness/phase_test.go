@@ -79,3 +79,47 @@ func TestReportFastPhaseTables(t *testing.T) {
 	require.Contains(t, fast, "| 8B | 100 (100–100), n=1 | 95.0 (95.0–95.0), n=1 |")
 	require.Contains(t, fast, "2 of 4 runs")
 }
+
+// The compact tables name each collective's column as osu prints it, so
+// that the 2- and 4-rank collectives appear in them.
+func TestCompactCollectiveTables(t *testing.T) {
+	cfg := func(name string) config { return config{Name: name} }
+	jobs := []job{{Bench: "allreduce", Cfg: cfg("amgo-shm")}, {Bench: "allreduce-4", Cfg: cfg("amgo-shm")},
+		{Bench: "ialltoall-4", Cfg: cfg("amgo-shm")}}
+	samples := []sample{
+		{"allreduce", "amgo-shm", "Avg Latency(us)", 8, 1, 0.2, 0},
+		{"allreduce-4", "amgo-shm", "Avg Latency(us)", 8, 1, 4.5, 0},
+		{"ialltoall-4", "amgo-shm", "Overall(us)", 8, 1, 19, 0},
+		{"ialltoall-4", "amgo-shm", "Pure Comm.(us)", 8, 1, 5.5, 0},
+	}
+	md := report(nil, jobs, samples, nil, nil)
+	compact, _, ok := strings.Cut(md, "## Full tables")
+	require.True(t, ok, md)
+	for _, want := range []string{"### allreduce: Avg Latency(us)", "### allreduce-4: Avg Latency(us)",
+		"### ialltoall-4: Overall(us)", "### ialltoall-4: Pure Comm.(us)", "| 8B | 4.50 (4.50–4.50) |"} {
+		require.Contains(t, compact, want)
+	}
+}
+
+// Four ranks of each implementation, launched as each launches an
+// oversubscribed job, without changing the 2-rank configurations.
+func TestPlanFour(t *testing.T) {
+	amgo := config{Name: "amgo-shm", Impl: "amgo", Launch: []string{"amrun", "-n", "4"}}
+	ompi := config{Name: "ompi-shm", Impl: "ompi", Launch: []string{"mpirun", "--oversubscribe", "-np", "2", "--mca", "btl", "self,vader"}}
+	mpich := config{Name: "mpich-shm", Impl: "mpich", Launch: []string{"mpiexec.mpich", "-n", "2", "-bind-to", "core"}}
+	jobs := planFour(amgo, ompi, mpich, false)
+	require.Len(t, jobs, 15)
+	require.Equal(t, "2", ompi.Launch[3], "the 2-rank configuration is left alone")
+	for _, j := range jobs {
+		require.True(t, strings.HasSuffix(j.Bench, "-4"), j.Bench)
+		switch j.Cfg.Impl {
+		case "ompi":
+			require.Equal(t, []string{"mpirun", "--oversubscribe", "-np", "4", "--mca", "btl", "self,vader"}, j.Cfg.Launch)
+		case "mpich":
+			require.Equal(t, []string{"mpiexec.mpich", "-n", "4"}, j.Cfg.Launch)
+			require.Contains(t, strings.Join(j.Args, " "), "-i 200 ")
+		case "amgo":
+			require.Contains(t, strings.Join(j.Args, " "), "-m 8:8 -i 2000 ")
+		}
+	}
+}
