@@ -435,18 +435,19 @@ func (c *Comm) irecv(buf []byte, src, tag int) (Request, error) {
 	var h Request
 	if p.mu.Sequential() {
 		// One goroutine in the library: the state straight off the
-		// cache's stack (p.mu's flag, taken below, is what
-		// catches a second goroutine). Through newRecv and reqCache.get,
-		// neither of which inlines, this costs about 50 instructions more
-		// per message (SelfWindow).
+		// cache's stack, taken once p.mu's flag is, so that a second
+		// goroutine (a misuse of the thread level) is caught before it
+		// can take the same state (as postBlocking). Through newRecv and
+		// reqCache.get, neither of which inlines, this costs about 50
+		// instructions more per message (SelfWindow).
+		p.syncDeaths()
+		p.mu.Lock()
 		st := &p.states
 		if r = st.free.pop(); r == nil {
 			r = st.newState()
 		}
 		h = handleOf(r)
 		c.setRecv(r, buf, src, tag)
-		p.syncDeaths()
-		p.mu.Lock()
 	} else {
 		// With locks: the state is taken under the matching lock that
 		// posting takes anyway (recvStack).
