@@ -581,8 +581,8 @@ func (p *proc) completeMatchesLocked(out []match.Match[*reqState, *inMsg], tok *
 			rerr := tok.ReplyShortWith(hCTS, p.piggyback(), plan.args.Append(buf[:0])...)
 			plan.cts = rerr != nil // queue it as a request if the reply failed
 			if rerr == nil {
-				// A staged receive's first piece asked for: ask for the
-				// next at once (askAfterCTS).
+				// Gone: if it asked for a staged receive's first piece,
+				// the next is asked for at once (ctsSentLocked checks).
 				p.ctsSentLocked(r, m.src, &plan.args)
 			}
 		}

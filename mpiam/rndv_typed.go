@@ -269,10 +269,11 @@ func typedPiece(n, h int) int {
 // pieceAt is the length of staged receive r's piece from packed byte from:
 // typedPiece's, or what remains.
 func (r *reqState) pieceAt(from int) int {
+	piece := typedPiece
 	if r.stage != nil {
-		return min(typedStagePiece(r.end, typedChunk/2), r.end-from)
+		piece = typedStagePiece
 	}
-	return min(typedPiece(r.end, typedChunk/2), r.end-from)
+	return min(piece(r.end, typedChunk/2), r.end-from)
 }
 
 // stageQuarterMax is the largest message, in packed bytes, that a receive

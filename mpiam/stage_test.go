@@ -441,7 +441,6 @@ func withStagedRecv(t *testing.T, n int, stage bool, body func(rr *rk, p *proc, 
 func TestStagedLastPieceAskedOnceOthersSent(t *testing.T) {
 	n := 128 << 10
 	withStagedRecv(t, n, false, func(rr *rk, p *proc, r *reqState) {
-
 		var first ctsArgs
 		rr.True(p.askPieceLocked(r, &first))
 		rr.Equal(uint64(0), first.Off)
@@ -472,7 +471,6 @@ func TestStagedLastPieceAskedOnceOthersSent(t *testing.T) {
 func TestStagedPieceNotPlacedOverOneInFlight(t *testing.T) {
 	h := typedChunk / 2
 	withStagedRecv(t, 2<<20, true, func(rr *rk, p *proc, r *reqState) {
-
 		var a ctsArgs
 		rr.True(p.askPieceLocked(r, &a))
 		rr.Equal(0, r.pieceOff(0), "the first piece")
