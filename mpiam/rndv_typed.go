@@ -267,7 +267,7 @@ func typedPiece(n, h int) int {
 }
 
 // pieceAt is the length of staged receive r's piece from packed byte from:
-// typedPiece's, or what remains.
+// typedPiece's (typedStagePiece's through a shared stage), or what remains.
 func (r *reqState) pieceAt(from int) int {
 	piece := typedPiece
 	if r.stage != nil {
