@@ -60,8 +60,9 @@ type Config struct {
 	// BufferBytes is the receive buffer every endpoint keeps for every peer
 	// (MPI over SP AM keeps one 16 KiB buffer for every other process), in
 	// bytes, a multiple of 64 (AMGO_BUFFER_BYTES). 0: each peer's network
-	// chooses (transport.Caps.BufferBytes: 256 KiB over tcp and udp), else
-	// 16 KiB (shm, loop, sim). The buffer bounds what a sender has in flight
+	// chooses (transport.Caps.BufferBytes: 1 MiB over tcp, 256 KiB over udp
+	// and xdp, the ring's size over shm and loop), else 16 KiB (sim). The
+	// buffer bounds what a sender has in flight
 	// to one peer and the largest medium request (MaxMediumTo).
 	BufferBytes int
 	// ReplyReserve is the room, in bytes, that every request reserves for its reply

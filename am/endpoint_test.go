@@ -12,6 +12,7 @@ import (
 
 	"github.com/amgo-hpc/amgo/am/transport"
 	"github.com/amgo-hpc/amgo/am/transport/shm"
+	"github.com/amgo-hpc/amgo/am/transport/tcp"
 	"github.com/amgo-hpc/amgo/flowctl"
 	"github.com/amgo-hpc/amgo/handlers"
 	"github.com/amgo-hpc/amgo/internal/wire"
@@ -553,16 +554,16 @@ func TestGet(t *testing.T) {
 }
 
 // Each peer's buffer is its network's choice (transport.Caps.BufferBytes:
-// 256 KiB over tcp, the ring's 64 KiB over shm) unless Config.BufferBytes sets one for
+// 1 MiB over tcp, the ring's size over shm) unless Config.BufferBytes sets one for
 // every peer; the largest medium to a peer and the space it may fill follow,
 // and a window of a peer's size fills and drains. Ranks alternate between two
 // nodes: 0 and 2 share shm, 1 is across tcp.
 func TestBufferByNetwork(t *testing.T) {
 	eps := openEndpoints(t, "shm+tcp", 4, Config{})
 	require.Equal(t, shm.DefaultRingBytesFor(2), eps[0].BufferBytesTo(2), "shm: its ring's size")
-	require.Equal(t, 256<<10, eps[0].BufferBytesTo(1), "tcp")
-	require.Equal(t, 256<<10, eps[1].BufferBytesTo(0), "the same both ways")
-	require.Equal(t, 256<<10, eps[0].BufferBytes())
+	require.Equal(t, tcp.BufferBytes, eps[0].BufferBytesTo(1), "tcp")
+	require.Equal(t, tcp.BufferBytes, eps[1].BufferBytesTo(0), "the same both ways")
+	require.Equal(t, tcp.BufferBytes, eps[0].BufferBytes())
 	require.Zero(t, eps[0].BufferBytesTo(9))
 	require.Greater(t, eps[0].MaxMediumTo(1), 100<<10)
 	require.Equal(t, 130832, eps[0].MaxMediumTo(2), "shm: half a 256 KiB ring, less headers (docs/am.md)")
@@ -577,11 +578,12 @@ func TestBufferByNetwork(t *testing.T) {
 	}
 	require.ErrorIs(t, eps[0].RequestMedium(2, 1, make([]byte, eps[0].MaxMediumTo(2)+8)), ErrTooLarge, "over shm")
 	big := make([]byte, 100<<10)
-	// Twelve fill more than 256 KiB four times: the sender waits for credit
+	// n fill the buffer more than four times: the sender waits for credit
 	// from the receiver's polls.
+	n := 4*tcp.BufferBytes/len(big) + 1
 	done := make(chan error, 1)
 	go func() {
-		for range 12 {
+		for range n {
 			if err := eps[0].RequestMedium(1, 1, big); err != nil {
 				done <- err
 				return
@@ -590,7 +592,7 @@ func TestBufferByNetwork(t *testing.T) {
 		done <- nil
 	}()
 	deadline := time.Now().Add(10 * time.Second)
-	for got.Load() < 12*int64(len(big)) {
+	for got.Load() < int64(n*len(big)) {
 		_, err := eps[1].Poll()
 		require.NoError(t, err)
 		require.True(t, time.Now().Before(deadline), "timed out at %d bytes", got.Load())

@@ -19,8 +19,8 @@ func TestUnexpectedFloodIsBounded(t *testing.T) {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			var sent atomic.Int32
 			eachNetwork(t, 2, func(r *rk, w *Comm) {
-				// More than the per-peer buffer holds (256 KiB over tcp and
-				// udp) and than a ring holds of one-line records (256 KiB
+				// Far more than the limit lets through before the throttle,
+				// and more than a ring holds of one-line records (256 KiB
 				// over shm on a small node), so that the sender must stall
 				// short of the end.
 				msgs := max(2000, 2*w.p.ep.ImmediateQueueBytes()/64)

@@ -40,13 +40,14 @@ const (
 	// below it the extra frame and the receiver's lookup cost more.
 	PutMin = 4 << 10
 	// BufferBytes is the per-peer receive buffer package am keeps for tcp
-	// peers (transport.Caps.BufferBytes), sixteen times shared memory's: a
-	// hop costs microseconds here, so medium requests of up to 64 KiB (one
-	// copy into the socket and one out) beat a rendezvous's extra round
-	// trip, as with Open MPI's TCP eager limit, and four of them fit in
-	// flight (docs/mpi.md). It is credit, not memory: the data waits in the
-	// sockets' buffers.
-	BufferBytes = 256 << 10
+	// peers (transport.Caps.BufferBytes), 1 MiB: a hop costs microseconds
+	// here, so medium requests of up to 64 KiB (one copy into the socket
+	// and one out) beat a rendezvous's extra round trip, as with Open MPI's
+	// TCP eager limit, and sixteen of them fit in flight, a whole window of
+	// osu's bandwidth test at 16 KiB (docs/mpi.md measures 256 KiB against
+	// 1 MiB). It is credit, not memory: the data waits in the sockets'
+	// buffers.
+	BufferBytes = 1 << 20
 	// DefaultSendQueue is the default bound of each peer's user-space send
 	// queue, in bytes (option "sendq_bytes").
 	DefaultSendQueue = 4 << 20

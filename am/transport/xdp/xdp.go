@@ -58,7 +58,7 @@ const (
 	// the largest header.
 	MinPacket = 1024
 	// BufferBytes is the per-peer receive buffer package am keeps for xdp
-	// peers (transport.Caps.BufferBytes), as udp's.
+	// peers (transport.Caps.BufferBytes), as udp's: 256 KiB.
 	BufferBytes = 256 << 10
 	// DefaultSpin is how long Wait polls the receive ring before it sleeps
 	// in poll(2) (option "spin").
