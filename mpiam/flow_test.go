@@ -19,11 +19,13 @@ func TestUnexpectedFloodIsBounded(t *testing.T) {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			var sent atomic.Int32
 			eachNetwork(t, 2, func(r *rk, w *Comm) {
-				// Far more than the limit lets through before the throttle,
-				// and more than a ring holds of one-line records (256 KiB
-				// over shm on a small node), so that the sender must stall
-				// short of the end.
-				msgs := max(2000, 2*w.p.ep.ImmediateQueueBytes()/64)
+				// More than the per-peer buffer holds (each message takes at
+				// least a granule of 64 bytes of it; 1 MiB over tcp) and
+				// than a ring holds of one-line records (256 KiB over shm on
+				// a small node), so that the sender must stall short of the
+				// end. Both ranks must count alike: BufferBytes is the
+				// largest over the job.
+				msgs := max(2000, 2*w.p.ep.ImmediateQueueBytes()/64, 2*w.p.ep.BufferBytes()/64)
 				sent.Store(0)
 				if w.Rank() == 0 {
 					buf := make([]byte, size)
