@@ -62,8 +62,8 @@ type Config struct {
 	// bytes, a multiple of 64 (AMGO_BUFFER_BYTES). 0: each peer's network
 	// chooses (transport.Caps.BufferBytes: 1 MiB over tcp, 256 KiB over udp
 	// and xdp, the ring's size over shm and loop), else 16 KiB (sim). The
-	// buffer bounds what a sender has in flight
-	// to one peer and the largest medium request (MaxMediumTo).
+	// buffer bounds what a sender has in flight to one peer and the largest
+	// medium request (MaxMediumTo).
 	BufferBytes int
 	// ReplyReserve is the room, in bytes, that every request reserves for its reply
 	// besides its own size, so that a handler can always reply at once. It must be

@@ -554,8 +554,8 @@ func TestGet(t *testing.T) {
 }
 
 // Each peer's buffer is its network's choice (transport.Caps.BufferBytes:
-// 1 MiB over tcp, the ring's size over shm) unless Config.BufferBytes sets one for
-// every peer; the largest medium to a peer and the space it may fill follow,
+// 1 MiB over tcp, the ring's size over shm) unless Config.BufferBytes sets
+// one for every peer; the largest medium to a peer and the space it may fill follow,
 // and a window of a peer's size fills and drains. Ranks alternate between two
 // nodes: 0 and 2 share shm, 1 is across tcp.
 func TestBufferByNetwork(t *testing.T) {

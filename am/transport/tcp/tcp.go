@@ -43,10 +43,10 @@ const (
 	// peers (transport.Caps.BufferBytes), 1 MiB: a hop costs microseconds
 	// here, so medium requests of up to 64 KiB (one copy into the socket
 	// and one out) beat a rendezvous's extra round trip, as with Open MPI's
-	// TCP eager limit, and sixteen of them fit in flight, a whole window of
-	// osu's bandwidth test at 16 KiB (docs/mpi.md measures 256 KiB against
-	// 1 MiB). It is credit, not memory: the data waits in the sockets'
-	// buffers.
+	// TCP eager limit, and sixteen of them fit in flight (62 of 16 KiB,
+	// nearly a whole window of osu's bandwidth test; docs/mpi.md measures
+	// 256 KiB against 1 MiB). It is credit, not memory: the data waits in
+	// the sockets' buffers.
 	BufferBytes = 1 << 20
 	// DefaultSendQueue is the default bound of each peer's user-space send
 	// queue, in bytes (option "sendq_bytes").
