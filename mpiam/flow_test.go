@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/amgo-hpc/amgo/am/transport/tcp"
 )
 
 // A sender that floods a rank which posts no receive, with messages of any
@@ -56,7 +58,7 @@ func TestUnexpectedFloodIsBounded(t *testing.T) {
 				w.p.mu.Lock()
 				queued := w.p.eng.Stats().Unexpected
 				w.p.mu.Unlock()
-				hard := w.p.unexpHard
+				hard := w.p.unexpHardFrom(0)
 				r.LessOrEqual(w.p.unexpBytes[0].Load(), hard)
 				r.LessOrEqual(int64(queued), hard/unexpRecordBytes+1)
 				buf := make([]byte, size)
@@ -185,5 +187,23 @@ func TestHeldMessageFreesItsSpace(t *testing.T) {
 			r.NoError(err)
 			r.Equal(want, string(buf[:st.Bytes]))
 		}
+	})
+}
+
+// Each source is allowed the slack of its own network before its messages
+// keep their buffer space: in a job over shm within a node and tcp between
+// nodes (ranks 0 and 2 on one node, 1 and 3 on the other), a peer over shm
+// gets its ring's buffer and a queue of immediate requests, a peer over tcp
+// tcp's larger buffer and no queue (tcp carries no immediate requests).
+func TestUnexpectedHardLimitPerSource(t *testing.T) {
+	runJob(t, "shm+tcp", 4, Config{}, func(r *rk, w *Comm) {
+		if w.Rank() != 0 {
+			return
+		}
+		ep := w.p.ep
+		r.Equal(unexpHardLimit(w.p.unexpLimit, ep.BufferBytesTo(2), ep.ImmediateQueueBytes()), w.p.unexpHardFrom(2), "shm")
+		r.Equal(unexpHardLimit(w.p.unexpLimit, tcp.BufferBytes, 0), w.p.unexpHardFrom(1), "tcp")
+		r.Less(ep.BufferBytesTo(2), ep.BufferBytesTo(1))
+		r.Positive(ep.ImmediateQueueBytes())
 	})
 }

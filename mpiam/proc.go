@@ -234,7 +234,6 @@ type proc struct {
 	payloads payloadPool
 
 	unexpLimit   int            // unexpected cost per source before it is throttled (EnvUnexpectedLimit; unexpected.go)
-	unexpHard    int64          // unexpHardLimit of unexpLimit
 	unexpBytes   []atomic.Int64 // by world rank: cost of its unexpected messages held here
 	recvThrottle []recvThrottle // by world rank: what this rank told that source
 	sendThrottle []sendThrottle // by world rank: that destination's word on eager sends
@@ -295,7 +294,6 @@ func newProc(ep *am.Endpoint) (*proc, error) {
 		}
 		p.unexpLimit = n
 	}
-	p.unexpHard = unexpHardLimit(p.unexpLimit, ep.BufferBytes(), ep.ImmediateQueueBytes())
 	p.unexpBytes = make([]atomic.Int64, ep.Size())
 	p.recvThrottle = make([]recvThrottle, ep.Size())
 	p.sendThrottle = make([]sendThrottle, ep.Size())
@@ -478,7 +476,7 @@ func (p *proc) eagerLocked(tok *handlers.Token, pe proto.Envelope, payload []byt
 		// for order is always copied: the message before it, from another
 		// goroutine of the sender, may be waiting for space in the buffer.
 		cost := unexpRecordBytes + int64(len(payload))
-		if !held && p.unexpBytes[src].Load()+cost > p.unexpHard {
+		if !held && p.unexpBytes[src].Load()+cost > p.unexpHardFrom(src) {
 			if buf, r, err := tok.Retain(); err == nil {
 				m.payload, m.retained, m.kept = buf, r, true
 				cost = unexpRecordBytes

@@ -63,10 +63,22 @@ type recvThrottle struct {
 // messages, records included, for slack, and a network queue's worth
 // (queueBytes: am.Endpoint.ImmediateQueueBytes) of the smallest immediate
 // requests, which have no buffer space to keep and are always copied.
-// newProc keeps it in p.unexpHard.
 func unexpHardLimit(limit, bufferBytes, queueBytes int) int64 {
 	b, q := int64(bufferBytes), int64(queueBytes)
 	return int64(limit) + 4*b + 4*b/64*unexpRecordBytes + q + q/64*unexpRecordBytes
+}
+
+// unexpHardFrom is unexpHardLimit for source src (a world rank), with the
+// buffer of src's network (1 MiB over tcp, a ring's size over shm) and a
+// network queue only if src sends immediate requests: in a job over several
+// networks a source is allowed the slack of its own network, not the
+// largest. Computed at each check, on the unexpected path only.
+func (p *proc) unexpHardFrom(src int) int64 {
+	q := 0
+	if p.ep.PeerCarriesImmediate(src) {
+		q = p.ep.ImmediateQueueBytes()
+	}
+	return unexpHardLimit(p.unexpLimit, p.ep.BufferBytesTo(src), q)
 }
 
 // chargeUnexpected records that m, unexpected from m.src, costs cost bytes,
