@@ -36,8 +36,8 @@ const (
 	// BufferBytes is the per-peer receive buffer package am keeps for udp
 	// peers (transport.Caps.BufferBytes), 256 KiB: a hop costs
 	// microseconds, so more in flight and larger medium requests pay.
-	// tcp's larger buffer is not measured here: the reliability layer's
-	// window of packets also bounds what is in flight.
+	// tcp's 1 MiB measured no better here (docs/mpi.md): the reliability
+	// layer's window of packets also bounds what is in flight.
 	BufferBytes = 256 << 10
 	// DefaultBufBytes is the size asked for the socket's send and receive
 	// buffers, in bytes (option "buf_bytes"). The kernel caps it at
