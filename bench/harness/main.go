@@ -869,6 +869,18 @@ func report(facts []string, jobs []job, samples []sample, probes []runProbe, not
 			"compare configurations here when the phases differ between their runs.\n", phaseSummary(probes, limit))
 		compact(&b, summarize(fastSamples(samples, probes, limit)), configs, true)
 	}
+	b.WriteString("\n## amgo against the MPIs, repetition by repetition\n\n" +
+		"In one repetition a benchmark's configurations run one after another, so amgo's run and an MPI's " +
+		"usually see the same phase of the machine. Cells: the median over the repetitions of amgo's figure " +
+		"divided by the MPI's on the same network in the same repetition (\"the better MPI\": the better of " +
+		"the two in that repetition, what the performance targets name), first over the repetitions whose " +
+		"two runs both lay in the fast phase, with their count, then over all of them.\n")
+	limit := fastLimit(probes)
+	for _, t := range compactTables {
+		if !strings.Contains(t.column, "(%)") {
+			ratioTable(&b, samples, probes, limit, t.bench, t.column, t.sizes)
+		}
+	}
 	b.WriteString("\n## Full tables\n")
 	for _, bench := range benches {
 		for _, col := range columns(bench) {
@@ -878,36 +890,50 @@ func report(facts []string, jobs []job, samples []sample, probes []runProbe, not
 	return b.String()
 }
 
-// compact writes the compact tables: the sizes the performance targets name.
+// compactSpec names a compact table: a benchmark's column at the sizes
+// the performance targets name (nil: every size).
+type compactSpec struct {
+	bench, column string
+	sizes         []int
+}
+
+// compactTables are the compact tables, in the report's order.
+var compactTables = []compactSpec{
+	{"latency", "Latency (us)", []int{8, 1024, 16384, 65536, 1 << 20, 4 << 20}},
+	{"bw", "Bandwidth (MB/s)", []int{8, 1024, 16384, 1 << 20, 4 << 20}},
+	{"bibw", "Bandwidth (MB/s)", []int{8, 1024, 16384, 1 << 20, 4 << 20}},
+	{"allreduce", "Avg Latency(us)", []int{4, 8, 1024, 65536, 1 << 20}},
+	{"bcast", "Avg Latency(us)", []int{1, 8, 1024, 65536, 1 << 20}},
+	{"alltoall", "Avg Latency(us)", []int{1, 1024, 65536}},
+	{"barrier", "Avg Latency(us)", []int{0}},
+	{"latency-vector", "Latency (us)", []int{8, 1024, 8192, 65536, 1 << 20}},
+	{"halo3d", "Time per sweep (us)", nil},
+	{"halo3d", "Exchange (us)", nil},
+	{"halo3d", "Exchange only (us)", nil},
+	{"iallreduce", "Pure Comm.(us)", []int{8, 1024, 65536}},
+	{"iallreduce", "Overlap(%)", []int{8, 1024, 65536}},
+	{"ialltoall", "Pure Comm.(us)", []int{8, 1024, 65536}},
+	{"ialltoall", "Overlap(%)", []int{8, 1024, 65536}},
+	{"ibarrier", "Pure Comm.(us)", []int{0}},
+	{"allreduce-4", "Avg Latency(us)", []int{8}},
+	{"bcast-4", "Avg Latency(us)", []int{8}},
+	{"barrier-4", "Avg Latency(us)", []int{0}},
+	{"iallreduce-4", "Pure Comm.(us)", []int{8}},
+	{"iallreduce-4", "Overall(us)", []int{8}},
+	{"ialltoall-4", "Pure Comm.(us)", []int{8}},
+	{"ialltoall-4", "Overall(us)", []int{8}},
+	{"put_latency", "Latency (us)", []int{8, 1024, 65536, 1 << 20}},
+	{"get_latency", "Latency (us)", []int{8, 1024, 65536, 1 << 20}},
+	{"put_bw", "Bandwidth (MB/s)", []int{8, 1024, 65536, 1 << 20}},
+	{"fop_latency", "Latency (us)", []int{8}},
+	{"latency-pair", "Latency (us)", []int{8, 1024, 4096, 65536, 1 << 20}},
+	{"bw-pair", "Bandwidth (MB/s)", []int{8, 1024, 65536, 1 << 20}},
+	{"mbw_mr-pair", "Messages/s", []int{8, 1024}},
+}
+
+// compact writes the compact tables.
 func compact(b *strings.Builder, sum map[key]stats, configs []string, withN bool) {
-	table(b, sum, "latency", "Latency (us)", configs, []int{8, 1024, 16384, 65536, 1 << 20, 4 << 20}, withN)
-	table(b, sum, "bw", "Bandwidth (MB/s)", configs, []int{8, 1024, 16384, 1 << 20, 4 << 20}, withN)
-	table(b, sum, "bibw", "Bandwidth (MB/s)", configs, []int{8, 1024, 16384, 1 << 20, 4 << 20}, withN)
-	table(b, sum, "allreduce", "Avg Latency(us)", configs, []int{4, 8, 1024, 65536, 1 << 20}, withN)
-	table(b, sum, "bcast", "Avg Latency(us)", configs, []int{1, 8, 1024, 65536, 1 << 20}, withN)
-	table(b, sum, "alltoall", "Avg Latency(us)", configs, []int{1, 1024, 65536}, withN)
-	table(b, sum, "barrier", "Avg Latency(us)", configs, []int{0}, withN)
-	table(b, sum, "latency-vector", "Latency (us)", configs, []int{8, 1024, 8192, 65536, 1 << 20}, withN)
-	table(b, sum, "halo3d", "Time per sweep (us)", configs, nil, withN)
-	table(b, sum, "halo3d", "Exchange (us)", configs, nil, withN)
-	table(b, sum, "halo3d", "Exchange only (us)", configs, nil, withN)
-	table(b, sum, "iallreduce", "Pure Comm.(us)", configs, []int{8, 1024, 65536}, withN)
-	table(b, sum, "iallreduce", "Overlap(%)", configs, []int{8, 1024, 65536}, withN)
-	table(b, sum, "ialltoall", "Pure Comm.(us)", configs, []int{8, 1024, 65536}, withN)
-	table(b, sum, "ialltoall", "Overlap(%)", configs, []int{8, 1024, 65536}, withN)
-	table(b, sum, "ibarrier", "Pure Comm.(us)", configs, []int{0}, withN)
-	table(b, sum, "allreduce-4", "Avg Latency(us)", configs, []int{8}, withN)
-	table(b, sum, "bcast-4", "Avg Latency(us)", configs, []int{8}, withN)
-	table(b, sum, "barrier-4", "Avg Latency(us)", configs, []int{0}, withN)
-	table(b, sum, "iallreduce-4", "Pure Comm.(us)", configs, []int{8}, withN)
-	table(b, sum, "iallreduce-4", "Overall(us)", configs, []int{8}, withN)
-	table(b, sum, "ialltoall-4", "Pure Comm.(us)", configs, []int{8}, withN)
-	table(b, sum, "ialltoall-4", "Overall(us)", configs, []int{8}, withN)
-	table(b, sum, "put_latency", "Latency (us)", configs, []int{8, 1024, 65536, 1 << 20}, withN)
-	table(b, sum, "get_latency", "Latency (us)", configs, []int{8, 1024, 65536, 1 << 20}, withN)
-	table(b, sum, "put_bw", "Bandwidth (MB/s)", configs, []int{8, 1024, 65536, 1 << 20}, withN)
-	table(b, sum, "fop_latency", "Latency (us)", configs, []int{8}, withN)
-	table(b, sum, "latency-pair", "Latency (us)", configs, []int{8, 1024, 4096, 65536, 1 << 20}, withN)
-	table(b, sum, "bw-pair", "Bandwidth (MB/s)", configs, []int{8, 1024, 65536, 1 << 20}, withN)
-	table(b, sum, "mbw_mr-pair", "Messages/s", configs, []int{8, 1024}, withN)
+	for _, t := range compactTables {
+		table(b, sum, t.bench, t.column, configs, t.sizes, withN)
+	}
 }
