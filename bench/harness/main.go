@@ -869,17 +869,21 @@ func report(facts []string, jobs []job, samples []sample, probes []runProbe, not
 			"compare configurations here when the phases differ between their runs.\n", phaseSummary(probes, limit))
 		compact(&b, summarize(fastSamples(samples, probes, limit)), configs, true)
 	}
-	b.WriteString("\n## amgo against the MPIs, repetition by repetition\n\n" +
-		"In one repetition a benchmark's configurations run one after another, so amgo's run and an MPI's " +
-		"usually see the same phase of the machine. Cells: the median over the repetitions of amgo's figure " +
-		"divided by the MPI's on the same network in the same repetition (\"the better MPI\": the better of " +
-		"the two in that repetition, what the performance targets name), first over the repetitions whose " +
-		"two runs both lay in the fast phase, with their count, then over all of them.\n")
+	var ratios strings.Builder
 	limit := fastLimit(probes)
 	for _, t := range compactTables {
 		if !strings.Contains(t.column, "(%)") {
-			ratioTable(&b, samples, probes, limit, t.bench, t.column, t.sizes)
+			ratioTable(&ratios, samples, probes, limit, t.bench, t.column, t.sizes)
 		}
+	}
+	if ratios.Len() > 0 {
+		b.WriteString("\n## amgo against the MPIs, repetition by repetition\n\n" +
+			"In one repetition a benchmark's configurations run one after another, so amgo's run and an MPI's " +
+			"usually see the same phase of the machine. Cells: the median over the repetitions of amgo's figure " +
+			"divided by the MPI's on the same network in the same repetition (\"the better MPI\": the better of " +
+			"the two in that repetition, what the performance targets name), first over the repetitions whose " +
+			"two runs both lay in the fast phase, with their count, then over all of them.\n")
+		b.WriteString(ratios.String())
 	}
 	b.WriteString("\n## Full tables\n")
 	for _, bench := range benches {

@@ -78,6 +78,10 @@ func TestReportFastPhaseTables(t *testing.T) {
 	require.Contains(t, all, "| 8B | 80.0 (60.0–100) | 92.5 (90.0–95.0) |")
 	require.Contains(t, fast, "| 8B | 100 (100–100), n=1 | 95.0 (95.0–95.0), n=1 |")
 	require.Contains(t, fast, "2 of 4 runs")
+	// amgo against Open MPI in each repetition: 100/90 (amgo fast, Open
+	// MPI slow), 60/95 (the other way round): no fast pair.
+	require.Contains(t, md, "## amgo against the MPIs, repetition by repetition")
+	require.Contains(t, md, "| 8B | no fast; 0.87 (2) | no fast; 0.87 (2) |")
 }
 
 // The compact tables name each collective's column as osu prints it, so
@@ -95,6 +99,7 @@ func TestCompactCollectiveTables(t *testing.T) {
 	md := report(nil, jobs, samples, nil, nil)
 	compact, _, ok := strings.Cut(md, "## Full tables")
 	require.True(t, ok, md)
+	require.NotContains(t, md, "## amgo against the MPIs", "no MPI ran: no ratio section")
 	for _, want := range []string{"### allreduce: Avg Latency(us)", "### allreduce-4: Avg Latency(us)",
 		"### ialltoall-4: Overall(us)", "### ialltoall-4: Pure Comm.(us)", "| 8B | 4.50 (4.50–4.50) |"} {
 		require.Contains(t, compact, want)
