@@ -726,11 +726,7 @@ func summarize(samples []sample) map[key]stats {
 	}
 	out := map[key]stats{}
 	for k, v := range vals {
-		sort.Float64s(v)
-		med := v[len(v)/2]
-		if len(v)%2 == 0 {
-			med = (v[len(v)/2-1] + v[len(v)/2]) / 2
-		}
+		med := median(v) // sorts v
 		out[k] = stats{med, v[0], v[len(v)-1], len(v)}
 	}
 	return out
