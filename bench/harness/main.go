@@ -859,14 +859,14 @@ func report(facts []string, jobs []job, samples []sample, probes []runProbe, not
 		}
 	}
 	b.WriteString("\n## Compact tables\n")
-	compact(&b, summarize(samples), configs, false)
-	if limit := fastLimit(probes); limit > 0 {
+	compact(&b, sum, configs, false)
+	limit := fastLimit(probes)
+	if limit > 0 {
 		fmt.Fprintf(&b, "\n## Compact tables, runs in the fast phase\n\n%s Cells: median (min–max) of those runs, n of them; "+
 			"compare configurations here when the phases differ between their runs.\n", phaseSummary(probes, limit))
 		compact(&b, summarize(fastSamples(samples, probes, limit)), configs, true)
 	}
 	var ratios strings.Builder
-	limit := fastLimit(probes)
 	for _, t := range compactTables {
 		if !strings.Contains(t.column, "(%)") {
 			ratioTable(&ratios, samples, probes, limit, t.bench, t.column, t.sizes)
